@@ -1,0 +1,237 @@
+"""Read Kubernetes YAML into raw objects that remember where every field came from.
+
+Findings and input errors must point at the YAML line a person would edit, so
+the loader keeps a field-path -> line table per object instead of throwing the
+positions away as ``yaml.safe_load`` does. Everything else (typing, defaults,
+validation) happens later, on these raw objects.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from verifier.errors import InputError
+
+YAML_SUFFIXES = (".yaml", ".yml")
+# Files in a fixture folder that describe expectations, not cluster resources.
+NOT_RESOURCES = frozenset(
+    {"cases.yaml", "expected-errors.yaml", "expected-status.yaml", "mesh-registry.yaml"}
+)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in an input file; 1-based line as editors show it."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class RawObject:
+    """One Kubernetes object as written, with the line of every field.
+
+    ``lines`` maps a field path such as ``spec.rules[0].matches[1].path.value``
+    to the line of its key (or list item); ``""`` is the object itself.
+    """
+
+    data: dict[str, Any]
+    file: str
+    lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return str(self.data.get("kind", ""))
+
+    @property
+    def api_version(self) -> str:
+        return str(self.data.get("apiVersion", ""))
+
+    @property
+    def group(self) -> str:
+        av = self.api_version
+        return av.split("/", 1)[0] if "/" in av else ""
+
+    @property
+    def name(self) -> str:
+        meta = self.data.get("metadata")
+        return str(meta.get("name", "")) if isinstance(meta, dict) else ""
+
+    @property
+    def namespace(self) -> str:
+        meta = self.data.get("metadata")
+        return str(meta.get("namespace", "") or "") if isinstance(meta, dict) else ""
+
+    @property
+    def loc(self) -> Location:
+        return Location(self.file, self.lines.get("", 1))
+
+    def line_of(self, path: str) -> int:
+        """The line of ``path`` or of its nearest ancestor that has one."""
+        while True:
+            if path in self.lines:
+                return self.lines[path]
+            if not path:
+                return 1
+            cut = max(path.rfind("."), path.rfind("["))
+            path = path[:cut] if cut > 0 else ""
+
+    def where(self, path: str) -> Location:
+        return Location(self.file, self.line_of(path))
+
+
+@dataclass
+class LoadResult:
+    objects: list[RawObject] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+class _Builder:
+    """Turns a composed YAML node tree into plain data plus a line table."""
+
+    def __init__(self, file: str, errors: list[InputError]) -> None:
+        self.file = file
+        self.errors = errors
+        self._construct = yaml.SafeLoader(stream="")
+
+    def build(self, node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
+        lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            for knode, vnode in node.value:
+                key = self._scalar(knode)
+                if not isinstance(key, str):
+                    key = str(key)
+                child = _join(path, key)
+                if key in out:
+                    self.errors.append(
+                        InputError(
+                            self.file,
+                            knode.start_mark.line + 1,
+                            child,
+                            "duplicate-key",
+                            f"key {key!r} appears twice in the same mapping",
+                        )
+                    )
+                    continue
+                lines[child] = knode.start_mark.line + 1
+                out[key] = self.build(vnode, child, lines)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for i, item in enumerate(node.value):
+                child = f"{path}[{i}]"
+                lines[child] = item.start_mark.line + 1
+                items.append(self.build(item, child, lines))
+            return items
+        return self._scalar(node)
+
+    def _scalar(self, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return self._construct.construct_object(node, deep=True)
+        # A complex key: rare in Kubernetes YAML; keep its text.
+        return str(node.value)
+
+
+def _documents(text: str, file: str, errors: list[InputError]) -> Iterator[RawObject]:
+    builder = _Builder(file, errors)
+    try:
+        for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
+            if node is None:
+                continue
+            lines: dict[str, int] = {}
+            data = builder.build(node, "", lines)
+            if data is None:
+                continue
+            if not isinstance(data, dict):
+                errors.append(
+                    InputError(
+                        file,
+                        node.start_mark.line + 1,
+                        "",
+                        "type",
+                        "expected a Kubernetes object (a mapping with apiVersion and kind)",
+                    )
+                )
+                continue
+            yield from _unwrap_lists(RawObject(data, file, lines))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        errors.append(InputError(file, line, "", "yaml-syntax", f"invalid YAML: {problem}"))
+
+
+def _unwrap_lists(obj: RawObject) -> Iterator[RawObject]:
+    """`kubectl get -o yaml` wraps objects in a List; flatten it keeping lines."""
+    if obj.kind.endswith("List") and isinstance(obj.data.get("items"), list):
+        for i, item in enumerate(obj.data["items"]):
+            prefix = f"items[{i}]"
+            sub = {
+                k[len(prefix) + 1 :] if k != prefix else "": v
+                for k, v in obj.lines.items()
+                if k == prefix or k.startswith(prefix + ".") or k.startswith(prefix + "[")
+            }
+            if isinstance(item, dict):
+                yield from _unwrap_lists(RawObject(item, obj.file, sub))
+        return
+    yield obj
+
+
+def _expand(paths: Sequence[str]) -> Iterator[str]:
+    for p in paths:
+        if p == "-":
+            yield p
+            continue
+        path = Path(p)
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(YAML_SUFFIXES) and name not in NOT_RESOURCES:
+                        yield str(Path(root) / name)
+        else:
+            yield p
+
+
+def load_texts(sources: Iterable[tuple[str, str]]) -> LoadResult:
+    """Parse (file name, text) pairs; errors are collected, never raised."""
+    result = LoadResult()
+    for file, text in sources:
+        result.files.append(file)
+        result.objects.extend(_documents(text, file, result.errors))
+    return result
+
+
+def load_paths(paths: Sequence[str]) -> LoadResult:
+    """Read files, directories (recursively, sorted) and ``-`` for stdin."""
+    sources: list[tuple[str, str]] = []
+    missing: list[InputError] = []
+    for p in _expand(paths):
+        if p == "-":
+            sources.append(("<stdin>", sys.stdin.read()))
+            continue
+        try:
+            sources.append((p, Path(p).read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            missing.append(InputError(p, 0, "", "not-found", "no such file or directory"))
+        except (OSError, UnicodeDecodeError) as exc:
+            missing.append(InputError(p, 0, "", "unreadable", str(exc)))
+    result = load_texts(sources)
+    result.errors[:0] = missing
+    return result

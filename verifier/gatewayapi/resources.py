@@ -1,0 +1,127 @@
+"""From raw objects to one typed, validated ``Resources`` set.
+
+Every bad object in the input is reported together (a directory with one bad
+file reports all of them), and objects of kinds the edge does not read are
+dropped with one warning line each, so nothing is silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi import model as m
+from verifier.gatewayapi.load import LoadResult, RawObject, load_paths
+from verifier.gatewayapi.validate import validate_object
+
+GATEWAY_GROUP = m.GATEWAY_GROUP
+
+# kind -> (accepted API groups, parser). Group "" is the core API.
+PARSERS: dict[str, tuple[frozenset[str], Callable[[RawObject], Any]]] = {
+    "GatewayClass": (
+        frozenset({GATEWAY_GROUP}),
+        lambda r: m.GatewayClass(
+            m._meta(r), str(m._d(r.data.get("spec")).get("controllerName", ""))
+        ),
+    ),
+    "Gateway": (frozenset({GATEWAY_GROUP}), m.parse_gateway),
+    "HTTPRoute": (frozenset({GATEWAY_GROUP}), m.parse_httproute),
+    "ReferenceGrant": (frozenset({GATEWAY_GROUP}), m.parse_reference_grant),
+    "Service": (frozenset({""}), m.parse_service),
+    "EndpointSlice": (frozenset({"discovery.k8s.io"}), m.parse_endpoint_slice),
+    "Namespace": (frozenset({""}), lambda r: m.Namespace(m._meta(r))),
+    "Secret": (frozenset({""}), m.parse_secret),
+    "Deployment": (frozenset({"apps"}), m.parse_workload),
+    "StatefulSet": (frozenset({"apps"}), m.parse_workload),
+    "DaemonSet": (frozenset({"apps"}), m.parse_workload),
+}
+# Read without a warning but not modelled: they matter to a cluster, not to routing.
+QUIET_KINDS = frozenset({"ServiceAccount", "ConfigMap"})
+
+
+@dataclass
+class Resources:
+    """Everything the translator and the spec model read, keyed by (namespace, name)."""
+
+    gateway_classes: dict[str, m.GatewayClass] = field(default_factory=dict)
+    gateways: dict[tuple[str, str], m.Gateway] = field(default_factory=dict)
+    httproutes: dict[tuple[str, str], m.HTTPRoute] = field(default_factory=dict)
+    reference_grants: dict[tuple[str, str], m.ReferenceGrant] = field(default_factory=dict)
+    services: dict[tuple[str, str], m.Service] = field(default_factory=dict)
+    endpoint_slices: dict[tuple[str, str], m.EndpointSlice] = field(default_factory=dict)
+    namespaces: dict[str, m.Namespace] = field(default_factory=dict)
+    secrets: dict[tuple[str, str], m.Secret] = field(default_factory=dict)
+    workloads: dict[tuple[str, str, str], m.Workload] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def namespace_labels(self, ns: str) -> dict[str, str]:
+        found = self.namespaces.get(ns)
+        labels = found.meta.label_map if found else {}
+        # Kubernetes always sets this label; selectors rely on it.
+        return {**labels, "kubernetes.io/metadata.name": ns}
+
+
+def _store(res: Resources, obj: Any) -> InputError | None:
+    meta: m.Meta = obj.meta
+    if isinstance(obj, m.GatewayClass):
+        table: dict[Any, Any] = res.gateway_classes
+        key: Any = meta.name
+    elif isinstance(obj, m.Namespace):
+        table, key = res.namespaces, meta.name
+    elif isinstance(obj, m.Workload):
+        table, key = res.workloads, (meta.kind, meta.namespace, meta.name)
+    else:
+        tables: dict[type, dict[Any, Any]] = {
+            m.Gateway: res.gateways,
+            m.HTTPRoute: res.httproutes,
+            m.ReferenceGrant: res.reference_grants,
+            m.Service: res.services,
+            m.EndpointSlice: res.endpoint_slices,
+            m.Secret: res.secrets,
+        }
+        table = tables[type(obj)]
+        key = meta.key
+    if key in table:
+        first = table[key].meta.where()
+        where = meta.where()
+        return InputError(
+            where.file,
+            where.line,
+            "metadata.name",
+            "duplicate-object",
+            f"{meta.kind} {'/'.join(k for k in meta.key if k)} is also defined at {first}",
+        )
+    table[key] = obj
+    return None
+
+
+def build(loaded: LoadResult) -> Resources:
+    """Validate and type every object; raise InputErrors with all problems at once."""
+    res = Resources(files=list(loaded.files))
+    errors: list[InputError] = list(loaded.errors)
+    for raw in loaded.objects:
+        entry = PARSERS.get(raw.kind)
+        if entry is None or raw.group not in entry[0]:
+            if raw.kind not in QUIET_KINDS:
+                res.warnings.append(
+                    f"{raw.loc}: ignoring {raw.kind or '<no kind>'} "
+                    f"{raw.api_version or '<no apiVersion>'} {raw.name}: not read by the edge"
+                )
+            continue
+        problems = validate_object(raw)
+        if problems:
+            errors.extend(problems)
+            continue
+        dup = _store(res, entry[1](raw))
+        if dup is not None:
+            errors.append(dup)
+    if errors:
+        raise InputErrors(errors)
+    return res
+
+
+def load_resources(paths: Sequence[str]) -> Resources:
+    return build(load_paths(paths))
