@@ -1,0 +1,459 @@
+"""Route attachment and status, as a Gateway API controller computes them.
+
+This is the controller half of the reference implementation: which Gateways
+are ours, which listeners each HTTPRoute attaches to, which backendRefs
+resolve, and the status conditions with the spec's reasons. The translator
+reads the result; ``edge-verify status`` prints it. The spec model must not
+import the decisions made here (it would then agree with their bugs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from verifier.gatewayapi import model as m
+from verifier.gatewayapi.resources import Resources
+
+DEFAULT_CONTROLLER = "gateway.aether.io/edge"
+SERVICE_APP_PROTOCOLS = {
+    None: "http1",
+    "http": "http1",
+    "kubernetes.io/h2c": "h2c",
+    "kubernetes.io/ws": "ws",
+    "kubernetes.io/wss": None,  # TLS to the backend: not supported by the edge
+}
+SUPPORTED_FILTERS = frozenset(
+    {
+        "RequestHeaderModifier",
+        "ResponseHeaderModifier",
+        "RequestRedirect",
+        "URLRewrite",
+        "RequestMirror",
+        "CORS",
+    }
+)
+HTTP_KINDS = (m.RouteGroupKind(m.GATEWAY_GROUP, "HTTPRoute"),)
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False"
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class AttachedRoute:
+    """An HTTPRoute attached to one Gateway listener.
+
+    ``hostnames`` is the intersection of listener and route hostnames; ``("*",)``
+    means any host.
+    """
+
+    route: m.HTTPRoute
+    gateway: m.Gateway
+    listener: m.GatewayListener
+    hostnames: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResolvedBackend:
+    """A backendRef after resolution; ``problem`` is the spec reason when invalid."""
+
+    ref: m.ObjectRef
+    weight: int
+    filters: tuple[m.Filter, ...]
+    namespace: str
+    service: m.Service | None = None
+    port: m.ServicePort | None = None
+    protocol: str = "http1"  # http1 | h2c | ws
+    problem: str | None = None
+    message: str = ""
+
+
+@dataclass
+class ListenerStatus:
+    name: str
+    attached_routes: int = 0
+    conditions: list[Condition] = field(default_factory=list)
+
+
+@dataclass
+class GatewayStatus:
+    conditions: list[Condition] = field(default_factory=list)
+    listeners: list[ListenerStatus] = field(default_factory=list)
+
+
+@dataclass
+class RouteParentStatus:
+    parent: m.ParentRef
+    conditions: list[Condition] = field(default_factory=list)
+
+
+@dataclass
+class Graph:
+    """Everything the translator needs, already decided."""
+
+    controller_name: str
+    gateways: list[m.Gateway] = field(default_factory=list)
+    attached: list[AttachedRoute] = field(default_factory=list)
+    # (route ns, route name, rule index) -> resolved backends, in order
+    backends: dict[tuple[str, str, int], tuple[ResolvedBackend, ...]] = field(default_factory=dict)
+    # filter path within the route -> resolved mirror backend
+    mirrors: dict[tuple[str, str, str], ResolvedBackend] = field(default_factory=dict)
+    gateway_status: dict[tuple[str, str], GatewayStatus] = field(default_factory=dict)
+    route_status: dict[tuple[str, str], list[RouteParentStatus]] = field(default_factory=dict)
+    # listeners that are usable (Accepted, not Conflicted), by (gw ns, gw name, listener name)
+    ready_listeners: set[tuple[str, str, str]] = field(default_factory=set)
+
+
+# ---------------------------------------------------------------- hostnames
+
+
+def _wild_covers(wild: str, host: str) -> bool:
+    """`*.example.com` matches one or more labels before `.example.com`, never the apex."""
+    suffix = wild[1:]  # ".example.com"
+    return host.endswith(suffix) and len(host) > len(suffix)
+
+
+def intersect_hostnames(listener: str | None, route: tuple[str, ...]) -> tuple[str, ...]:
+    """The hostnames a route serves on a listener (GEP-713 hostname intersection)."""
+    if listener is None:
+        return route if route else ("*",)
+    if not route:
+        return (listener,)
+    out: list[str] = []
+    for r in route:
+        if r == listener:
+            out.append(r)
+        elif listener.startswith("*.") and r.startswith("*."):
+            if _wild_covers(listener, r[1:].lstrip(".")) or r == listener:
+                out.append(r)
+            elif _wild_covers(r, listener[1:].lstrip(".")):
+                out.append(listener)
+        elif listener.startswith("*."):
+            if _wild_covers(listener, r):
+                out.append(r)
+        elif r.startswith("*.") and _wild_covers(r, listener):
+            out.append(listener)
+    return tuple(dict.fromkeys(out))
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _selector_matches(sel: m.LabelSelector, labels: dict[str, str]) -> bool:
+    for k, v in sel.match_labels:
+        if labels.get(k) != v:
+            return False
+    for key, op, values in sel.match_expressions:
+        present = key in labels
+        if op == "In" and (not present or labels[key] not in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _granted(
+    res: Resources,
+    from_kind: str,
+    from_ns: str,
+    to_group: str,
+    to_kind: str,
+    to_ns: str,
+    to_name: str,
+) -> bool:
+    """ReferenceGrant: lives in the target namespace and names the source namespace."""
+    for grant in res.reference_grants.values():
+        if grant.meta.namespace != to_ns:
+            continue
+        if not any(
+            g == m.GATEWAY_GROUP and k == from_kind and ns == from_ns for g, k, ns in grant.from_
+        ):
+            continue
+        if any(g == to_group and k == to_kind and n in (None, to_name) for g, k, n in grant.to):
+            return True
+    return False
+
+
+def _listener_kinds(lst: m.GatewayListener) -> tuple[m.RouteGroupKind, ...]:
+    return lst.allowed_kinds or HTTP_KINDS
+
+
+def _allows_namespace(res: Resources, gw: m.Gateway, lst: m.GatewayListener, ns: str) -> bool:
+    if lst.allowed_from == "All":
+        return True
+    if lst.allowed_from == "Selector":
+        return lst.allowed_selector is not None and _selector_matches(
+            lst.allowed_selector, res.namespace_labels(ns)
+        )
+    if lst.allowed_from == "None":
+        return False
+    return ns == gw.meta.namespace
+
+
+# ---------------------------------------------------------------- gateways
+
+
+def _gateway_status(res: Resources, gw: m.Gateway, graph: Graph) -> GatewayStatus:
+    status = GatewayStatus(
+        [
+            Condition("Accepted", "True", "Accepted"),
+            Condition("Programmed", "True", "Programmed"),
+        ]
+    )
+    by_port: dict[int, list[m.GatewayListener]] = {}
+    for lst in gw.listeners:
+        by_port.setdefault(lst.port, []).append(lst)
+    for lst in gw.listeners:
+        ls = ListenerStatus(lst.name)
+        conds: list[Condition] = []
+        peers = by_port[lst.port]
+        protocols = {p.protocol for p in peers}
+        hostnames = Counter(p.hostname for p in peers if p.protocol == lst.protocol)
+        accepted = lst.protocol in ("HTTP", "HTTPS")
+        if not accepted:
+            conds.append(
+                Condition(
+                    "Accepted",
+                    "False",
+                    "UnsupportedProtocol",
+                    f"the edge serves HTTP and HTTPS, not {lst.protocol}",
+                )
+            )
+        elif lst.protocol == "HTTPS" and lst.tls_mode not in (None, "Terminate"):
+            accepted = False
+            conds.append(
+                Condition(
+                    "Accepted",
+                    "False",
+                    "UnsupportedValue",
+                    "TLS mode Passthrough is not supported by the edge",
+                )
+            )
+        else:
+            conds.append(Condition("Accepted", "True", "Accepted"))
+        conflicted = len(protocols) > 1 or hostnames[lst.hostname] > 1
+        if conflicted:
+            reason = "ProtocolConflict" if len(protocols) > 1 else "HostnameConflict"
+            conds.append(Condition("Conflicted", "True", reason))
+        else:
+            conds.append(Condition("Conflicted", "False", "NoConflicts"))
+        resolved = _listener_refs(res, gw, lst)
+        conds.append(resolved)
+        ok = accepted and not conflicted and resolved.status == "True"
+        conds.append(
+            Condition("Programmed", "True" if ok else "False", "Programmed" if ok else "Invalid")
+        )
+        if ok:
+            graph.ready_listeners.add((gw.meta.namespace, gw.meta.name, lst.name))
+        ls.conditions = conds
+        status.listeners.append(ls)
+    return status
+
+
+def _listener_refs(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> Condition:
+    for kind in lst.allowed_kinds:
+        if kind not in HTTP_KINDS:
+            return Condition(
+                "ResolvedRefs",
+                "False",
+                "InvalidRouteKinds",
+                f"route kind {kind.group}/{kind.kind} is not supported",
+            )
+    if lst.protocol == "HTTPS":
+        if not lst.certificate_refs:
+            return Condition(
+                "ResolvedRefs",
+                "False",
+                "InvalidCertificateRef",
+                "an HTTPS listener needs a certificateRef",
+            )
+        for ref in lst.certificate_refs:
+            ns = ref.namespace or gw.meta.namespace
+            if ref.group != "" or ref.kind != "Secret":
+                return Condition(
+                    "ResolvedRefs",
+                    "False",
+                    "InvalidCertificateRef",
+                    f"unsupported certificateRef kind {ref.kind}",
+                )
+            if ns != gw.meta.namespace and not _granted(
+                res, "Gateway", gw.meta.namespace, "", "Secret", ns, ref.name
+            ):
+                return Condition(
+                    "ResolvedRefs",
+                    "False",
+                    "RefNotPermitted",
+                    f"no ReferenceGrant in {ns} allows this Gateway to use Secret {ref.name}",
+                )
+            secret = res.secrets.get((ns, ref.name))
+            if secret is None or secret.type != "kubernetes.io/tls" or not secret.cert_pem:
+                return Condition(
+                    "ResolvedRefs",
+                    "False",
+                    "InvalidCertificateRef",
+                    f"Secret {ns}/{ref.name} is missing or not a kubernetes.io/tls Secret",
+                )
+    return Condition("ResolvedRefs", "True", "ResolvedRefs")
+
+
+# ---------------------------------------------------------------- routes
+
+
+def _resolve_ref(
+    res: Resources, route: m.HTTPRoute, ref: m.ObjectRef, weight: int, filters: tuple[m.Filter, ...]
+) -> ResolvedBackend:
+    ns = ref.namespace or route.meta.namespace
+    ResolvedBackend(ref, weight, filters, ns)
+
+    def bad(reason: str, message: str) -> ResolvedBackend:
+        return ResolvedBackend(ref, weight, filters, ns, problem=reason, message=message)
+
+    if ref.group != "" or ref.kind != "Service":
+        return bad(
+            "InvalidKind", f"backendRef kind {ref.group or 'core'}/{ref.kind} is not supported"
+        )
+    if ns != route.meta.namespace and not _granted(
+        res, "HTTPRoute", route.meta.namespace, "", "Service", ns, ref.name
+    ):
+        return bad(
+            "RefNotPermitted",
+            f"no ReferenceGrant in {ns} allows HTTPRoutes from "
+            f"{route.meta.namespace} to reference Service {ref.name}",
+        )
+    svc = res.services.get((ns, ref.name))
+    if svc is None:
+        return bad("BackendNotFound", f"Service {ns}/{ref.name} not found")
+    port = next((p for p in svc.ports if p.port == ref.port), None)
+    if port is None:
+        return bad("BackendNotFound", f"Service {ns}/{ref.name} has no port {ref.port}")
+    proto = SERVICE_APP_PROTOCOLS.get(port.app_protocol)
+    if proto is None:
+        return bad("UnsupportedProtocol", f"appProtocol {port.app_protocol} is not supported")
+    for f in filters:
+        if f.type not in SUPPORTED_FILTERS - {"RequestRedirect", "URLRewrite", "CORS"}:
+            return bad("UnsupportedValue", f"backendRef filter {f.type} is not supported")
+    return ResolvedBackend(ref, weight, filters, ns, svc, port, proto)
+
+
+def _unsupported(route: m.HTTPRoute) -> str | None:
+    for rule in route.rules:
+        for f in rule.filters:
+            if f.type not in SUPPORTED_FILTERS:
+                return f"filter type {f.type} ({f.path}) is not supported by the edge"
+    raw = route.meta.raw
+    if raw is not None:
+        for i, rule in enumerate(raw.data.get("spec", {}).get("rules") or []):
+            for key in ("sessionPersistence", "retry"):
+                if isinstance(rule, dict) and key in rule:
+                    return f"spec.rules[{i}].{key} is not supported by the edge"
+    return None
+
+
+def _resolve_rules(res: Resources, route: m.HTTPRoute, graph: Graph) -> Condition:
+    first: ResolvedBackend | None = None
+    for rule in route.rules:
+        resolved = tuple(
+            _resolve_ref(res, route, b.ref, b.weight, b.filters) for b in rule.backend_refs
+        )
+        graph.backends[(route.meta.namespace, route.meta.name, rule.index)] = resolved
+        for f in rule.filters:
+            if f.request_mirror is not None:
+                mr = _resolve_ref(res, route, f.request_mirror.backend, 1, ())
+                graph.mirrors[(route.meta.namespace, route.meta.name, f.path)] = mr
+                resolved = (*resolved, mr)
+        first = first or next((b for b in resolved if b.problem), None)
+    if first is not None:
+        return Condition("ResolvedRefs", "False", first.problem or "", first.message)
+    return Condition("ResolvedRefs", "True", "ResolvedRefs")
+
+
+def _attach_parent(
+    res: Resources, route: m.HTTPRoute, ref: m.ParentRef, gw: m.Gateway, graph: Graph
+) -> Condition:
+    candidates = [
+        lst
+        for lst in gw.listeners
+        if (ref.section_name is None or lst.name == ref.section_name)
+        and (ref.port is None or lst.port == ref.port)
+    ]
+    if not candidates:
+        return Condition(
+            "Accepted",
+            "False",
+            "NoMatchingParent",
+            "no listener matches the parentRef's sectionName/port",
+        )
+    ready = [
+        c for c in candidates if (gw.meta.namespace, gw.meta.name, c.name) in graph.ready_listeners
+    ]
+    allowed = [
+        c
+        for c in ready
+        if any(k.kind == "HTTPRoute" and k.group == m.GATEWAY_GROUP for k in _listener_kinds(c))
+        and _allows_namespace(res, gw, c, route.meta.namespace)
+    ]
+    if not allowed:
+        return Condition(
+            "Accepted",
+            "False",
+            "NotAllowedByListeners",
+            "no listener allows this route's kind and namespace",
+        )
+    matched = [(c, intersect_hostnames(c.hostname, route.hostnames)) for c in allowed]
+    matched = [(c, hosts) for c, hosts in matched if hosts]
+    if not matched:
+        return Condition(
+            "Accepted",
+            "False",
+            "NoMatchingListenerHostname",
+            "no listener hostname intersects the route's hostnames",
+        )
+    for lst, hosts in matched:
+        graph.attached.append(AttachedRoute(route, gw, lst, hosts))
+    return Condition("Accepted", "True", "Accepted")
+
+
+def build_graph(res: Resources, controller_name: str = DEFAULT_CONTROLLER) -> Graph:
+    """Decide attachment and status for every Gateway of ``controller_name``."""
+    graph = Graph(controller_name)
+    ours = {
+        name for name, gc in res.gateway_classes.items() if gc.controller_name == controller_name
+    }
+    for key in sorted(res.gateways):
+        gw = res.gateways[key]
+        if gw.class_name in ours:
+            graph.gateways.append(gw)
+            graph.gateway_status[key] = _gateway_status(res, gw, graph)
+    by_key = {gw.meta.key: gw for gw in graph.gateways}
+    for rkey in sorted(res.httproutes):
+        route = res.httproutes[rkey]
+        parents: list[RouteParentStatus] = []
+        unsupported = _unsupported(route)
+        resolved: Condition | None = None
+        for ref in route.parent_refs:
+            parent = by_key.get((ref.namespace, ref.name))
+            if ref.group != m.GATEWAY_GROUP or ref.kind != "Gateway" or parent is None:
+                continue  # not a parent this controller owns: no status from us
+            if resolved is None:
+                resolved = _resolve_rules(res, route, graph)
+            if unsupported:
+                accepted = Condition("Accepted", "False", "UnsupportedValue", unsupported)
+            else:
+                accepted = _attach_parent(res, route, ref, parent, graph)
+            parents.append(RouteParentStatus(ref, [accepted, resolved]))
+        if parents:
+            graph.route_status[rkey] = parents
+    counts = Counter((a.gateway.meta.key, a.listener.name) for a in graph.attached)
+    for gkey, status in graph.gateway_status.items():
+        for ls in status.listeners:
+            ls.attached_routes = counts[(gkey, ls.name)]
+    return graph
