@@ -1,0 +1,145 @@
+"""The reference translator: Gateway API resources to the aether edge's xDS.
+
+Pure: reads the attachment ``Graph`` and ``Resources``, touches no disk or
+network (the mesh registry is read by the caller and passed in). One Envoy
+listener and one RouteConfiguration per distinct Gateway port, named
+``edge-<port>``; Gateways that share a port share them, separated by host as
+listener isolation requires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
+from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
+
+from verifier.gatewayapi import model as m
+from verifier.gatewayapi.attach import AttachedRoute, Graph, ResolvedBackend
+from verifier.gatewayapi.resources import Resources
+from verifier.translate import clusters as cl
+from verifier.translate.listeners import build_listener
+from verifier.translate.order import (
+    host_covers,
+    listener_serves,
+    listener_specificity,
+    route_key,
+)
+from verifier.translate.routes import RouteSource, build_route
+from verifier.xds.snapshot import Snapshot
+
+DEFAULT_CONTROLLER = "gateway.aether.io/edge"
+
+
+@dataclass(frozen=True)
+class TranslateOptions:
+    controller_name: str = DEFAULT_CONTROLLER
+    trust_domain: str = "cluster.local"
+    # (namespace, service) pairs registered in the mesh besides labelled namespaces
+    mesh_registry: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+
+
+@dataclass
+class _Clusters:
+    """Collects the clusters that routes actually use, so none is orphaned."""
+
+    res: Resources
+    opts: TranslateOptions
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    endpoints: dict[str, ClusterLoadAssignment] = field(default_factory=dict)
+
+    def name_for(self, backend: ResolvedBackend) -> str:
+        key = cl.backend_key(self.res, self.opts.mesh_registry, backend)
+        name = key.cluster_name
+        if name not in self.clusters:
+            if key.mesh:
+                sa = cl.service_account(self.res, backend)
+                ident = cl.spiffe_id(self.opts.trust_domain, key.namespace, sa)
+                self.clusters[name] = cl.mesh_cluster(key, ident)
+                self.endpoints[name] = cl.mesh_endpoints(self.res, key)
+            else:
+                self.clusters[name] = cl.dns_cluster(key)
+        return name
+
+
+def _owned_domains(
+    listeners: list[tuple[m.Gateway, m.GatewayListener]], attached: list[AttachedRoute]
+) -> dict[str, tuple[m.Gateway, m.GatewayListener]]:
+    """Each host on a port belongs to its most specific listener (listener isolation)."""
+    owners: dict[str, tuple[m.Gateway, m.GatewayListener]] = {}
+    domains = sorted({h for a in attached for h in a.hostnames})
+    for domain in domains:
+        serving = sorted(
+            (
+                listeners[i]
+                for i in range(len(listeners))
+                if listener_serves(listeners[i][1].hostname, domain)
+            ),
+            key=lambda gl: (
+                tuple(-x for x in listener_specificity(gl[1].hostname)),
+                gl[0].meta.key,
+                gl[1].name,
+            ),
+        )
+        if serving:
+            owners[domain] = serving[0]
+    return owners
+
+
+def _route_config(
+    port: int,
+    listeners: list[tuple[m.Gateway, m.GatewayListener]],
+    graph: Graph,
+    collector: _Clusters,
+) -> RouteConfiguration:
+    keys = {(gw.meta.key, lst.name) for gw, lst in listeners}
+    attached = [a for a in graph.attached if (a.gateway.meta.key, a.listener.name) in keys]
+    owners = _owned_domains(listeners, attached)
+    vhosts: list[VirtualHost] = []
+    for domain in sorted(owners):
+        gw, lst = owners[domain]
+        entries = []
+        for a in attached:
+            if a.gateway is not gw or a.listener is not lst:
+                continue
+            if not any(host_covers(h, domain) for h in a.hostnames):
+                continue
+            for rule in a.route.rules:
+                for i, match in enumerate(rule.matches):
+                    key = route_key(a.hostnames, domain, a.route, rule, match, i)
+                    entries.append((key, a, rule, match, i))
+        entries.sort(key=lambda e: e[0])
+        routes = []
+        for _key, a, rule, match, i in entries:
+            src = RouteSource(a.route, rule, match, i, lst.port, lst.protocol.lower())
+            rkey = (a.route.meta.namespace, a.route.meta.name)
+            backends = graph.backends.get((*rkey, rule.index), ())
+            mirrors = {p: b for (ns, n, p), b in graph.mirrors.items() if (ns, n) == rkey}
+            routes.append(build_route(src, backends, mirrors, collector.name_for))
+        if routes:
+            vhosts.append(VirtualHost(name=domain, domains=[domain], routes=routes))
+    # Invalid-backend shares point at a cluster that is deliberately absent.
+    return RouteConfiguration(name=f"edge-{port}", virtual_hosts=vhosts, validate_clusters=False)
+
+
+def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None) -> Snapshot:
+    """The xDS the aether edge serves for ``res``; deterministic for the same input."""
+    opts = opts or TranslateOptions()
+    collector = _Clusters(res, opts)
+    by_port: dict[int, list[tuple[m.Gateway, m.GatewayListener]]] = {}
+    for gw in graph.gateways:
+        for lst in gw.listeners:
+            if (gw.meta.namespace, gw.meta.name, lst.name) in graph.ready_listeners:
+                by_port.setdefault(lst.port, []).append((gw, lst))
+    listeners = []
+    route_configs = []
+    for port in sorted(by_port):
+        route_configs.append(_route_config(port, by_port[port], graph, collector))
+        listeners.append(build_listener(port, by_port[port], res))
+    return Snapshot(
+        clusters=tuple(collector.clusters[k] for k in sorted(collector.clusters)),
+        endpoints=tuple(collector.endpoints[k] for k in sorted(collector.endpoints)),
+        listeners=tuple(listeners),
+        routes=tuple(route_configs),
+    )

@@ -1,0 +1,235 @@
+"""Backends to Envoy clusters, following the aether edge's two paths.
+
+A Service outside the mesh is dialled by name: a cleartext STRICT_DNS cluster
+to ``<svc>.<ns>.svc.cluster.local:<port>``, HTTP/1.1 unless the Service port's
+appProtocol says h2c. A mesh-registered Service is dialled on the mesh path:
+mTLS to each workload's port 15008, accepting only the SPIFFE identity of the
+backend's ServiceAccount, so a compromised DNS answer cannot impersonate it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from envoy_data_plane.envoy.config.cluster.v3 import (
+    Cluster,
+    ClusterDiscoveryType,
+    ClusterDnsLookupFamily,
+    ClusterEdsClusterConfig,
+)
+from envoy_data_plane.envoy.config.core.v3 import (
+    Address,
+    AggregatedConfigSource,
+    ApiVersion,
+    ConfigSource,
+    Http1ProtocolOptions,
+    Http2ProtocolOptions,
+    Metadata,
+    SocketAddress,
+    TransportSocket,
+)
+from envoy_data_plane.envoy.config.endpoint.v3 import (
+    ClusterLoadAssignment,
+    Endpoint,
+    LbEndpoint,
+    LocalityLbEndpoints,
+)
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+    CertificateValidationContext,
+    CommonTlsContext,
+    CommonTlsContextCombinedCertificateValidationContext,
+    SdsSecretConfig,
+    SubjectAltNameMatcher,
+    SubjectAltNameMatcherSanType,
+    UpstreamTlsContext,
+)
+from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
+    HttpProtocolOptions,
+    HttpProtocolOptionsExplicitHttpConfig,
+)
+from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
+from envoy_data_plane.google.protobuf import Any, Struct
+
+from verifier.gatewayapi.attach import ResolvedBackend
+from verifier.gatewayapi.resources import Resources
+
+MESH_PORT = 15008
+MESH_LABEL = ("aether.io/managed", "true")
+METADATA_KEY = "aether.io/backend"
+HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+# Names of the SDS secrets the edge's own agent serves: its workload certificate
+# and the mesh trust bundle.
+SDS_IDENTITY = "default"
+SDS_ROOT = "ROOTCA"
+
+
+@dataclass(frozen=True)
+class BackendKey:
+    """What makes two backendRefs share one cluster."""
+
+    namespace: str
+    service: str
+    port: int
+    protocol: str  # http1 | h2c | ws
+    mesh: bool
+
+    @property
+    def cluster_name(self) -> str:
+        path = "mesh" if self.mesh else "k8s"
+        return f"{path}/{self.namespace}/{self.service}/{self.port}"
+
+
+def ads() -> ConfigSource:
+    return ConfigSource(ads=AggregatedConfigSource(), resource_api_version=ApiVersion.V3)
+
+
+def fqdn(namespace: str, service: str) -> str:
+    return f"{service}.{namespace}.svc.cluster.local"
+
+
+def is_mesh(res: Resources, registry: frozenset[tuple[str, str]], ns: str, name: str) -> bool:
+    labels = res.namespace_labels(ns)
+    return labels.get(MESH_LABEL[0]) == MESH_LABEL[1] or (ns, name) in registry
+
+
+def service_account(res: Resources, backend: ResolvedBackend) -> str:
+    """The identity of the pods behind a Service: the SA of the workload its selector picks."""
+    svc = backend.service
+    if svc is None or not svc.selector:
+        return "default"
+    for (_kind, ns, _name), wl in sorted(res.workloads.items()):
+        pod = dict(wl.pod_labels)
+        if ns == backend.namespace and all(pod.get(k) == v for k, v in svc.selector):
+            return wl.service_account
+    return "default"
+
+
+def backend_key(
+    res: Resources, registry: frozenset[tuple[str, str]], backend: ResolvedBackend
+) -> BackendKey:
+    assert backend.port is not None and backend.service is not None
+    return BackendKey(
+        backend.namespace,
+        backend.service.meta.name,
+        backend.port.port,
+        backend.protocol,
+        is_mesh(res, registry, backend.namespace, backend.service.meta.name),
+    )
+
+
+def _metadata(key: BackendKey, identity: str | None) -> Metadata:
+    fields: dict[str, object] = {
+        "namespace": key.namespace,
+        "service": key.service,
+        "port": key.port,
+        "path": "mesh" if key.mesh else "dns",
+    }
+    if identity is not None:
+        fields["identity"] = identity
+    return Metadata(filter_metadata={METADATA_KEY: Struct.from_dict(fields)})
+
+
+def _protocol_options(protocol: str) -> dict[str, Any]:
+    explicit = (
+        HttpProtocolOptionsExplicitHttpConfig(http2_protocol_options=Http2ProtocolOptions())
+        if protocol == "h2c"
+        else HttpProtocolOptionsExplicitHttpConfig(http_protocol_options=Http1ProtocolOptions())
+    )
+    return {HTTP_OPTIONS_KEY: Any.pack(HttpProtocolOptions(explicit_http_config=explicit))}
+
+
+def dns_cluster(key: BackendKey) -> Cluster:
+    host = fqdn(key.namespace, key.service)
+    return Cluster(
+        name=key.cluster_name,
+        type=ClusterDiscoveryType.STRICT_DNS,
+        connect_timeout=timedelta(seconds=5),
+        dns_lookup_family=ClusterDnsLookupFamily.V4_ONLY,
+        load_assignment=ClusterLoadAssignment(
+            cluster_name=key.cluster_name,
+            endpoints=[
+                LocalityLbEndpoints(
+                    lb_endpoints=[
+                        LbEndpoint(
+                            endpoint=Endpoint(
+                                address=Address(
+                                    socket_address=SocketAddress(address=host, port_value=key.port)
+                                ),
+                                hostname=host,
+                            )
+                        )
+                    ]
+                )
+            ],
+        ),
+        typed_extension_protocol_options=_protocol_options(key.protocol),
+        metadata=_metadata(key, None),
+    )
+
+
+def spiffe_id(trust_domain: str, namespace: str, sa: str) -> str:
+    return f"spiffe://{trust_domain}/ns/{namespace}/sa/{sa}"
+
+
+def mesh_cluster(key: BackendKey, identity: str) -> Cluster:
+    tls = UpstreamTlsContext(
+        common_tls_context=CommonTlsContext(
+            tls_certificate_sds_secret_configs=[
+                SdsSecretConfig(name=SDS_IDENTITY, sds_config=ads())
+            ],
+            combined_validation_context=CommonTlsContextCombinedCertificateValidationContext(
+                default_validation_context=CertificateValidationContext(
+                    match_typed_subject_alt_names=[
+                        SubjectAltNameMatcher(
+                            san_type=SubjectAltNameMatcherSanType.URI,
+                            matcher=StringMatcher(exact=identity),
+                        )
+                    ]
+                ),
+                validation_context_sds_secret_config=SdsSecretConfig(
+                    name=SDS_ROOT, sds_config=ads()
+                ),
+            ),
+        ),
+        sni=fqdn(key.namespace, key.service),
+    )
+    return Cluster(
+        name=key.cluster_name,
+        type=ClusterDiscoveryType.EDS,
+        eds_cluster_config=_eds_config(),
+        connect_timeout=timedelta(seconds=5),
+        transport_socket=TransportSocket(
+            name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
+        ),
+        typed_extension_protocol_options=_protocol_options(key.protocol),
+        metadata=_metadata(key, identity),
+    )
+
+
+def _eds_config() -> ClusterEdsClusterConfig:
+    return ClusterEdsClusterConfig(eds_config=ads())
+
+
+def mesh_endpoints(res: Resources, key: BackendKey) -> ClusterLoadAssignment:
+    """Workload addresses from the Service's EndpointSlices, dialled on the mesh port."""
+    addresses = sorted(
+        {
+            a
+            for s in res.endpoint_slices.values()
+            if s.meta.namespace == key.namespace and s.service_name == key.service
+            for a in s.addresses
+        }
+    )
+    lb = [
+        LbEndpoint(
+            endpoint=Endpoint(
+                address=Address(socket_address=SocketAddress(address=a, port_value=MESH_PORT))
+            )
+        )
+        for a in addresses
+    ]
+    return ClusterLoadAssignment(
+        cluster_name=key.cluster_name,
+        endpoints=[LocalityLbEndpoints(lb_endpoints=lb)] if lb else [],
+    )

@@ -1,0 +1,118 @@
+"""Gateway listeners on one port to one Envoy listener.
+
+HTTP listeners share one filter chain; HTTPS listeners get a filter chain
+each, chosen by SNI from the listener hostname and terminating TLS with the
+listener's certificateRefs. Every chain uses the port's RouteConfiguration
+over RDS, where virtual hosts keep the listeners apart by Host.
+"""
+
+from __future__ import annotations
+
+from envoy_data_plane.envoy.config.core.v3 import (
+    Address,
+    DataSource,
+    SocketAddress,
+    TransportSocket,
+)
+from envoy_data_plane.envoy.config.listener.v3 import (
+    Filter,
+    FilterChain,
+    FilterChainMatch,
+    Listener,
+)
+from envoy_data_plane.envoy.extensions.filters.http.cors.v3 import Cors
+from envoy_data_plane.envoy.extensions.filters.http.router.v3 import Router
+from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    HttpConnectionManager,
+    HttpConnectionManagerCodecType,
+    HttpConnectionManagerUpgradeConfig,
+    HttpFilter,
+    Rds,
+)
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+    CommonTlsContext,
+    DownstreamTlsContext,
+    TlsCertificate,
+)
+from envoy_data_plane.google.protobuf import Any
+
+from verifier.gatewayapi import model as m
+from verifier.gatewayapi.resources import Resources
+from verifier.translate.clusters import ads
+from verifier.translate.routes import CORS_FILTER
+
+HCM_FILTER = "envoy.filters.network.http_connection_manager"
+
+
+def _hcm(port: int, https: bool) -> HttpConnectionManager:
+    return HttpConnectionManager(
+        stat_prefix=f"edge-{port}{'-tls' if https else ''}",
+        codec_type=HttpConnectionManagerCodecType.AUTO,
+        rds=Rds(config_source=ads(), route_config_name=f"edge-{port}"),
+        http_filters=[
+            HttpFilter(name=CORS_FILTER, typed_config=Any.pack(Cors())),
+            HttpFilter(name="envoy.filters.http.router", typed_config=Any.pack(Router())),
+        ],
+        # Spec: "Implementations MUST ignore any port value specified in the
+        # HTTP Host header while performing a match".
+        strip_any_host_port=True,
+        normalize_path=True,
+        use_remote_address=True,
+        # WebSocket upgrades only where a route's backend speaks it (appProtocol).
+        upgrade_configs=[
+            HttpConnectionManagerUpgradeConfig(upgrade_type="websocket", enabled=False)
+        ],
+    )
+
+
+def _hcm_filter(port: int, https: bool) -> Filter:
+    return Filter(name=HCM_FILTER, typed_config=Any.pack(_hcm(port, https)))
+
+
+def _tls_context(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> DownstreamTlsContext:
+    certs = []
+    for ref in lst.certificate_refs:
+        secret = res.secrets.get((ref.namespace or gw.meta.namespace, ref.name))
+        if secret is not None:
+            certs.append(
+                TlsCertificate(
+                    certificate_chain=DataSource(inline_string=secret.cert_pem),
+                    private_key=DataSource(inline_string=secret.key_pem),
+                )
+            )
+    return DownstreamTlsContext(
+        common_tls_context=CommonTlsContext(
+            tls_certificates=certs, alpn_protocols=["h2", "http/1.1"]
+        )
+    )
+
+
+def build_listener(
+    port: int, listeners: list[tuple[m.Gateway, m.GatewayListener]], res: Resources
+) -> Listener:
+    chains: list[FilterChain] = []
+    if any(lst.protocol == "HTTP" for _, lst in listeners):
+        chains.append(FilterChain(name=f"edge-{port}-http", filters=[_hcm_filter(port, False)]))
+    seen_sni: set[str | None] = set()
+    for gw, lst in listeners:
+        if lst.protocol != "HTTPS" or lst.hostname in seen_sni:
+            continue
+        seen_sni.add(lst.hostname)
+        tls = _tls_context(res, gw, lst)
+        chains.append(
+            FilterChain(
+                name=f"{gw.meta.namespace}/{gw.meta.name}/{lst.name}",
+                filter_chain_match=FilterChainMatch(server_names=[lst.hostname])
+                if lst.hostname
+                else None,
+                transport_socket=TransportSocket(
+                    name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
+                ),
+                filters=[_hcm_filter(port, True)],
+            )
+        )
+    return Listener(
+        name=f"edge-{port}",
+        address=Address(socket_address=SocketAddress(address="0.0.0.0", port_value=port)),
+        filter_chains=chains,
+    )
