@@ -1,0 +1,548 @@
+"""Proto-JSON and Any handling for Envoy xDS messages built on betterproto2.
+
+betterproto2 0.9.1 (via envoy-data-plane 2.2.0) is not usable as-is for Envoy config:
+its ``_validate`` rebuilds a pydantic validator on every call, its name casing mangles
+fields with digits (``consecutive_5xx`` becomes ``consecutive_5_xx``/``consecutive5Xx``,
+which Envoy rejects), ``Any`` only resolves already-imported types, negative durations
+crash, and errors carry no location. So this module walks messages itself using
+betterproto2's field metadata: Envoy's snake_case admin output and camelCase proto-JSON
+both load, and what cannot be loaded is dropped with a note instead of aborting the load.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import dataclasses
+import datetime
+import importlib
+import json
+import keyword
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
+
+import betterproto2
+import pydantic
+import pydantic_core
+from envoy_data_plane.google import protobuf as pb
+from envoy_data_plane.message_pool import default_message_pool
+
+Json = Any  # a decoded JSON value: recursive and untyped
+M = TypeVar("M", bound=betterproto2.Message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """Something dropped while loading, so callers can report what they did not check."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class XdsLoadError(ValueError):
+    """Input whose overall shape is wrong, so nothing sensible can be salvaged from it."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+# --- pydantic validator cache ------------------------------------------------------------
+
+_VALIDATORS: dict[type, tuple[object, pydantic_core.SchemaValidator]] = {}
+
+
+def _cached_validate(self: betterproto2.Message) -> None:
+    """betterproto2's ``Message._validate``, but the SchemaValidator is built once per class.
+
+    Same schema, same data. The entry remembers the schema object because pydantic swaps a
+    class's placeholder schema for the real one when it first builds the class.
+    """
+    if not self._is_pydantic():
+        raise TypeError("Validation is only available for pydantic dataclasses.")
+    cls = type(self)
+    schema = cls.__pydantic_core_schema__  # type: ignore[attr-defined]
+    entry = _VALIDATORS.get(cls)
+    if entry is None or entry[0] is not schema:
+        entry = _VALIDATORS[cls] = (schema, pydantic_core.SchemaValidator(schema))
+    fields = self.__dict__.copy()
+    del fields["_unknown_fields"]
+    entry[1].validate_python(fields)
+
+
+def install_validator_cache() -> None:
+    """Patch betterproto2; done on import of this module, repeated calls are no-ops."""
+    current = betterproto2.Message._validate
+    if getattr(current, "_verifier_original", None) is None:
+        _cached_validate._verifier_original = current  # type: ignore[attr-defined]
+        betterproto2.Message._validate = _cached_validate  # type: ignore[method-assign]
+
+
+def original_validate() -> Callable[[betterproto2.Message], None]:
+    """The unpatched validator, so tests can hold both to the same messages."""
+    current = betterproto2.Message._validate
+    original: Callable[[betterproto2.Message], None] = getattr(
+        current, "_verifier_original", current
+    )
+    return original
+
+
+install_validator_cache()
+
+# --- types and Any -------------------------------------------------------------------------
+
+_MISSING_TYPES: set[str] = set()
+
+
+def ensure_type(type_url: str) -> type[betterproto2.Message] | None:
+    """Import the module defining ``type_url`` so that it can be packed and unpacked.
+
+    Types register in envoy_data_plane's ``default_message_pool`` (betterproto2 keeps no
+    global pool) only when their module is imported; ``a.b.v3.Foo.Bar`` is class ``FooBar``
+    in module ``envoy_data_plane.a.b.v3``.
+    """
+    full_name = type_url.rsplit("/", 1)[-1]
+    url = f"type.googleapis.com/{full_name}"
+    found = default_message_pool.url_to_type.get(url)
+    if found is not None or full_name in _MISSING_TYPES:
+        return found
+    parts = full_name.split(".")
+    package = parts[: next((i for i, p in enumerate(parts) if p[:1].isupper()), 0)]
+    if package and all(p.isidentifier() and p.islower() for p in package):
+        with contextlib.suppress(ImportError):
+            importlib.import_module("envoy_data_plane." + ".".join(package))
+    found = default_message_pool.url_to_type.get(url)
+    if found is None:
+        _MISSING_TYPES.add(full_name)
+    return found
+
+
+def preload_types(doc: Json) -> set[str]:
+    """Import every type an ``@type`` in ``doc`` names; return the URLs that are unknown."""
+    unknown: set[str] = set()
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            url = node.get("@type")
+            if isinstance(url, str) and url and ensure_type(url) is None:
+                unknown.add(url)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return unknown
+
+
+def type_url_of(msg: betterproto2.Message | type[betterproto2.Message]) -> str:
+    """The registered type URL of a message or message class, as used in ``@type``."""
+    return default_message_pool.type_to_url[msg if isinstance(msg, type) else type(msg)]
+
+
+def pack_any(msg: betterproto2.Message) -> pb.Any:
+    """Wrap a message in ``Any``, as xDS responses and config dumps carry resources."""
+    return pb.Any(type_url=type_url_of(msg), value=bytes(msg))
+
+
+def unpack_any(any_msg: pb.Any) -> betterproto2.Message:
+    """Decode an ``Any``, importing its type's module first if needed."""
+    cls = ensure_type(any_msg.type_url) if any_msg.type_url else None
+    if cls is None:
+        raise XdsLoadError("$", f"cannot unpack Any of unknown type {any_msg.type_url!r}")
+    return cls.parse(any_msg.value)
+
+
+# --- well-known types with special JSON ----------------------------------------------------
+
+_DURATION: Final = re.compile(r"(-)?(\d+)(?:\.(\d{1,9}))?s")
+
+
+def _fraction(micros: int) -> str:
+    """Protobuf prints 0, 3, 6 or 9 fractional digits; we hold microseconds at most."""
+    digits = f"{micros:06d}"
+    return "" if not micros else "." + (digits[:3] if digits.endswith("000") else digits)
+
+
+def _duration_to_json(value: datetime.timedelta) -> str:
+    micros = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    seconds, frac = divmod(abs(micros), 1_000_000)
+    return f"{'-' if micros < 0 else ''}{seconds}{_fraction(frac)}s"
+
+
+def _duration_from_json(value: Json) -> datetime.timedelta:
+    """Exact decimal parse; betterproto2 goes through float (``1.001s`` -> 1.000999s)."""
+    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"invalid duration {value!r}")
+    sign, seconds, frac = match.groups()
+    micros = int((frac or "").ljust(9, "0")) // 1000
+    delta = datetime.timedelta(seconds=int(seconds), microseconds=micros)
+    return -delta if sign else delta
+
+
+def _timestamp_to_json(value: datetime.datetime) -> str:
+    utc = value.astimezone(datetime.UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S") + _fraction(utc.microsecond) + "Z"
+
+
+def _timestamp_from_json(value: Json) -> datetime.datetime:
+    text = re.sub(r"(\.\d{6})\d+", r"\1", value) if isinstance(value, str) else ""
+    parsed = datetime.datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp without timezone {value!r}")
+    return parsed.astimezone(datetime.UTC)
+
+
+def _float_to_json(value: float) -> Json:
+    """As protobuf prints doubles: integral values without ``.0``, non-finite ones as text."""
+    if math.isnan(value) or math.isinf(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return int(value) if value == int(value) and abs(value) < 2**53 else value
+
+
+def _float_from_json(value: Json) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _int_from_json(value: Json) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def _bytes_to_json(value: bytes) -> str:
+    return base64.b64encode(value).decode()
+
+
+def _bytes_from_json(value: Json) -> bytes:
+    text = value.replace("-", "+").replace("_", "/") if isinstance(value, str) else "?"
+    return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+
+
+def _expect(kind: type) -> Callable[[Json], Any]:
+    def check(value: Json) -> Any:
+        if not isinstance(value, kind):
+            raise ValueError(f"expected a {kind.__name__}, got {value!r}")
+        return value
+
+    return check
+
+
+_SAME: Final[Callable[[Any], Any]] = lambda value: value  # noqa: E731
+# (to JSON, from JSON) for the Python values betterproto2 "unwraps" these types to.
+_NATIVE: Final[dict[type, tuple[Callable[[Any], Json], Callable[[Json], Any]]]] = {
+    pb.Duration: (_duration_to_json, _duration_from_json),
+    pb.Timestamp: (_timestamp_to_json, _timestamp_from_json),
+    pb.BoolValue: (_SAME, _expect(bool)),
+    pb.StringValue: (_SAME, _expect(str)),
+    pb.BytesValue: (_bytes_to_json, _bytes_from_json),
+    pb.Int32Value: (_SAME, _int_from_json),
+    pb.UInt32Value: (_SAME, _int_from_json),
+    pb.Int64Value: (str, _int_from_json),
+    pb.UInt64Value: (str, _int_from_json),
+    pb.FloatValue: (_float_to_json, _float_from_json),
+    pb.DoubleValue: (_float_to_json, _float_from_json),
+}
+_SPECIAL: Final = {*_NATIVE, pb.Struct, pb.Value, pb.ListValue, pb.Any}
+
+# --- field tables --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    attr: str  # Python attribute
+    key: str  # proto field name: the snake_case JSON key
+    meta: betterproto2.FieldMetadata  # of the value, for maps
+    cls: Any  # message or enum class of the value
+    key_type: str = ""  # proto type of map keys; empty if not a map
+
+
+_TABLES: dict[type, tuple[tuple[_Field, ...], dict[str, _Field]]] = {}
+
+
+def _table(cls: type[betterproto2.Message]) -> tuple[tuple[_Field, ...], dict[str, _Field]]:
+    """Fields in number order, and by every accepted JSON key."""
+    if cls in _TABLES:
+        return _TABLES[cls]
+    proto = cls._betterproto  # type: ignore[arg-type]
+    ordered = []
+    for attr in proto.sorted_field_names:
+        meta = proto.meta_by_field_name[attr]
+        key = attr[:-1] if attr.endswith("_") and keyword.iskeyword(attr[:-1]) else attr
+        if meta.map_meta is None:
+            ordered.append(_Field(attr, key, meta, proto.cls_by_field[attr]))
+        else:
+            value_cls = proto.cls_by_field[attr + ".value"]
+            ordered.append(
+                _Field(attr, key, meta.map_meta[1], value_cls, meta.map_meta[0].proto_type)
+            )
+    by_key: dict[str, _Field] = {}
+    for f in ordered:  # protoc's json_name drops underscores only: consecutive_5xx -> ...5xx
+        by_key.update({f.key: f, re.sub(r"_(.)", lambda m: m.group(1).upper(), f.key): f})
+    for f in ordered:  # betterproto2's own (wrong) casings, as its to_dict writes them
+        by_key.setdefault(betterproto2.Casing.CAMEL(f.key), f)
+        by_key.setdefault(betterproto2.Casing.SNAKE(f.key), f)
+    _TABLES[cls] = (tuple(ordered), by_key)
+    return _TABLES[cls]
+
+
+# --- to JSON -------------------------------------------------------------------------------
+
+
+def _value_to_json(field: _Field, value: Any) -> Json:
+    kind = field.meta.proto_type
+    if kind == betterproto2.TYPE_MESSAGE:
+        unwrap = field.meta.unwrap
+        return _NATIVE[unwrap()][0](value) if unwrap else _message_to_json(value)
+    if kind == betterproto2.TYPE_ENUM:
+        member = field.cls(value)
+        return member.proto_name or member.name or member.value
+    if kind in betterproto2.INT_64_TYPES:
+        return str(value)
+    if kind == betterproto2.TYPE_BYTES:
+        return _bytes_to_json(value)
+    if kind in (betterproto2.TYPE_FLOAT, betterproto2.TYPE_DOUBLE):
+        return _float_to_json(value)
+    return value
+
+
+def _message_to_json(msg: betterproto2.Message) -> Json:
+    if msg._is_pydantic():
+        msg._validate()  # betterproto2's to_dict validates every level; so do we
+    if type(msg) in _SPECIAL:
+        return _special_to_json(msg)
+    out: dict[str, Json] = {}
+    for f in _table(type(msg))[0]:
+        value = getattr(msg, f.attr)
+        if f.key_type and value:
+            out[f.key] = {
+                str(k).lower() if isinstance(k, bool) else str(k): _value_to_json(f, v)
+                for k, v in value.items()
+            }
+        elif f.meta.repeated and value:
+            out[f.key] = [_value_to_json(f, v) for v in value]
+        elif f.key_type or f.meta.repeated or value is None:
+            continue
+        elif value or f.meta.optional or f.meta.proto_type == betterproto2.TYPE_MESSAGE:
+            out[f.key] = _value_to_json(f, value)  # set-but-empty messages have meaning
+    return out
+
+
+def _special_to_json(msg: betterproto2.Message) -> Json:
+    if isinstance(msg, pb.Any):
+        if not msg.type_url:
+            return {}
+        inner = unpack_any(msg)
+        body = _message_to_json(inner)
+        return {"@type": msg.type_url, **({"value": body} if type(inner) in _SPECIAL else body)}
+    if isinstance(msg, pb.Struct):
+        return {k: _message_to_json(v) for k, v in msg.fields.items()}
+    if isinstance(msg, pb.ListValue):
+        return [_message_to_json(v) for v in msg.values]
+    if isinstance(msg, pb.Value):
+        if msg.struct_value is not None:
+            return _message_to_json(msg.struct_value)
+        if msg.list_value is not None:
+            return _message_to_json(msg.list_value)
+        if msg.number_value is not None:
+            return _float_to_json(msg.number_value)
+        return msg.bool_value if msg.bool_value is not None else msg.string_value
+    return _NATIVE[type(msg)][0](msg.to_wrapped())  # type: ignore[attr-defined]
+
+
+def to_json_dict(msg: betterproto2.Message, *, with_type: bool = False) -> dict[str, Json]:
+    """snake_case proto-JSON as Envoy's admin output prints it; ``with_type`` adds ``@type``."""
+    body = _message_to_json(msg)
+    if with_type and not isinstance(msg, pb.Any):
+        body = {"@type": type_url_of(msg), **({"value": body} if type(msg) in _SPECIAL else body)}
+    if not isinstance(body, dict):
+        raise TypeError(f"{type(msg).__name__} has no JSON object form; use with_type=True")
+    return body
+
+
+# --- from JSON -----------------------------------------------------------------------------
+
+_PARSE_ERRORS: Final = (ValueError, TypeError, KeyError, OverflowError, binascii.Error)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, pydantic.ValidationError):
+        return "; ".join(str(e["msg"]) for e in exc.errors())
+    return str(exc)
+
+
+class _Drop(Exception):
+    """A value was dropped and its note already recorded."""
+
+
+def _scalar_from_json(field: _Field, raw: Json) -> Any:
+    kind = field.meta.proto_type
+    if kind == betterproto2.TYPE_ENUM:
+        if not isinstance(raw, str):
+            return field.cls(_int_from_json(raw))
+        renamed = field.cls.betterproto_renamed_proto_names_to_value().get(raw)
+        return field.cls(renamed) if renamed is not None else field.cls.from_string(raw)
+    if kind in betterproto2.ALL_INT_TYPES:
+        return _int_from_json(raw)
+    if kind in (betterproto2.TYPE_FLOAT, betterproto2.TYPE_DOUBLE):
+        return _float_from_json(raw)
+    if kind == betterproto2.TYPE_BYTES:
+        return _bytes_from_json(raw)
+    return _expect(bool if kind == betterproto2.TYPE_BOOL else str)(raw)
+
+
+def _value_from_json(field: _Field, raw: Json, path: str, notes: list[Skipped]) -> Any:
+    try:
+        if field.meta.proto_type != betterproto2.TYPE_MESSAGE:
+            return _scalar_from_json(field, raw)
+        if field.meta.unwrap is not None:
+            wrapper = field.meta.unwrap()
+            native = _NATIVE[wrapper][1](raw)
+            # range checks live on the wrapper (UInt32Value...), not on the unwrapped field
+            wrapper.from_wrapped(native)  # type: ignore[attr-defined]
+            return native
+    except (*_PARSE_ERRORS, pydantic.ValidationError) as exc:
+        notes.append(Skipped(path, f"unparseable value: {_reason(exc)}"))
+        raise _Drop from None
+    msg = _message_from_json(field.cls, raw, path, notes)
+    if msg is None:
+        raise _Drop
+    return msg
+
+
+def _field_from_json(field: _Field, raw: Json, path: str, notes: list[Skipped]) -> Any:
+    if field.key_type or field.meta.repeated:
+        kind = dict if field.key_type else list
+        if not isinstance(raw, kind):
+            notes.append(Skipped(path, f"expected a JSON {'object' if kind is dict else 'array'}"))
+            raise _Drop
+    if field.key_type:
+        out: dict[Any, Any] = {}
+        for key, item in raw.items():
+            here = f"{path}[{json.dumps(key)}]"
+            try:
+                k: Any = key
+                if field.key_type == betterproto2.TYPE_BOOL:
+                    k = {"true": True, "false": False}[key]
+                elif field.key_type in betterproto2.ALL_INT_TYPES:
+                    k = int(key)
+            except _PARSE_ERRORS:
+                notes.append(Skipped(here, "invalid map key"))
+                continue
+            with contextlib.suppress(_Drop):
+                out[k] = _value_from_json(field, item, here, notes)
+        return out
+    if field.meta.repeated:
+        items = []
+        for i, item in enumerate(raw):
+            with contextlib.suppress(_Drop):
+                items.append(_value_from_json(field, item, f"{path}[{i}]", notes))
+        return items
+    return _value_from_json(field, raw, path, notes)
+
+
+def _special_from_json(cls: type, raw: Json, path: str, notes: list[Skipped]) -> Any:
+    if cls is pb.Any:
+        return _any_from_json(raw, path, notes)
+    try:
+        if cls in _NATIVE:
+            return cls.from_wrapped(_NATIVE[cls][1](raw))  # type: ignore[attr-defined]
+        if (cls is pb.Struct and not isinstance(raw, dict)) or (
+            cls is pb.ListValue and not isinstance(raw, list)
+        ):
+            raise ValueError("expected a JSON " + ("object" if cls is pb.Struct else "array"))
+        return cls.from_dict(raw)  # type: ignore[attr-defined]
+    except (*_PARSE_ERRORS, pydantic.ValidationError) as exc:
+        notes.append(Skipped(path, f"unparseable {cls.__name__}: {_reason(exc)}"))
+        return None
+
+
+def _any_from_json(raw: Json, path: str, notes: list[Skipped]) -> pb.Any | None:
+    url = raw.get("@type") if isinstance(raw, Mapping) else None
+    if not isinstance(url, str) or not url:
+        reason = "Any without @type" if isinstance(raw, Mapping) else "expected an Any object"
+        notes.append(Skipped(path, reason))
+        return None
+    cls = ensure_type(url)
+    if cls is None:
+        notes.append(Skipped(path, f"unknown type {url}"))
+        return None
+    if cls in _SPECIAL:
+        msg = _message_from_json(cls, raw.get("value"), f"{path}.value", notes)
+    else:
+        msg = _message_from_json(cls, {k: v for k, v in raw.items() if k != "@type"}, path, notes)
+    return None if msg is None else pb.Any(type_url=url, value=bytes(msg))
+
+
+def _message_from_json(cls: type, raw: Json, path: str, notes: list[Skipped]) -> Any:
+    if cls in _SPECIAL:
+        return _special_from_json(cls, raw, path, notes)
+    name = default_message_pool.type_to_url.get(cls, cls.__name__).rsplit("/", 1)[-1]
+    if not isinstance(raw, Mapping):
+        notes.append(Skipped(path, f"expected a JSON object for {name}"))
+        return None
+    by_key = _table(cls)[1]
+    kwargs: dict[str, Any] = {}
+    keys: dict[str, str] = {}  # attribute -> JSON key it came from
+    groups: dict[str, str] = {}  # oneof -> JSON key that set it
+    for key, value in raw.items():
+        here = f"{path}.{key}"
+        field = by_key.get(key) if isinstance(key, str) else None
+        if field is None:
+            notes.append(Skipped(here, f"unknown field of {name}"))
+        elif value is None and field.cls is not pb.Value:
+            pass  # proto-JSON null means "not set"
+        elif field.attr in keys:
+            notes.append(Skipped(here, f"duplicate of {keys[field.attr]}"))
+        elif field.meta.group and field.meta.group in groups:
+            notes.append(Skipped(here, f"oneof already set by {groups[field.meta.group]}"))
+        else:
+            with contextlib.suppress(_Drop):
+                kwargs[field.attr] = _field_from_json(field, value, here, notes)
+                keys[field.attr] = key
+                if field.meta.group:
+                    groups[field.meta.group] = key
+    while True:  # drop fields pydantic rejects (ranges, UTF-8, ...), keep the rest
+        try:
+            return cls(**kwargs)
+        except pydantic.ValidationError as exc:
+            errors = exc.errors()
+            bad = {str(e["loc"][0]): e["msg"] for e in errors if e["loc"] and e["loc"][0] in kwargs}
+            if not bad:
+                notes.append(Skipped(path, f"invalid {name}: {errors[0]['msg']}"))
+                return None
+            for attr, reason in bad.items():
+                notes.append(Skipped(f"{path}.{keys[attr]}", reason))
+                del kwargs[attr]
+
+
+def from_json_dict(cls: type[M], data: Json, path: str = "$") -> tuple[M, list[Skipped]]:
+    """Load snake_case or camelCase proto-JSON; what does not parse is dropped with a note.
+
+    An ``@type`` naming ``cls`` is accepted, so resources in Any form load directly.
+    """
+    if not isinstance(data, Mapping):
+        raise XdsLoadError(path, f"expected a JSON object for {cls.__name__}")
+    if "@type" in data and cls is not pb.Any:
+        if ensure_type(str(data["@type"])) is not cls:
+            raise XdsLoadError(path, f"@type {data['@type']!r} is not {type_url_of(cls)}")
+        data = (
+            data.get("value")
+            if cls in _SPECIAL
+            else {k: v for k, v in data.items() if k != "@type"}
+        )
+    notes: list[Skipped] = []
+    msg = _message_from_json(cls, data, path, notes)
+    if msg is None:
+        raise XdsLoadError(path, "; ".join(map(str, notes)) or f"invalid {cls.__name__}")
+    return msg, notes
