@@ -1,0 +1,62 @@
+"""The mesh registry file: Services on the mesh path besides labelled namespaces.
+
+aether registers workloads in the mesh by namespace label; a registry file lets
+a user name individual Services too (for example a namespace being migrated).
+Format (YAML)::
+
+    services:
+      - namespace: shop
+        name: checkout
+      - payments/ledger        # "namespace/name" shorthand
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.load import load_texts
+
+
+def load_mesh_registry(path: str) -> frozenset[tuple[str, str]]:
+    """(namespace, service) pairs; every problem is reported with its line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputErrors([InputError(path, 0, "", "unreadable", str(exc))]) from None
+    loaded = load_texts([(path, text)])
+    errors = list(loaded.errors)
+    found: set[tuple[str, str]] = set()
+    for doc in loaded.objects:
+        entries = doc.data.get("services")
+        if not isinstance(entries, list):
+            errors.append(
+                InputError(
+                    path,
+                    doc.line_of("services"),
+                    "services",
+                    "type",
+                    "expected a list of {namespace, name} or 'namespace/name'",
+                )
+            )
+            continue
+        for i, entry in enumerate(entries):
+            where = doc.line_of(f"services[{i}]")
+            if isinstance(entry, str) and entry.count("/") == 1 and all(entry.split("/")):
+                ns, name = entry.split("/")
+                found.add((ns, name))
+            elif isinstance(entry, dict) and entry.get("namespace") and entry.get("name"):
+                found.add((str(entry["namespace"]), str(entry["name"])))
+            else:
+                errors.append(
+                    InputError(
+                        path,
+                        where,
+                        f"services[{i}]",
+                        "type",
+                        "expected {namespace, name} or 'namespace/name'",
+                    )
+                )
+    if errors:
+        raise InputErrors(errors)
+    return frozenset(found)
