@@ -26,6 +26,11 @@ NOT_RESOURCES = frozenset(
 )
 
 
+def is_resource_file(name: str) -> bool:
+    """Goldens and expectation files live beside resources but are not resources."""
+    return name.endswith(YAML_SUFFIXES) and name not in NOT_RESOURCES and ".golden." not in name
+
+
 @dataclass(frozen=True)
 class Location:
     """A place in an input file; 1-based line as editors show it."""
@@ -203,7 +208,7 @@ def _expand(paths: Sequence[str]) -> Iterator[str]:
             for root, dirs, files in os.walk(path):
                 dirs.sort()
                 for name in sorted(files):
-                    if name.endswith(YAML_SUFFIXES) and name not in NOT_RESOURCES:
+                    if is_resource_file(name):
                         yield str(Path(root) / name)
         else:
             yield p

@@ -8,6 +8,7 @@ precedence into an order so that Envoy's first match is the spec's winner.
 from __future__ import annotations
 
 from verifier.gatewayapi import model as m
+from verifier.translate.routes import effective_headers, effective_query_params
 
 # HTTPRoute hostnames (v1.5): "In the event that multiple HTTPRoutes specify
 # intersecting hostnames ..., precedence must be given to rules from the
@@ -88,8 +89,8 @@ def route_key(
         PATH_TYPE_RANK.get(path.type, 3),
         -len(value),
         0 if match.method else 1,
-        -len(match.headers),
-        -len(match.query_params),
+        -len(effective_headers(match)),
+        -len(effective_query_params(match)),
         route.meta.creation_timestamp or NO_TIMESTAMP,
         route.meta.namespace,
         route.meta.name,

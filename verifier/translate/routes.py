@@ -95,6 +95,30 @@ def _prefix_base(value: str) -> str:
     return value.rstrip("/") or "/"
 
 
+def effective_headers(match: m.RouteMatch) -> tuple[m.ValueMatch, ...]:
+    """HTTPHeaderMatch: "If multiple entries specify equivalent header names, only
+    the first entry with an equivalent name MUST be considered for a match."
+    Header names compare case-insensitively."""
+    seen: set[str] = set()
+    out = []
+    for h in match.headers:
+        if h.name.lower() not in seen:
+            seen.add(h.name.lower())
+            out.append(h)
+    return tuple(out)
+
+
+def effective_query_params(match: m.RouteMatch) -> tuple[m.ValueMatch, ...]:
+    """HTTPQueryParamMatch: the same first-wins rule, with exact (case-sensitive) names."""
+    seen: set[str] = set()
+    out = []
+    for q in match.query_params:
+        if q.name not in seen:
+            seen.add(q.name)
+            out.append(q)
+    return tuple(out)
+
+
 def route_match(match: m.RouteMatch) -> RouteMatch:
     out = RouteMatch()
     p = match.path
@@ -109,7 +133,7 @@ def route_match(match: m.RouteMatch) -> RouteMatch:
         out.path_separated_prefix = _prefix_base(p.value)
     headers = [
         HeaderMatcher(name=h.name.lower(), string_match=_string_match(h.type, h.value))
-        for h in match.headers
+        for h in effective_headers(match)
     ]
     if match.method is not None:
         headers.append(
@@ -118,7 +142,7 @@ def route_match(match: m.RouteMatch) -> RouteMatch:
     out.headers = headers
     out.query_parameters = [
         QueryParameterMatcher(name=q.name, string_match=_string_match(q.type, q.value))
-        for q in match.query_params
+        for q in effective_query_params(match)
     ]
     return out
 
