@@ -1,0 +1,161 @@
+"""Shared test plumbing: where the fixtures are, and how a scenario is loaded.
+
+A scenario is ``fixtures/base`` plus one ``fixtures/<scenario>/`` folder; every
+test that runs scenarios goes through ``load_scenario`` so they all see the
+same inputs (including the scenario's mesh registry, which the loader skips).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from verifier.errors import InputErrors
+from verifier.gatewayapi.attach import Graph, build_graph
+from verifier.gatewayapi.resources import Resources, load_resources
+
+if TYPE_CHECKING:
+    from verifier.xds.snapshot import Snapshot
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = REPO_ROOT / "fixtures"
+BASE = FIXTURES / "base"
+MESH_REGISTRY = "mesh-registry.yaml"
+
+# The smallest input that exercises the whole pipeline, independent of fixtures/:
+# one Gateway of ours, one Service, one HTTPRoute attached to it.
+MINIMAL_YAML = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: aether
+spec:
+  controllerName: gateway.aether.io/edge
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: edge
+  namespace: web
+spec:
+  gatewayClassName: aether
+  listeners:
+  - name: http
+    port: 80
+    protocol: HTTP
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: echo
+  namespace: web
+spec:
+  ports:
+  - port: 8080
+    targetPort: 3000
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: echo
+  namespace: web
+spec:
+  parentRefs:
+  - name: edge
+  rules:
+  - backendRefs:
+    - name: echo
+      port: 8080
+"""
+
+
+def rel(path: Path) -> str:
+    """A repo path as users type it, so reports and goldens do not depend on the checkout."""
+    return str(path.relative_to(REPO_ROOT))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        default=False,
+        help="rewrite fixtures/*/*.golden.* from the current code and delete orphan goldens",
+    )
+
+
+@pytest.fixture
+def update_goldens(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-goldens"))
+
+
+def fixture_dirs() -> list[Path]:
+    """Every scenario folder: a direct child of fixtures/ other than base, with resources.yaml."""
+    if not FIXTURES.is_dir():
+        return []
+    return sorted(
+        d
+        for d in FIXTURES.iterdir()
+        if d.is_dir() and d.name != "base" and (d / "resources.yaml").is_file()
+    )
+
+
+def is_invalid(scenario: Path) -> bool:
+    """Invalid-input scenarios must be rejected, so they have no xDS and no status."""
+    return scenario.name.startswith("invalid-")
+
+
+def valid_scenarios() -> list[Path]:
+    return [d for d in fixture_dirs() if not is_invalid(d)]
+
+
+def invalid_scenarios() -> list[Path]:
+    return [d for d in fixture_dirs() if is_invalid(d)]
+
+
+def scenario_params(dirs: list[Path], what: str = "scenarios") -> list[object]:
+    """pytest params named by scenario; an explicit empty marker when there are none.
+
+    Without it an empty fixtures/ would make the test silently vanish.
+    """
+    if not dirs:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"no {what} in fixtures/"))]
+    return [pytest.param(d, id=d.name) for d in dirs]
+
+
+def translate_args(scenario: Path) -> list[str]:
+    """``edge-verify translate`` arguments for ``scenario``, relative to the repo root."""
+    args = [rel(BASE), rel(scenario)]
+    registry = scenario / MESH_REGISTRY
+    if registry.is_file():
+        args += ["--mesh-registry", rel(registry)]
+    return args
+
+
+@pytest.fixture
+def repo_cwd(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run from the repo root, so file names in outputs read ``fixtures/...`` on every machine."""
+    monkeypatch.chdir(REPO_ROOT)
+    return REPO_ROOT
+
+
+def load_scenario(scenario: Path) -> tuple[Resources, Graph]:
+    """Load as ``edge-verify ... fixtures/base fixtures/<scenario>`` would (use ``repo_cwd``)."""
+    try:
+        res = load_resources([rel(BASE), rel(scenario)])
+    except InputErrors as exc:
+        # Show what the CLI would print, not just "4 input error(s)".
+        pytest.fail("\n".join(map(str, exc.errors)), pytrace=False)
+    return res, build_graph(res)
+
+
+def translate_scenario(scenario: Path) -> Snapshot:
+    # Imported late: the translator is not needed to collect (or run) the other tests.
+    from verifier.gatewayapi.mesh_registry import load_mesh_registry
+    from verifier.translate import TranslateOptions, translate
+
+    res, graph = load_scenario(scenario)
+    registry = scenario / MESH_REGISTRY
+    mesh = load_mesh_registry(rel(registry)) if registry.is_file() else frozenset()
+    return translate(res, graph, TranslateOptions(mesh_registry=mesh))

@@ -1,0 +1,251 @@
+"""The command line as a user meets it: a separate process, real files, real exit codes.
+
+Running the CLI in a subprocess is the only way to see what a user sees:
+the exit status, what lands on stdout versus stderr, and whether a traceback
+leaks out on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import (
+    MINIMAL_YAML,
+    REPO_ROOT,
+    invalid_scenarios,
+    rel,
+    scenario_params,
+    translate_args,
+    translate_scenario,
+)
+
+from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.resources import load_resources
+
+# The scenario the README's first-use command translates.
+README_SCENARIO = REPO_ROOT / "fixtures" / "httproute-query-param-matching"
+COUNT_LINE = re.compile(r"^edge-verify: (\d+) input errors?$")
+ROUTE_ACCEPTED = "HTTPRoute web/echo -> Gateway web/edge: Accepted=True (Accepted)"
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m verifier.cli`` from the repo root, with no terminal attached."""
+    return subprocess.run(
+        [sys.executable, "-m", "verifier.cli", *args],
+        cwd=REPO_ROOT,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def assert_bad_input(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    """Exit 2, no traceback, a final count line that matches; return the error lines."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines, "no error reported"
+    count = COUNT_LINE.match(lines[-1])
+    assert count, f"last stderr line is not the error count: {lines[-1]!r}"
+    errors = [line for line in lines[:-1] if not line.startswith("warning: ")]
+    assert int(count[1]) == len(errors), proc.stderr
+    return errors
+
+
+def _listed(items: list[object]) -> str:
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
+
+
+def test_installed_script_reports_version() -> None:
+    script = Path(sys.executable).parent / "edge-verify"
+    proc = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"edge-verify \d+\.\d+\.\d+\S*\n", proc.stdout), proc.stdout
+
+
+def test_translate_is_byte_identical_and_equals_dumps(tmp_path: Path, repo_cwd: Path) -> None:
+    from verifier.xds.snapshot import dumps
+
+    args = ["translate", *translate_args(README_SCENARIO)]
+    first, second = run(*args), run(*args, "-o", str(tmp_path / "xds.json"))
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == ""
+    written = (tmp_path / "xds.json").read_text(encoding="utf-8")
+    assert first.stdout == written
+    expected = dumps(translate_scenario(README_SCENARIO))
+    assert first.stdout == (expected if expected.endswith("\n") else expected + "\n")
+    json.loads(first.stdout)
+
+
+def test_stdin(tmp_path: Path) -> None:
+    status = run("status", "-", stdin=MINIMAL_YAML)
+    assert status.returncode == 0, status.stderr
+    assert ROUTE_ACCEPTED in status.stdout.splitlines()
+    translated = run("translate", "-", stdin=MINIMAL_YAML)
+    assert translated.returncode == 0, translated.stderr
+    assert json.loads(translated.stdout)
+
+
+def test_kind_list_document(tmp_path: Path) -> None:
+    listed = tmp_path / "list.yaml"
+    listed.write_text(_listed(list(yaml.safe_load_all(MINIMAL_YAML))), encoding="utf-8")
+    status = run("status", str(listed))
+    assert status.returncode == 0, status.stderr
+    assert ROUTE_ACCEPTED in status.stdout.splitlines()
+    translated = run("translate", str(listed))
+    assert translated.returncode == 0, translated.stderr
+    assert json.loads(translated.stdout) == json.loads(
+        run("translate", "-", stdin=MINIMAL_YAML).stdout
+    )
+
+
+def test_status_text_is_plain_when_piped() -> None:
+    proc = run("status", "-", stdin=MINIMAL_YAML)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stdout
+    assert all(": " in line and "=" in line for line in proc.stdout.splitlines())
+
+
+def test_directory_with_two_bad_files_reports_both(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n  name: b\n", encoding="utf-8"
+    )
+    (tmp_path / "b.yaml").write_text(
+        "apiVersion: v1\nkind: Service\nmetadata: [unclosed\n", encoding="utf-8"
+    )
+    errors = assert_bad_input(run("translate", str(tmp_path)))
+    a, b = str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")
+    assert any(
+        e.startswith(f"{a}:5: metadata.name: ") and e.endswith("[duplicate-key]") for e in errors
+    ), errors
+    assert any(re.match(rf"{re.escape(b)}:\d+: .*\[yaml-syntax\]$", e) for e in errors), errors
+
+
+def test_missing_input_file() -> None:
+    errors = assert_bad_input(run("status", "no/such/file.yaml"))
+    assert errors == ["no/such/file.yaml: no such file or directory [not-found]"]
+
+
+def test_unwritable_output_path(tmp_path: Path) -> None:
+    target = tmp_path / "no-such-dir" / "xds.json"
+    errors = assert_bad_input(run("translate", "-", "-o", str(target), stdin=MINIMAL_YAML))
+    assert len(errors) == 1
+    assert errors[0].startswith(f"{target}: -o: ") and errors[0].endswith("[unwritable]")
+    assert not target.parent.exists()
+
+
+def test_bad_mesh_registry_is_input_error(tmp_path: Path) -> None:
+    missing = tmp_path / "mesh.yaml"
+    errors = assert_bad_input(
+        run("translate", "-", "--mesh-registry", str(missing), stdin=MINIMAL_YAML)
+    )
+    assert any(e.startswith(str(missing)) for e in errors), errors
+
+
+def test_unknown_kind_warns_on_stderr(tmp_path: Path) -> None:
+    ingress = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: old\n"
+    proc = run("status", "-", stdin=MINIMAL_YAML + "---\n" + ingress)
+    assert proc.returncode == 0, proc.stderr
+    assert "Ingress" not in proc.stdout
+    assert any(
+        line.startswith("warning: ") and "Ingress" in line for line in proc.stderr.splitlines()
+    ), proc.stderr
+
+
+def _expected(scenario: Path) -> list[tuple[str, int, str, str]]:
+    """expected-errors.yaml as (file, line, field, code).
+
+    ``file`` may be written relative to the repo root or to the scenario folder.
+    """
+    path = scenario / "expected-errors.yaml"
+    assert path.is_file(), f"{rel(scenario)} has no expected-errors.yaml"
+    entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    assert entries, f"{rel(path)} lists no errors"
+    out = []
+    for entry in entries:
+        file = str(entry["file"])
+        if not (REPO_ROOT / file).exists() and (scenario / file).exists():
+            file = rel(scenario / file)
+        out.append(
+            (file, int(entry.get("line") or 0), str(entry.get("field") or ""), str(entry["code"]))
+        )
+    return out
+
+
+def _reported(scenario: Path) -> set[tuple[str, int, str, str]]:
+    """The same errors as the CLI, as tuples: the text cannot be split back unambiguously."""
+    found: list[InputError] = []
+    args = translate_args(scenario)
+    if "--mesh-registry" in args:
+        from verifier.gatewayapi.mesh_registry import load_mesh_registry
+
+        try:
+            load_mesh_registry(args[-1])
+        except InputErrors as exc:
+            found += exc.errors
+    try:
+        load_resources(args[:2])
+    except InputErrors as exc:
+        found += exc.errors
+    return {(e.file, e.line, e.field, e.code) for e in found}
+
+
+@pytest.mark.parametrize("scenario", scenario_params(invalid_scenarios(), "invalid-* scenarios"))
+def test_invalid_scenario_reports_expected_errors(scenario: Path, repo_cwd: Path) -> None:
+    expected = _expected(scenario)
+    printed = assert_bad_input(run("translate", *translate_args(scenario)))
+    reported = _reported(scenario)
+    problems = []
+    for file, line, field, code in expected:
+        head = str(InputError(file, line, field, "CODE", "MESSAGE")).removesuffix(" MESSAGE [CODE]")
+        if (file, line, field, code) not in reported:
+            problems.append(f"not reported: {(file, line, field, code)}")
+        elif not any(p.startswith(head + " ") and p.endswith(f"[{code}]") for p in printed):
+            problems.append(f"not printed by the CLI: {head} ... [{code}]")
+    for extra in sorted(reported - set(expected)):
+        problems.append(f"reported but not expected: {extra}")
+    assert not problems, "\n".join(problems) + "\nreported:\n  " + "\n  ".join(printed)
+
+
+def test_help_names_exit_codes() -> None:
+    proc = run("--help")
+    assert proc.returncode == 0
+    assert "2 bad input" in proc.stdout
+    assert proc.stderr == ""
+
+
+def _readme_commands() -> list[list[str]]:
+    """The ``edge-verify`` command lines in README code blocks, so the README cannot rot."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M)
+    return [
+        shlex.split(line)[1:]
+        for block in blocks
+        for line in block.splitlines()
+        if line.startswith("edge-verify ")
+    ]
+
+
+def test_readme_commands_run(tmp_path: Path) -> None:
+    commands = _readme_commands()
+    assert len(commands) >= 2, "README lost its first-use commands"
+    for args in commands:
+        if args[0] == "translate" and "-o" in args:
+            i = args.index("-o") + 1
+            args[i] = str(tmp_path / args[i])
+        proc = run(*args)
+        assert proc.returncode == 0, f"edge-verify {shlex.join(args)}:\n{proc.stderr}"
+        assert proc.stdout or args[0] == "translate"
