@@ -120,7 +120,16 @@ def _route_config(
         if routes:
             vhosts.append(VirtualHost(name=domain, domains=[domain], routes=routes))
     # Invalid-backend shares point at a cluster that is deliberately absent.
-    return RouteConfiguration(name=f"edge-{port}", virtual_hosts=vhosts, validate_clusters=False)
+    # Spec (HTTPRoute hostnames): "Implementations MUST ignore any port value
+    # specified in the HTTP Host header while performing a match and ... MUST
+    # forward this header unmodified to the backend." strip_any_host_port would
+    # rewrite the forwarded Host; ignore_port_in_host_matching does not.
+    return RouteConfiguration(
+        name=f"edge-{port}",
+        virtual_hosts=vhosts,
+        validate_clusters=False,
+        ignore_port_in_host_matching=True,
+    )
 
 
 def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None) -> Snapshot:

@@ -53,9 +53,6 @@ def _hcm(port: int, https: bool) -> HttpConnectionManager:
             HttpFilter(name=CORS_FILTER, typed_config=Any.pack(Cors())),
             HttpFilter(name="envoy.filters.http.router", typed_config=Any.pack(Router())),
         ],
-        # Spec: "Implementations MUST ignore any port value specified in the
-        # HTTP Host header while performing a match".
-        strip_any_host_port=True,
         normalize_path=True,
         use_remote_address=True,
         # WebSocket upgrades only where a route's backend speaks it (appProtocol).

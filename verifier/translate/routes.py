@@ -190,11 +190,15 @@ def _redirect(redirect: m.Redirect, src: RouteSource) -> RedirectAction:
     if redirect.hostname:
         action.host_redirect = redirect.hostname
     # Spec: without a port, use the scheme's well-known port when a scheme is
-    # given, else the listener's port; well-known ports are left out of Location.
+    # given, else the listener's port; well-known ports SHOULD be left out of
+    # Location. Without port_redirect Envoy keeps the port of the Host header,
+    # so the port can only be left out when clients send none (or the default
+    # one, which Envoy drops on a scheme change): on a well-known listener port.
     port = redirect.port
     if port is None:
         port = WELL_KNOWN_PORTS[redirect.scheme] if redirect.scheme else src.listener_port
-    if port != WELL_KNOWN_PORTS.get(scheme):
+    listener_default = WELL_KNOWN_PORTS.get(src.listener_scheme) == src.listener_port
+    if port != WELL_KNOWN_PORTS.get(scheme) or not listener_default:
         action.port_redirect = port
     if redirect.path is not None:
         full, prefix, regex = _path_rewrite(redirect.path, src.match)
