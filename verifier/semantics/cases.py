@@ -1,0 +1,225 @@
+"""Cases: a Request plus what must happen to it, as in ``fixtures/*/cases.yaml``.
+
+The same table drives the static check, the live pass and the fuzzer's
+regression fixtures, so expectations are judged in one place against an
+``Outcome`` from any source (a model or a live response). Fields mean what
+Gateway API conformance's ExpectedResponse means. Pure: the caller reads files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifier.semantics.request import Headers, Outcome, Request, headers_from_mapping
+
+
+class CaseError(ValueError):
+    """A malformed case; ``field`` is the path inside the cases document."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class GatewayRef:
+    namespace: str
+    name: str
+    port: int | None = None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    statuses: tuple[int, ...] = (200,)
+    backends: tuple[str, ...] = ()  # acceptable pod-name prefixes
+    namespace: str | None = None
+    request_host: str | None = None
+    request_path: str | None = None
+    request_headers: Headers = ()
+    request_absent: tuple[str, ...] = ()
+    response_headers: Headers = ()
+    response_absent: tuple[str, ...] = ()
+    redirect: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    gateway: GatewayRef
+    request: Request
+    expect: Expectation
+    index: int = field(default=0, compare=False)
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise CaseError(where, "expected a mapping")
+    return value
+
+
+def _strs(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise CaseError(where, "expected a list of strings")
+    return tuple(str(v) for v in value)
+
+
+def parse_case(data: Any, index: int, default_port: int | None = None) -> Case:
+    where = f"[{index}]"
+    item = _mapping(data, where)
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise CaseError(f"{where}.name", "required: a unique case name")
+    gw = _mapping(item.get("gateway"), f"{where}.gateway")
+    if not gw.get("name") or not gw.get("namespace"):
+        raise CaseError(f"{where}.gateway", "expected {namespace, name, port?}")
+    port = gw.get("port", default_port)
+    gateway = GatewayRef(str(gw["namespace"]), str(gw["name"]), None if port is None else int(port))
+    req = _mapping(item.get("request"), f"{where}.request")
+    path = str(req.get("path", "/"))
+    if not path.startswith("/"):
+        raise CaseError(f"{where}.request.path", f"must start with '/', got {path!r}")
+    request = Request(
+        method=str(req.get("method", "GET")),
+        scheme=str(req.get("scheme", "http")),
+        host=str(req.get("host", "")),
+        port=gateway.port or 0,
+        path=path,
+        headers=headers_from_mapping(_mapping(req.get("headers"), f"{where}.request.headers")),
+        sni=None if req.get("sni") is None else str(req["sni"]),
+    )
+    exp = _mapping(item.get("expect"), f"{where}.expect")
+    if "statuses" in exp:
+        statuses = tuple(int(s) for s in exp["statuses"])
+    else:
+        statuses = (int(exp.get("status", 200)),)
+    backends = _strs(exp.get("backends"), f"{where}.expect.backends")
+    if exp.get("backend"):
+        backends = (str(exp["backend"]), *backends)
+    ereq = _mapping(exp.get("request"), f"{where}.expect.request")
+    eresp = _mapping(exp.get("response"), f"{where}.expect.response")
+    redirect = exp.get("redirect")
+    expect = Expectation(
+        statuses=statuses,
+        backends=backends,
+        namespace=None if exp.get("namespace") is None else str(exp["namespace"]),
+        request_host=None if ereq.get("host") is None else str(ereq["host"]),
+        request_path=None if ereq.get("path") is None else str(ereq["path"]),
+        request_headers=headers_from_mapping(
+            _mapping(ereq.get("headers"), f"{where}.expect.request.headers")
+        ),
+        request_absent=_strs(ereq.get("absent_headers"), f"{where}.expect.request.absent_headers"),
+        response_headers=headers_from_mapping(
+            _mapping(eresp.get("headers"), f"{where}.expect.response.headers")
+        ),
+        response_absent=_strs(
+            eresp.get("absent_headers"), f"{where}.expect.response.absent_headers"
+        ),
+        redirect=None if redirect is None else _mapping(redirect, f"{where}.expect.redirect"),
+    )
+    return Case(name, gateway, request, expect, index)
+
+
+def parse_cases(data: Any) -> list[Case]:
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise CaseError("", "a cases file is a YAML list of cases")
+    cases = [parse_case(item, i) for i, item in enumerate(data)]
+    seen: set[str] = set()
+    for c in cases:
+        if c.name in seen:
+            raise CaseError(f"[{c.index}].name", f"duplicate case name {c.name!r}")
+        seen.add(c.name)
+    return cases
+
+
+def possible_statuses(outcome: Outcome) -> set[int]:
+    statuses = {outcome.status}
+    if outcome.invalid_weight and outcome.backends:
+        statuses.add(500)
+    return statuses
+
+
+def _check_headers(
+    kind: str, expected: Headers, absent: tuple[str, ...], actual: Headers
+) -> list[str]:
+    have = dict(actual)
+    problems = []
+    for name, values in expected:
+        got = have.get(name)
+        if got is None:
+            problems.append(f"{kind} header {name!r} missing (expected {list(values)})")
+        elif list(got) != list(values) and ",".join(got) != ",".join(values):
+            problems.append(f"{kind} header {name!r} is {list(got)}, expected {list(values)}")
+    for name in absent:
+        if name.lower() in have:
+            problems.append(f"{kind} header {name!r} present, expected absent")
+    return problems
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _check_redirect(want: Mapping[str, Any], outcome: Outcome, request: Request) -> list[str]:
+    """Omitted scheme/path mean the request's; omitted port the scheme's default."""
+    red = outcome.redirect
+    if red is None:
+        return ["no redirect, expected one"]
+    scheme = str(want.get("scheme", request.scheme))
+    expected = {
+        "scheme": scheme,
+        "host": want.get("host", red.host),
+        "port": int(want.get("port") or DEFAULT_PORTS.get(scheme, 0)),
+        "path": str(want.get("path", request.path_only)),
+    }
+    return [
+        f"redirect {key} {getattr(red, key)!r}, expected {value!r}"
+        for key, value in expected.items()
+        if getattr(red, key) != value
+    ]
+
+
+def unmet(expect: Expectation, outcome: Outcome, request: Request) -> list[str]:
+    """Why ``outcome`` does not meet ``expect``; empty when it does."""
+    problems: list[str] = []
+    statuses = possible_statuses(outcome)
+    if not statuses <= set(expect.statuses):
+        problems.append(f"status {sorted(statuses)}, expected {list(expect.statuses)}")
+    if expect.backends:
+        names = [b.name for b in outcome.backends]
+        stray = [n for n in names if not any(n.startswith(p) for p in expect.backends)]
+        if not names or stray:
+            problems.append(f"backends {names}, expected {list(expect.backends)}")
+    if expect.namespace is not None and any(
+        b.namespace != expect.namespace for b in outcome.backends
+    ):
+        problems.append(
+            f"backend namespace {sorted({b.namespace for b in outcome.backends})}, "
+            f"expected {expect.namespace}"
+        )
+    fwd = outcome.request
+    if expect.request_host is not None or expect.request_path is not None or expect.request_headers:
+        if fwd is None:
+            problems.append("the request was not forwarded to a backend")
+        else:
+            if expect.request_host is not None and fwd.host != expect.request_host:
+                problems.append(f"backend saw host {fwd.host!r}, expected {expect.request_host!r}")
+            if expect.request_path is not None and fwd.path != expect.request_path:
+                problems.append(f"backend saw path {fwd.path!r}, expected {expect.request_path!r}")
+    if fwd is not None:
+        problems += _check_headers(
+            "request", expect.request_headers, expect.request_absent, fwd.headers
+        )
+    problems += _check_headers(
+        "response", expect.response_headers, expect.response_absent, outcome.response_headers
+    )
+    if expect.redirect is not None:
+        problems += _check_redirect(expect.redirect, outcome, request)
+    return problems

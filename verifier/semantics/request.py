@@ -1,0 +1,219 @@
+"""The one Request and one Outcome shared by the spec model, the Envoy model,
+the live runner and the fuzzer.
+
+Both models answer the same question ("what happens to this request?") in the
+same vocabulary, so agreement is plain equality of ``Outcome.decision()``.
+Pure data: no I/O, no decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Headers = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def normalize_headers(pairs: Iterable[tuple[str, str]]) -> Headers:
+    """Lower-cased names (HTTP names are case-insensitive), values in arrival order."""
+    merged: dict[str, list[str]] = {}
+    for name, value in pairs:
+        merged.setdefault(name.lower(), []).append(value)
+    return tuple(sorted((k, tuple(v)) for k, v in merged.items()))
+
+
+def headers_from_mapping(value: Mapping[str, Any] | None) -> Headers:
+    pairs: list[tuple[str, str]] = []
+    for name, v in (value or {}).items():
+        if isinstance(v, list | tuple):
+            pairs.extend((str(name), str(x)) for x in v)
+        else:
+            pairs.append((str(name), str(v)))
+    return normalize_headers(pairs)
+
+
+def headers_to_json(headers: Headers) -> dict[str, list[str]]:
+    return {k: list(v) for k, v in headers}
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as it arrives at a Gateway address on ``port``.
+
+    ``path`` is the request target (path plus optional ``?query``);
+    ``host`` is the Host/:authority header as sent (it may carry a port).
+    """
+
+    method: str = "GET"
+    scheme: str = "http"
+    host: str = ""
+    port: int = 80
+    path: str = "/"
+    headers: Headers = ()
+    sni: str | None = None  # TLS server name; None: the Host's hostname
+
+    @property
+    def path_only(self) -> str:
+        return self.path.split("?", 1)[0]
+
+    @property
+    def query(self) -> str:
+        return self.path.split("?", 1)[1] if "?" in self.path else ""
+
+    @property
+    def hostname(self) -> str:
+        """Host without a port: "Implementations MUST ignore any port value"."""
+        host = self.host
+        if host.startswith("["):
+            return host.split("]", 1)[0] + "]"
+        return host.rsplit(":", 1)[0] if ":" in host else host
+
+    def header(self, name: str) -> tuple[str, ...]:
+        lname = name.lower()
+        return next((v for k, v in self.headers if k == lname), ())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "scheme": self.scheme,
+            "host": self.host,
+            "port": self.port,
+            "path": self.path,
+            "headers": headers_to_json(self.headers),
+            "sni": self.sni,
+        }
+
+    def line(self) -> str:
+        """`curl`-like one-liner used in findings and explain output."""
+        hdrs = "".join(f" -H '{k}: {v}'" for k, vs in self.headers for v in vs)
+        return f"{self.method} {self.scheme}://{self.host}{self.path} (port {self.port}){hdrs}"
+
+
+@dataclass(frozen=True, order=True)
+class Backend:
+    """A Service port that receives the request; ``weight`` is its share."""
+
+    namespace: str
+    name: str
+    port: int
+    weight: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "port": self.port,
+            "weight": self.weight,
+        }
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """The request as the backend receives it; ``path`` keeps the query string."""
+
+    method: str
+    host: str
+    path: str
+    headers: Headers
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "host": self.host,
+            "path": self.path,
+            "headers": headers_to_json(self.headers),
+        }
+
+
+@dataclass(frozen=True)
+class RedirectTarget:
+    """Where a redirect's Location points.
+
+    ``port`` is the effective port: the one written in Location, or the
+    scheme's default (80/443) when Location has none, so that `http://a/` and
+    `http://a:80/` compare equal. ``path`` is the URL path without the query.
+    """
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scheme": self.scheme, "host": self.host, "port": self.port, "path": self.path}
+
+
+@dataclass(frozen=True)
+class RouteRef:
+    """Which rule decided; informational, not part of the agreement check."""
+
+    xds_name: str | None = None
+    httproute: str | None = None  # "namespace/name"
+    rule: int | None = None
+    match: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "xds_name": self.xds_name,
+            "httproute": self.httproute,
+            "rule": self.rule,
+            "match": self.match,
+        }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happens to a request.
+
+    ``status`` is what the client sees when the proxy answers itself (404, 500,
+    3xx, CORS preflight 200) or 200 when it forwards to a backend. With weighted
+    backends, ``backends`` holds every Service with a positive share (sorted)
+    and ``invalid_weight`` the share answered with 500.
+
+    ``request`` is the request as forwarded: its headers are the client's
+    headers after the configured modifications only (Envoy's own x-forwarded-*,
+    x-request-id and x-envoy-* headers are not modelled), without Host, which
+    is ``request.host``. ``response_headers`` are the response headers the
+    configuration adds or sets (header modifiers, CORS); names it removes are in
+    ``response_headers_removed``. ``mirrors`` carry their share in parts per million as weight.
+    Timeouts are in milliseconds; None means the proxy's default.
+    """
+
+    status: int
+    backends: tuple[Backend, ...] = ()
+    invalid_weight: int = 0
+    request: Forwarded | None = None
+    response_headers: Headers = ()
+    response_headers_removed: tuple[str, ...] = ()  # lower-cased names
+    redirect: RedirectTarget | None = None
+    mirrors: tuple[Backend, ...] = ()
+    request_timeout_ms: int | None = None
+    backend_timeout_ms: int | None = None
+    route: RouteRef | None = field(default=None, compare=False)
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "backends": [b.to_json() for b in self.backends],
+            "invalid_weight": self.invalid_weight,
+            "request": self.request.to_json() if self.request else None,
+            "response_headers": headers_to_json(self.response_headers),
+            "response_headers_removed": list(self.response_headers_removed),
+            "redirect": self.redirect.to_json() if self.redirect else None,
+            "mirrors": [b.to_json() for b in self.mirrors],
+            "timeouts": {
+                "request_ms": self.request_timeout_ms,
+                "backend_ms": self.backend_timeout_ms,
+            },
+            "route": self.route.to_json() if self.route else None,
+        }
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An outcome and the steps that led to it, for ``explain`` and findings."""
+
+    outcome: Outcome
+    trace: tuple[str, ...] = ()
