@@ -152,6 +152,7 @@ class RouteRef:
     httproute: str | None = None  # "namespace/name"
     rule: int | None = None
     match: int | None = None
+    xds_path: str | None = None  # e.g. routes[edge-80].virtual_hosts[foo].routes[3]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -159,6 +160,7 @@ class RouteRef:
             "httproute": self.httproute,
             "rule": self.rule,
             "match": self.match,
+            "xds_path": self.xds_path,
         }
 
 
@@ -176,8 +178,12 @@ class Outcome:
     x-request-id and x-envoy-* headers are not modelled), without Host, which
     is ``request.host``. ``response_headers`` are the response headers the
     configuration adds or sets (header modifiers, CORS); names it removes are in
-    ``response_headers_removed``. ``mirrors`` carry their share in parts per million as weight.
-    Timeouts are in milliseconds; None means the proxy's default.
+    ``response_headers_removed``, and the operations in ``response_header_ops``.
+    ``mirrors`` carry their share in parts per million as weight (0% mirrors are
+    left out; mirrors and timeouts only on forwarded outcomes). Timeouts are in
+    milliseconds; None means the proxy's default. A 500 because every backend is
+    invalid has ``invalid_weight`` > 0. ``status`` 0 means no HTTP response at
+    all (no listener on the port, TLS handshake failure).
     """
 
     status: int
@@ -186,6 +192,10 @@ class Outcome:
     request: Forwarded | None = None
     response_headers: Headers = ()
     response_headers_removed: tuple[str, ...] = ()  # lower-cased names
+    # The ordered operations behind response_headers, (op, lower-cased name,
+    # value) with op in RESPONSE_OPS: two models agree on responses when the ops
+    # give the same headers on every upstream response (see apply_response_ops).
+    response_header_ops: tuple[tuple[str, str, str], ...] = field(default=(), compare=False)
     redirect: RedirectTarget | None = None
     mirrors: tuple[Backend, ...] = ()
     request_timeout_ms: int | None = None
@@ -209,6 +219,27 @@ class Outcome:
             },
             "route": self.route.to_json() if self.route else None,
         }
+
+
+RESPONSE_OPS = ("set", "add", "remove", "add-if-absent", "overwrite-if-exists")
+
+
+def apply_response_ops(upstream: Headers, ops: tuple[tuple[str, str, str], ...]) -> Headers:
+    """The headers a client gets when the backend sent ``upstream``."""
+    headers = {k: list(v) for k, v in upstream}
+    for op, name, value in ops:
+        if op == "set":
+            headers[name] = [value]
+        elif op == "add":
+            headers.setdefault(name, []).append(value)
+        elif op == "add-if-absent":
+            headers.setdefault(name, [value])
+        elif op == "overwrite-if-exists":
+            if name in headers:
+                headers[name] = [value]
+        else:
+            headers.pop(name, None)
+    return tuple(sorted((k, tuple(v)) for k, v in headers.items() if v))
 
 
 @dataclass(frozen=True)

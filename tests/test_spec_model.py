@@ -1,0 +1,499 @@
+"""The spec model against every scenario's cases.yaml, plus focused unit tests.
+
+Each case is a Request and what the Gateway API requires for it; the spec
+model must meet every expectation. Some expectations depend on the echo
+backend's own behaviour (``?delay=``, ``X-Echo-Set-Header``, the ``/ws``
+WebSocket handshake, see fixtures/README.md): ``_client_view`` composes the
+model's outcome with that documented behaviour, explicitly, so those cases are
+judged rather than skipped. Fields ``parse_cases`` does not read
+(``header_lists``, ``valid_header_values``, mirrors, ratios, method, proto) are
+checked here from the raw case.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import BASE, scenario_params, valid_scenarios
+
+from verifier.gatewayapi.load import load_texts
+from verifier.gatewayapi.model import PathModifier, Redirect
+from verifier.gatewayapi.resources import Resources, build, load_resources
+from verifier.semantics.cases import Case, parse_cases, unmet
+from verifier.semantics.request import Outcome, Request, headers_from_mapping
+from verifier.semantics.spec import NO_RESPONSE, default_port, spec_evaluate, spec_response_headers
+from verifier.semantics.spec_backends import duration_ms
+from verifier.semantics.spec_cors import origin_allowed
+from verifier.semantics.spec_filters import modify_path, redirect_target
+from verifier.semantics.spec_hostnames import (
+    hostname_matches,
+    intersect,
+    listener_specificity,
+    route_hostname_key,
+)
+
+# ------------------------------------------------------------ echo-basic behaviour
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
+GO_UNITS_MS = {"h": 3_600_000.0, "m": 60_000.0, "s": 1_000.0, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
+
+
+def _go_duration_ms(text: str) -> float:
+    """echo-basic's ``?delay=`` is a Go duration ("2s", "100ms", "1m30s")."""
+    total, number, i = 0.0, "", 0
+    while i < len(text):
+        if text[i].isdigit() or text[i] == ".":
+            number += text[i]
+            i += 1
+            continue
+        unit = next(u for u in ("ms", "us", "ns", "h", "m", "s") if text.startswith(u, i))
+        total += float(number) * GO_UNITS_MS[unit]
+        number, i = "", i + len(unit)
+    return total
+
+
+def _echo_delay_ms(path: str) -> float | None:
+    query = path.partition("?")[2]
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if name == "delay":
+            return _go_duration_ms(value)
+    return None
+
+
+def _echo_response_headers(outcome: Outcome) -> tuple[tuple[str, str], ...]:
+    """``X-Echo-Set-Header: Name:value,Other:value`` as the backend receives it."""
+    fwd = outcome.request
+    raw = ",".join(dict(fwd.headers).get("x-echo-set-header", ())) if fwd else ""
+    pairs = (item.partition(":") for item in raw.split(",") if ":" in item)
+    return tuple((name.strip(), value.strip()) for name, _, value in pairs)
+
+
+def _app_protocol(res: Resources, outcome: Outcome) -> set[str | None]:
+    found: set[str | None] = set()
+    for b in outcome.backends:
+        svc = res.services[(b.namespace, b.name)]
+        found |= {p.app_protocol for p in svc.ports if p.port == b.port}
+    return found
+
+
+def _client_view(res: Resources, gateway: tuple[str, str], req: Request, out: Outcome) -> Outcome:
+    """What the client sees: the model's outcome composed with echo-basic.
+
+    * a forwarded request whose ``?delay=`` exceeds the shortest configured
+      timeout (request or backendRequest; 0 disables) gets the gateway's 504;
+    * a WebSocket handshake forwarded to a ``kubernetes.io/ws`` backend port is
+      answered 101 with ``Sec-WebSocket-Accept`` (RFC 6455);
+    * response headers are the configured operations applied to what echo sets.
+    """
+    forwarded = out.request
+    if out.status != 200 or forwarded is None:
+        return out
+    upstream = headers_from_mapping(dict(_echo_response_headers(out)))
+    final = spec_response_headers(res, gateway, req, upstream)
+    out = dataclasses.replace(out, response_headers=final)
+    delay = _echo_delay_ms(forwarded.path)
+    deadlines = [t for t in (out.request_timeout_ms, out.backend_timeout_ms) if t]
+    if delay is not None and deadlines and delay > min(deadlines):
+        return Outcome(504)
+    fwd = dict(forwarded.headers)
+    upgrade = [v.lower() for v in fwd.get("upgrade", ())] == ["websocket"]
+    if upgrade and _app_protocol(res, out) == {"kubernetes.io/ws"}:
+        key = fwd["sec-websocket-key"][0]
+        accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+        ws = headers_from_mapping({"Sec-WebSocket-Accept": accept, "Upgrade": "websocket"})
+        return dataclasses.replace(out, status=101, response_headers=ws)
+    return out
+
+
+# ------------------------------------------------------------ raw-case checks
+
+
+def _list_items(value: str) -> set[str]:
+    return {v.strip() for v in value.split(",") if v.strip()}
+
+
+def _extra_problems(res: Resources, raw: dict[str, Any], req: Request, out: Outcome) -> list[str]:
+    """Expectations ``unmet`` does not read, judged on what the model decides."""
+    exp = raw.get("expect") or {}
+    problems: list[str] = []
+    resp = dict(out.response_headers)
+    response = exp.get("response") or {}
+    for name, allowed in (response.get("valid_header_values") or {}).items():
+        got = ",".join(resp.get(name.lower(), ()))
+        if got not in [str(a) for a in allowed]:
+            problems.append(f"response header {name} is {got!r}, expected one of {allowed}")
+    for name, items in (response.get("header_lists") or {}).items():
+        got_items = _list_items(",".join(resp.get(name.lower(), ())))
+        if got_items != {str(i) for i in items}:
+            problems.append(f"response header {name} lists {sorted(got_items)}, expected {items}")
+    fwd = out.request
+    ereq = exp.get("request") or {}
+    if fwd is not None and out.status == 200:
+        method = ereq.get("method", req.method)
+        if fwd.method != method:
+            problems.append(f"backend saw method {fwd.method}, expected {method}")
+        if "path" not in ereq and fwd.path != req.path:
+            problems.append(f"backend saw path {fwd.path!r}, expected the request's {req.path!r}")
+        if "host" not in ereq and req.host and fwd.host != req.host:
+            problems.append(f"backend saw host {fwd.host!r}, expected the request's {req.host!r}")
+        if "proto" in ereq:
+            proto = "HTTP/2.0" if _app_protocol(res, out) == {"kubernetes.io/h2c"} else "HTTP/1.1"
+            if proto != ereq["proto"]:
+                problems.append(f"backend protocol {proto}, expected {ereq['proto']}")
+    problems += _share_problems(exp, out)
+    return problems
+
+
+def _share_problems(exp: dict[str, Any], out: Outcome) -> list[str]:
+    """mirrored_to (every request), not_mirrored_to, and the sampled ratios."""
+    problems: list[str] = []
+    mirrors = {(m.namespace, m.name): m.weight / 1_000_000 for m in out.mirrors}
+    for m in exp.get("mirrored_to") or []:
+        if mirrors.get((m["namespace"], m["name"]), 0) != 1:
+            problems.append(f"not every request is mirrored to {m['name']}: {mirrors}")
+    for m in exp.get("not_mirrored_to") or []:
+        if mirrors.get((m["namespace"], m["name"]), 0) > 0:
+            problems.append(f"requests are mirrored to {m['name']}")
+    for m in exp.get("mirrored_ratio") or []:
+        share = mirrors.get((m["namespace"], m["name"]), 0)
+        if abs(share - m["ratio"]) > m["tolerance"]:
+            problems.append(f"mirror share to {m['name']} is {share}, expected {m['ratio']}")
+    total = sum(b.weight for b in out.backends) + out.invalid_weight
+    for status, want in (exp.get("status_ratio") or {}).items():
+        share = out.invalid_weight / total if str(status) == "500" and total else 0.0
+        if abs(share - want["ratio"]) > want["tolerance"]:
+            problems.append(f"share of {status} is {share}, expected {want['ratio']}")
+    valid = sum(b.weight for b in out.backends)
+    for name, want in (exp.get("backend_ratio") or {}).items():
+        share = sum(b.weight for b in out.backends if b.name.startswith(name)) / (valid or 1)
+        if abs(share - want["ratio"]) > want["tolerance"]:
+            problems.append(f"share of {name} is {share:.2f}, expected {want['ratio']}")
+    return problems
+
+
+def _case_problems(res: Resources, case: Case, raw: dict[str, Any]) -> list[str]:
+    gateway = (case.gateway.namespace, case.gateway.name)
+    req = case.request
+    if case.gateway.port is None:
+        port = default_port(res, gateway)
+        assert port is not None, f"{case.name}: gateway port omitted but not unique"
+        req = dataclasses.replace(req, port=port)
+    model = spec_evaluate(res, gateway, req).outcome
+    seen = _client_view(res, gateway, req, model)
+    return unmet(case.expect, seen, req) + _extra_problems(res, raw, req, seen)
+
+
+@pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
+def test_spec_model_meets_cases(scenario: Path) -> None:
+    res = load_resources([str(BASE), str(scenario)])
+    raw_cases = yaml.safe_load((scenario / "cases.yaml").read_text())
+    failures = []
+    for case in parse_cases(raw_cases):
+        problems = _case_problems(res, case, raw_cases[case.index])
+        if problems:
+            failures.append(f"{case.name}: " + "; ".join(problems))
+    assert not failures, f"{scenario.name}:\n  " + "\n  ".join(failures)
+
+
+# ------------------------------------------------------------ focused unit tests
+
+GATEWAY = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: gateway.aether.io/edge}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: ns}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+"""
+SERVICES = "".join(
+    f"""---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: ns}}
+spec: {{ports: [{{port: 8080}}]}}
+"""
+    for name in ("a", "b", "c")
+)
+
+
+def _route(name: str, rules: str, *, ns: str = "ns", ts: str | None = None, extra: str = "") -> str:
+    stamp = f", creationTimestamp: '{ts}'" if ts else ""
+    return f"""---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {ns}{stamp}}}
+spec:
+  parentRefs: [{{name: gw, namespace: ns}}]
+{extra}  rules:
+{rules}"""
+
+
+def _rule(backend: str, match: str = "{path: {type: PathPrefix, value: /}}") -> str:
+    return f"  - matches: [{match}]\n    backendRefs: [{{name: {backend}, port: 8080}}]\n"
+
+
+def _resources(*docs: str) -> Resources:
+    return build(load_texts([("test.yaml", GATEWAY + SERVICES + "".join(docs))]))
+
+
+def _served(res: Resources, path: str = "/", host: str = "h.example", **kw: Any) -> Outcome:
+    request = Request(host=host, port=80, path=path, **kw)
+    return spec_evaluate(res, ("ns", "gw"), request).outcome
+
+
+def _backend(out: Outcome) -> str:
+    return ",".join(b.name for b in out.backends) or f"status {out.status}"
+
+
+def test_oldest_route_wins_then_namespace_name() -> None:
+    res = _resources(
+        _route("z-old", _rule("a"), ts="2024-01-01T00:00:00Z"),
+        _route("a-new", _rule("b"), ts="2024-01-02T00:00:00Z"),
+    )
+    assert _backend(_served(res)) == "a"
+    res = _resources(
+        _route("bravo", _rule("a"), ts="2024-01-01T00:00:00Z"),
+        _route("alpha", _rule("b"), ts="2024-01-01T00:00:00Z"),
+        _route("zulu", _rule("c"), ns="aaa", ts="2024-01-01T00:00:00Z"),
+    )
+    out = _served(res)  # "aaa/zulu" < "ns/alpha"; aaa has no Service c: 500
+    assert out.route is not None and out.route.httproute == "aaa/zulu"
+    assert out.status == 500
+
+
+def test_rule_order_then_match_order_within_a_route() -> None:
+    two_matches = "{path: {type: PathPrefix, value: /x}}, {path: {type: PathPrefix, value: /x}}"
+    res = _resources(_route("r", _rule("a", two_matches) + _rule("b", two_matches)))
+    out = _served(res, "/x/y")
+    assert _backend(out) == "a"
+    assert out.route is not None and (out.route.rule, out.route.match) == (0, 0)
+
+
+def test_path_type_order_exact_regex_prefix() -> None:
+    res = _resources(
+        _route(
+            "r",
+            _rule("c", "{path: {type: PathPrefix, value: /p/q}}")
+            + _rule("b", "{path: {type: RegularExpression, value: '/p/.*'}}")
+            + _rule("a", "{path: {type: Exact, value: /p/q}}"),
+        )
+    )
+    assert _backend(_served(res, "/p/q")) == "a"
+    assert _backend(_served(res, "/p/q/r")) == "b"  # implementation-specific: regex before prefix
+    longer = _rule("c", "{path: {type: RegularExpression, value: '/p/q.*'}}")
+    res = _resources(
+        _route("r", _rule("b", "{path: {type: RegularExpression, value: '/p/.*'}}") + longer)
+    )
+    assert _backend(_served(res, "/p/q")) == "c"
+
+
+def test_trailing_slash_prefix_counts_like_its_value_without_slash() -> None:
+    res = _resources(
+        _route(
+            "r",
+            _rule("a", "{path: {type: PathPrefix, value: /bar/}}")
+            + _rule("b", "{path: {type: PathPrefix, value: /bar}}"),
+        )
+    )
+    assert _backend(_served(res, "/bar")) == "a"  # tie on characters: first rule
+
+
+def test_route_hostname_precedence_beats_longer_path() -> None:
+    res = _resources(
+        _route(
+            "wild",
+            _rule("a", "{path: {type: PathPrefix, value: /long/path}}"),
+            extra="  hostnames: ['*.example.com']\n",
+        ),
+        _route("exact", _rule("b"), extra="  hostnames: [foo.example.com]\n"),
+    )
+    assert _backend(_served(res, "/long/path", host="foo.example.com")) == "b"
+    assert _backend(_served(res, "/long/path", host="bar.example.com")) == "a"
+    assert _served(res, "/", host="example.com").status == 404  # a wildcard never matches the apex
+
+
+def test_unsupported_features_reject_the_route() -> None:
+    retry = "  - backendRefs: [{name: a, port: 8080}]\n    retry: {attempts: 2}\n"
+    ext = (
+        "  - backendRefs: [{name: a, port: 8080}]\n"
+        "    filters: [{type: ExtensionRef, extensionRef: {group: x.io, kind: F, name: f}}]\n"
+    )
+    for rules in (retry, ext):
+        out = spec_evaluate(_resources(_route("r", rules)), ("ns", "gw"), Request(port=80))
+        assert out.outcome.status == 404
+        assert any("UnsupportedValue" in line for line in out.trace)
+
+
+def test_foreign_gateway_class_and_unknown_port_get_no_response() -> None:
+    res = _resources(_route("r", _rule("a")))
+    assert spec_evaluate(res, ("ns", "gw"), Request(port=81)).outcome.status == NO_RESPONSE
+    other = spec_evaluate(res, ("ns", "gw"), Request(port=80), controller_name="example.com/other")
+    assert other.outcome.status == NO_RESPONSE
+
+
+def test_hostname_matching() -> None:
+    assert hostname_matches("*.example.com", "a.example.com")
+    assert hostname_matches("*.example.com", "a.b.example.com")
+    assert not hostname_matches("*.example.com", "example.com")
+    assert hostname_matches("foo.example.com", "FOO.example.com.")
+    assert not hostname_matches("foo.example.com", "a.foo.example.com")
+    assert intersect("*.example.com", "foo.example.com") == "foo.example.com"
+    assert intersect("foo.example.com", "*.example.com") == "foo.example.com"
+    assert intersect("*.example.com", "*.foo.example.com") == "*.foo.example.com"
+    assert intersect("*.example.com", "example.com") is None
+    assert intersect(None, "*.x.io") == "*.x.io"
+    order = sorted(
+        ["", "*.example.com", "*.foo.example.com", "foo.example.com"], key=listener_specificity
+    )
+    assert order == ["foo.example.com", "*.foo.example.com", "*.example.com", ""]
+    assert route_hostname_key(("foo.x.io", "*.x.io"), "foo.x.io") == (8, 8)
+    assert route_hostname_key(("*.x.io",), "foo.x.io") == (0, 6)
+    assert route_hostname_key(("",), "anything") == (0, 0)
+    assert route_hostname_key(("*.x.io",), "x.io") is None
+
+
+# (listener port, request scheme, redirect scheme, redirect port) -> (scheme, effective port)
+REDIRECT_PORTS = [
+    (80, "http", None, None, "http", 80),
+    (8080, "http", None, None, "http", 8080),  # "scheme is empty ... the Gateway Listener port"
+    (8080, "http", "https", None, "https", 443),  # "well-known port associated with the scheme"
+    (8080, "http", "http", None, "http", 80),
+    (8443, "https", None, None, "https", 8443),
+    (8443, "https", None, 80, "https", 80),
+    (80, "http", "https", 8443, "https", 8443),
+]
+
+
+@pytest.mark.parametrize(
+    ("lport", "rscheme", "scheme", "port", "want_scheme", "want_port"), REDIRECT_PORTS
+)
+def test_redirect_port_defaults(
+    lport: int, rscheme: str, scheme: str | None, port: int | None, want_scheme: str, want_port: int
+) -> None:
+    request = Request(scheme=rscheme, host="a.example:1234", port=lport, path="/p?q=1")
+    target, _ = redirect_target(Redirect(scheme, None, None, port, 302), request, lport, None)
+    assert (target.scheme, target.host, target.port, target.path) == (
+        want_scheme,
+        "a.example",
+        want_port,
+        "/p",
+    )
+
+
+# HTTPPathModifier.replacePrefixMatch table, verbatim.
+PREFIX_TABLE = [
+    ("/foo/bar", "/foo", "/xyz", "/xyz/bar"),
+    ("/foo/bar", "/foo", "/xyz/", "/xyz/bar"),
+    ("/foo/bar", "/foo/", "/xyz", "/xyz/bar"),
+    ("/foo/bar", "/foo/", "/xyz/", "/xyz/bar"),
+    ("/foo", "/foo", "/xyz", "/xyz"),
+    ("/foo/", "/foo", "/xyz", "/xyz/"),
+    ("/foo/bar", "/foo", "", "/bar"),
+    ("/foo/", "/foo", "", "/"),
+    ("/foo", "/foo", "", "/"),
+    ("/foo/", "/foo", "/", "/"),
+    ("/foo", "/foo", "/", "/"),
+    ("/x/y", "/", "/api", "/api/x/y"),
+]
+
+
+@pytest.mark.parametrize(("path", "prefix", "replace", "want"), PREFIX_TABLE)
+def test_replace_prefix_match_table(path: str, prefix: str, replace: str, want: str) -> None:
+    assert modify_path(PathModifier("ReplacePrefixMatch", None, replace), path, prefix) == want
+
+
+def test_durations_and_cors_origins() -> None:
+    assert duration_ms("1m30s") == 90_000
+    assert duration_ms("500ms") == 500
+    assert duration_ms("0s") == 0
+    assert duration_ms("1x") is None
+    assert origin_allowed(("https://*.bar.com",), "https://a.b.bar.com")
+    assert not origin_allowed(("https://*.bar.com",), "https://bar.com")
+    assert not origin_allowed(("https://www.foo.com",), "https://www.foo.com:8443")
+    assert origin_allowed(("https://www.foo.com",), "https://www.foo.com:443")
+    assert not origin_allowed(("https://www.foo.com",), "http://www.foo.com")
+    assert origin_allowed(("*",), "null")
+
+
+HTTPS = """\
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tls, namespace: ns}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - name: wild
+    port: 443
+    protocol: HTTPS
+    hostname: "*.example.com"
+    tls: {certificateRefs: [{name: cert}]}
+  - name: exact
+    port: 443
+    protocol: HTTPS
+    hostname: exact.example.com
+    tls: {certificateRefs: [{name: cert, namespace: other}]}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: cert, namespace: ns}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: "-----BEGIN CERTIFICATE-----"
+  tls.key: "-----BEGIN PRIVATE KEY-----"
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: ns}
+spec:
+  parentRefs: [{name: tls}]
+  rules: [{backendRefs: [{name: a, port: 8080}]}]
+"""
+
+
+def _tls(host: str, sni: str | None = None, extra: str = "") -> int:
+    res = _resources(HTTPS + extra)
+    request = Request(scheme="https", host=host, sni=sni, port=443)
+    return spec_evaluate(res, ("ns", "tls"), request).outcome.status
+
+
+def test_https_listener_selection_sni_host_and_certificates() -> None:
+    assert _tls("a.example.com") == 200
+    # The exact listener's Secret is in another namespace without a grant:
+    # that listener is not programmed, so the wildcard one owns the name.
+    assert _tls("exact.example.com") == 200
+    assert _tls("other.org", sni="a.example.com") == 404  # SNI listener fine, Host matches none
+    assert _tls("other.org") == NO_RESPONSE  # no listener for the SNI: handshake fails
+    grant = """\
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {name: g, namespace: other}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: ns}]
+  to: [{group: "", kind: Secret}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: cert, namespace: other}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: "-----BEGIN CERTIFICATE-----"
+  tls.key: "-----BEGIN PRIVATE KEY-----"
+"""
+    assert _tls("exact.example.com", extra=grant) == 200
+    assert _tls("exact.example.com", sni="a.example.com", extra=grant) == 421
+    assert _tls("a.example.com", sni="exact.example.com", extra=grant) == 421

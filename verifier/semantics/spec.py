@@ -1,0 +1,203 @@
+"""The spec model: what the Gateway API v1.5 requires for one request.
+
+For a Gateway, the port a request arrives on and the request itself, it
+answers the outcome the spec REQUIRES (GATEWAY-HTTP Core + Extended, as the
+aether edge claims them), with a human-readable trace of each decision:
+
+1. the Gateway's class belongs to this controller (``spec_listeners``);
+2. the one Listener that owns the port + SNI + Host, or 404/421/no response;
+3. the HTTPRoutes that serve that Listener: parentRefs, allowedRoutes,
+   hostnames, supported features (``spec_attach``, ``spec_hostnames``);
+4. the matching rule with the highest precedence (``spec_match``);
+5. its filters and backends (``spec_action``, ``spec_filters``, ``spec_cors``,
+   ``spec_backends``).
+
+It is written from the spec text, independently of ``verifier.translate`` and
+``verifier.gatewayapi.attach``: sharing decisions with the translator would
+make the verifier agree with the translator's bugs. Only the data types are
+shared. Pure: no I/O, no environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from verifier.gatewayapi.model import Gateway, GatewayListener, HTTPRoute
+from verifier.gatewayapi.resources import Resources
+from verifier.semantics.request import Evaluation, Headers, Outcome, Request
+from verifier.semantics.spec_action import act
+from verifier.semantics.spec_attach import attachment_problem, refers_to_gateway
+from verifier.semantics.spec_filters import HeaderPlan
+from verifier.semantics.spec_hostnames import effective_hostnames, route_hostname_key
+from verifier.semantics.spec_listeners import (
+    NO_RESPONSE,
+    describe,
+    gateway_problem,
+    listener_ports,
+    select_listener,
+)
+from verifier.semantics.spec_match import (
+    Candidate,
+    deciding_criterion,
+    match_accepts,
+    precedence_key,
+    rule_problem,
+)
+
+DEFAULT_CONTROLLER = "gateway.aether.io/edge"
+
+# HTTPRouteRule.matches: "When no rules matching a request have been
+# successfully attached to the parent a request is coming from, a HTTP 404
+# status code MUST be returned."
+NO_MATCH_STATUS = 404
+
+__all__ = [
+    "DEFAULT_CONTROLLER",
+    "NO_MATCH_STATUS",
+    "NO_RESPONSE",
+    "default_port",
+    "spec_evaluate",
+    "spec_response_headers",
+]
+
+
+@dataclass(frozen=True)
+class _Decision:
+    evaluation: Evaluation
+    response_plan: HeaderPlan
+
+
+def spec_evaluate(
+    res: Resources,
+    gateway: tuple[str, str],
+    request: Request,
+    *,
+    controller_name: str = DEFAULT_CONTROLLER,
+) -> Evaluation:
+    """The outcome the spec requires for ``request`` sent to ``gateway``
+    (namespace, name) on ``request.port``, and the steps that decided it.
+
+    ``Outcome.status`` is ``NO_RESPONSE`` (0) when no HTTP response can come
+    back at all: the Gateway is not ours, no programmed Listener serves the
+    port, or the TLS handshake cannot complete.
+    """
+    return _decide(res, gateway, request, controller_name).evaluation
+
+
+def spec_response_headers(
+    res: Resources,
+    gateway: tuple[str, str],
+    request: Request,
+    upstream: Headers,
+    *,
+    controller_name: str = DEFAULT_CONTROLLER,
+) -> Headers:
+    """The response headers the client receives when the backend (or the
+    gateway itself) answers with ``upstream``: the configured set/add/remove
+    operations (ResponseHeaderModifier, CORS) applied in order.
+
+    ``Outcome.response_headers`` cannot say whether a value replaces or is
+    appended to the backend's; this can ("Add ... appends to any existing
+    values associated with the header name").
+    """
+    plan = _decide(res, gateway, request, controller_name).response_plan
+    return plan.apply(upstream)
+
+
+def default_port(res: Resources, gateway: tuple[str, str]) -> int | None:
+    """The Gateway's port when it has exactly one (cases may omit the port then)."""
+    gw = res.gateways.get(gateway)
+    ports = listener_ports(gw) if gw else ()
+    return ports[0] if len(ports) == 1 else None
+
+
+def _answer(status: int, trace: list[str]) -> _Decision:
+    return _Decision(Evaluation(Outcome(status), tuple(trace)), HeaderPlan())
+
+
+def _decide(
+    res: Resources, gateway: tuple[str, str], request: Request, controller_name: str
+) -> _Decision:
+    trace = [f"request: {request.line()}"]
+    gw = res.gateways.get(gateway)
+    if gw is None:
+        trace.append(f"Gateway {gateway[0]}/{gateway[1]} does not exist: no response")
+        return _answer(NO_RESPONSE, trace)
+    problem = gateway_problem(res, gw, controller_name)
+    if problem:
+        trace.append(f"Gateway {gateway[0]}/{gateway[1]} not programmed: {problem}")
+        return _answer(NO_RESPONSE, trace)
+    selection = select_listener(res, gw, request)
+    trace.extend(selection.trace)
+    lst = selection.listener
+    if lst is None:
+        return _answer(selection.status, trace)
+    candidates = _candidates(res, gw, lst, request, trace)
+    if not candidates:
+        trace.append(f"no attached rule matches: {NO_MATCH_STATUS}")
+        return _answer(NO_MATCH_STATUS, trace)
+    ranked = sorted(candidates, key=precedence_key)
+    winner = ranked[0]
+    if len(ranked) > 1:
+        trace.append(
+            f"winner {winner.describe()}; beats {ranked[1].describe()} "
+            f"on {deciding_criterion(winner, ranked[1])}"
+        )
+    else:
+        trace.append(f"winner {winner.describe()} (only candidate)")
+    action = act(res, lst, winner, request)
+    trace.extend(action.trace)
+    trace.append(f"status {action.outcome.status}")
+    return _Decision(Evaluation(action.outcome, tuple(trace)), action.response_plan)
+
+
+def _candidates(
+    res: Resources, gw: Gateway, lst: GatewayListener, request: Request, trace: list[str]
+) -> list[Candidate]:
+    """Every (route, rule, match) of a Route attached to ``lst`` that accepts the request."""
+    host = request.hostname
+    found: list[Candidate] = []
+    unrelated = 0
+    for key in sorted(res.httproutes):
+        route = res.httproutes[key]
+        name = f"HTTPRoute {key[0]}/{key[1]}"
+        if not any(refers_to_gateway(ref, gw) for ref in route.parent_refs):
+            unrelated += 1
+            continue
+        problem = attachment_problem(res, gw, lst, route)
+        if problem:
+            trace.append(f"{name} does not serve {describe(lst)}: {problem}")
+            continue
+        hostname_key = route_hostname_key(effective_hostnames(lst.hostname, route.hostnames), host)
+        if hostname_key is None:
+            trace.append(f"{name}: hostnames {list(route.hostnames)} do not match host {host!r}")
+            continue
+        found.extend(_route_candidates(route, request, hostname_key, name, trace))
+    if unrelated:
+        trace.append(f"{unrelated} HTTPRoute(s) do not reference this Gateway")
+    return found
+
+
+def _route_candidates(
+    route: HTTPRoute,
+    request: Request,
+    hostname_key: tuple[int, int],
+    name: str,
+    trace: list[str],
+) -> list[Candidate]:
+    out: list[Candidate] = []
+    for rule in route.rules:
+        problem = rule_problem(rule)
+        if problem:
+            trace.append(f"{name} rule {rule.index} dropped: {problem}")
+            continue
+        out.extend(
+            Candidate(route, rule, i, match, hostname_key)
+            for i, match in enumerate(rule.matches)
+            if match_accepts(match, request)
+        )
+    if out:
+        trace.append(f"{name} serves host {request.hostname!r}: {len(out)} matching match(es)")
+    else:
+        trace.append(f"{name} serves host {request.hostname!r}: no match accepts the request")
+    return out
