@@ -248,7 +248,10 @@ def _gateway_status(res: Resources, gw: m.Gateway, graph: Graph) -> GatewayStatu
             conds.append(Condition("Conflicted", "False", "NoConflicts"))
         resolved = _listener_refs(res, gw, lst)
         conds.append(resolved)
-        ok = accepted and not conflicted and resolved.status == "True"
+        # InvalidRouteKinds leaves the listener serving (404 for everything,
+        # since no route can attach); broken certificates do not.
+        refs_ok = resolved.status == "True" or resolved.reason == "InvalidRouteKinds"
+        ok = accepted and not conflicted and refs_ok
         conds.append(
             Condition("Programmed", "True" if ok else "False", "Programmed" if ok else "Invalid")
         )

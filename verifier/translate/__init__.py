@@ -13,13 +13,20 @@ from dataclasses import dataclass, field
 
 from envoy_data_plane.envoy.config.cluster.v3 import Cluster
 from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
+from envoy_data_plane.envoy.config.route.v3 import (
+    DirectResponseAction,
+    Route,
+    RouteConfiguration,
+    RouteMatch,
+    VirtualHost,
+)
 
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.attach import AttachedRoute, Graph, ResolvedBackend
 from verifier.gatewayapi.resources import Resources
 from verifier.translate import clusters as cl
 from verifier.translate.listeners import build_listener
+from verifier.translate.names import https_route_config_name
 from verifier.translate.order import (
     host_covers,
     listener_serves,
@@ -87,45 +94,85 @@ def _owned_domains(
     return owners
 
 
+GwListener = tuple[m.Gateway, m.GatewayListener]
+
+
+def _vhost_routes(
+    domain: str,
+    owner: GwListener,
+    attached: list[AttachedRoute],
+    graph: Graph,
+    collector: _Clusters,
+) -> list[Route]:
+    gw, lst = owner
+    entries = []
+    for a in attached:
+        if a.gateway is not gw or a.listener is not lst:
+            continue
+        if not any(host_covers(h, domain) for h in a.hostnames):
+            continue
+        for rule in a.route.rules:
+            for i, match in enumerate(rule.matches):
+                key = route_key(a.hostnames, domain, a.route, rule, match, i)
+                entries.append((key, a, rule, match, i))
+    entries.sort(key=lambda e: e[0])
+    routes = []
+    for _key, a, rule, match, i in entries:
+        src = RouteSource(a.route, rule, match, i, lst.port, lst.protocol.lower())
+        rkey = (a.route.meta.namespace, a.route.meta.name)
+        backends = graph.backends.get((*rkey, rule.index), ())
+        mirrors = {p: b for (ns, n, p), b in graph.mirrors.items() if (ns, n) == rkey}
+        routes.append(build_route(src, backends, mirrors, collector.name_for))
+    return routes
+
+
+def _misdirected(domain: str) -> VirtualHost:
+    """Listener.hostname: if another Listener matches the Host better than the
+    one the SNI chose, "the Gateway SHOULD return a 421"."""
+    return VirtualHost(
+        name=f"misdirected/{domain}",
+        domains=[domain],
+        routes=[
+            Route(
+                name=f"misdirected/{domain}",
+                match=RouteMatch(prefix="/"),
+                direct_response=DirectResponseAction(status=421),
+            )
+        ],
+    )
+
+
 def _route_config(
-    port: int,
-    listeners: list[tuple[m.Gateway, m.GatewayListener]],
+    name: str,
+    listeners: list[GwListener],
+    serve: GwListener | None,
     graph: Graph,
     collector: _Clusters,
 ) -> RouteConfiguration:
+    """Virtual hosts of the listeners on one port; with ``serve`` (one HTTPS
+    listener's filter chain), only its hosts, other listeners' hosts answer 421."""
     keys = {(gw.meta.key, lst.name) for gw, lst in listeners}
     attached = [a for a in graph.attached if (a.gateway.meta.key, a.listener.name) in keys]
     owners = _owned_domains(listeners, attached)
     vhosts: list[VirtualHost] = []
     for domain in sorted(owners):
-        gw, lst = owners[domain]
-        entries = []
-        for a in attached:
-            if a.gateway is not gw or a.listener is not lst:
-                continue
-            if not any(host_covers(h, domain) for h in a.hostnames):
-                continue
-            for rule in a.route.rules:
-                for i, match in enumerate(rule.matches):
-                    key = route_key(a.hostnames, domain, a.route, rule, match, i)
-                    entries.append((key, a, rule, match, i))
-        entries.sort(key=lambda e: e[0])
-        routes = []
-        for _key, a, rule, match, i in entries:
-            src = RouteSource(a.route, rule, match, i, lst.port, lst.protocol.lower())
-            rkey = (a.route.meta.namespace, a.route.meta.name)
-            backends = graph.backends.get((*rkey, rule.index), ())
-            mirrors = {p: b for (ns, n, p), b in graph.mirrors.items() if (ns, n) == rkey}
-            routes.append(build_route(src, backends, mirrors, collector.name_for))
+        if serve is not None and owners[domain] != serve:
+            continue
+        routes = _vhost_routes(domain, owners[domain], attached, graph, collector)
         if routes:
             vhosts.append(VirtualHost(name=domain, domains=[domain], routes=routes))
+    if serve is not None:
+        taken = {d for vh in vhosts for d in vh.domains}
+        others = sorted({lst.hostname or "*" for gl in listeners if gl != serve for lst in [gl[1]]})
+        own = serve[1].hostname or "*"
+        vhosts += [_misdirected(d) for d in others if d not in taken and d != own]
     # Invalid-backend shares point at a cluster that is deliberately absent.
     # Spec (HTTPRoute hostnames): "Implementations MUST ignore any port value
     # specified in the HTTP Host header while performing a match and ... MUST
     # forward this header unmodified to the backend." strip_any_host_port would
     # rewrite the forwarded Host; ignore_port_in_host_matching does not.
     return RouteConfiguration(
-        name=f"edge-{port}",
+        name=name,
         virtual_hosts=vhosts,
         validate_clusters=False,
         ignore_port_in_host_matching=True,
@@ -144,8 +191,14 @@ def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None
     listeners = []
     route_configs = []
     for port in sorted(by_port):
-        route_configs.append(_route_config(port, by_port[port], graph, collector))
-        listeners.append(build_listener(port, by_port[port], res))
+        on_port = by_port[port]
+        if any(lst.protocol == "HTTP" for _, lst in on_port):
+            route_configs.append(_route_config(f"edge-{port}", on_port, None, graph, collector))
+        for gw, lst in on_port:
+            if lst.protocol == "HTTPS":
+                name = https_route_config_name(port, gw, lst)
+                route_configs.append(_route_config(name, on_port, (gw, lst), graph, collector))
+        listeners.append(build_listener(port, on_port, res))
     return Snapshot(
         clusters=tuple(collector.clusters[k] for k in sorted(collector.clusters)),
         endpoints=tuple(collector.endpoints[k] for k in sorted(collector.endpoints)),

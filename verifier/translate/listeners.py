@@ -19,9 +19,11 @@ from envoy_data_plane.envoy.config.listener.v3 import (
     FilterChain,
     FilterChainMatch,
     Listener,
+    ListenerFilter,
 )
 from envoy_data_plane.envoy.extensions.filters.http.cors.v3 import Cors
 from envoy_data_plane.envoy.extensions.filters.http.router.v3 import Router
+from envoy_data_plane.envoy.extensions.filters.listener.tls_inspector.v3 import TlsInspector
 from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
     HttpConnectionManager,
     HttpConnectionManagerCodecType,
@@ -39,16 +41,18 @@ from envoy_data_plane.google.protobuf import Any
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.translate.clusters import ads
+from verifier.translate.names import https_route_config_name
 from verifier.translate.routes import CORS_FILTER
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
+TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
 
 
-def _hcm(port: int, https: bool) -> HttpConnectionManager:
+def _hcm(port: int, route_config: str) -> HttpConnectionManager:
     return HttpConnectionManager(
-        stat_prefix=f"edge-{port}{'-tls' if https else ''}",
+        stat_prefix=route_config,
         codec_type=HttpConnectionManagerCodecType.AUTO,
-        rds=Rds(config_source=ads(), route_config_name=f"edge-{port}"),
+        rds=Rds(config_source=ads(), route_config_name=route_config),
         http_filters=[
             HttpFilter(name=CORS_FILTER, typed_config=Any.pack(Cors())),
             HttpFilter(name="envoy.filters.http.router", typed_config=Any.pack(Router())),
@@ -62,8 +66,8 @@ def _hcm(port: int, https: bool) -> HttpConnectionManager:
     )
 
 
-def _hcm_filter(port: int, https: bool) -> Filter:
-    return Filter(name=HCM_FILTER, typed_config=Any.pack(_hcm(port, https)))
+def _hcm_filter(port: int, route_config: str) -> Filter:
+    return Filter(name=HCM_FILTER, typed_config=Any.pack(_hcm(port, route_config)))
 
 
 def _tls_context(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> DownstreamTlsContext:
@@ -89,7 +93,9 @@ def build_listener(
 ) -> Listener:
     chains: list[FilterChain] = []
     if any(lst.protocol == "HTTP" for _, lst in listeners):
-        chains.append(FilterChain(name=f"edge-{port}-http", filters=[_hcm_filter(port, False)]))
+        chains.append(
+            FilterChain(name=f"edge-{port}-http", filters=[_hcm_filter(port, f"edge-{port}")])
+        )
     seen_sni: set[str | None] = set()
     for gw, lst in listeners:
         if lst.protocol != "HTTPS" or lst.hostname in seen_sni:
@@ -105,11 +111,17 @@ def build_listener(
                 transport_socket=TransportSocket(
                     name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
                 ),
-                filters=[_hcm_filter(port, True)],
+                filters=[_hcm_filter(port, https_route_config_name(port, gw, lst))],
             )
         )
+    terminates_tls = any(c.transport_socket is not None for c in chains)
     return Listener(
         name=f"edge-{port}",
         address=Address(socket_address=SocketAddress(address="0.0.0.0", port_value=port)),
         filter_chains=chains,
+        # SNI is only known to filter chain matching once the TLS inspector has
+        # read the ClientHello; without it `server_names` never match.
+        listener_filters=[ListenerFilter(name=TLS_INSPECTOR, typed_config=Any.pack(TlsInspector()))]
+        if terminates_tls
+        else [],
     )
