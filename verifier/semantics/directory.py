@@ -1,0 +1,203 @@
+"""Who is behind an address: from what a cluster dials to a Kubernetes Service port.
+
+The Envoy model speaks of Services (as the spec model does), while xDS speaks of
+hostnames and IPs. This directory is the Kubernetes side of that translation and
+knows nothing of xDS or of any translator's naming: a DNS name
+``<svc>.<ns>.svc.cluster.local`` (or ``<svc>.<ns>.svc``, ``<svc>.<ns>``) is the
+Service's port; an IP is a Service's clusterIP or a ready endpoint of one of its
+EndpointSlices (dialled on the targetPort, or on the mesh port 15008 when the
+workload is reached through its mesh tunnel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from verifier.gatewayapi.resources import Resources
+
+MESH_PORT = 15008
+CLUSTER_DOMAIN_SUFFIXES = (".svc.cluster.local", ".svc", "")
+
+
+@dataclass(frozen=True, order=True)
+class ServicePortRef:
+    namespace: str
+    service: str
+    port: int
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    port: int
+    target_port: str  # a number or a container port name
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    namespace: str
+    name: str
+    cluster_ip: str | None
+    ports: tuple[PortSpec, ...]
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    namespace: str
+    service: str
+    addresses: tuple[str, ...]
+    ports: tuple[tuple[str, int], ...]  # (name, port)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The Service port behind a cluster's targets, or why there is none."""
+
+    target: ServicePortRef | None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class BackendDirectory:
+    services: dict[tuple[str, str], ServiceSpec] = field(default_factory=dict)
+    _by_ip: dict[tuple[str, int], set[ServicePortRef]] = field(default_factory=dict)
+    _pods: dict[str, set[tuple[str, str]]] = field(default_factory=dict)  # ip -> services
+
+    @classmethod
+    def build(
+        cls, services: Iterable[ServiceSpec], slices: Iterable[SliceSpec]
+    ) -> BackendDirectory:
+        d = cls()
+        for s in services:
+            d.services[(s.namespace, s.name)] = s
+            if s.cluster_ip and s.cluster_ip != "None":
+                for p in s.ports:
+                    d._by_ip.setdefault((s.cluster_ip, p.port), set()).add(
+                        ServicePortRef(s.namespace, s.name, p.port)
+                    )
+        for sl in slices:
+            svc = d.services.get((sl.namespace, sl.service))
+            if svc is None:
+                continue
+            for addr in sl.addresses:
+                d._pods.setdefault(addr, set()).add((sl.namespace, sl.service))
+                for p in svc.ports:
+                    for name, number in sl.ports:
+                        if (
+                            p.target_port == str(number)
+                            or (p.name == name and bool(name))
+                            or (p.target_port == name and bool(name))
+                        ):
+                            d._by_ip.setdefault((addr, number), set()).add(
+                                ServicePortRef(sl.namespace, sl.service, p.port)
+                            )
+        return d
+
+    def by_dns(self, host: str, port: int) -> ServicePortRef | None:
+        """``<svc>.<ns>[.svc[.cluster.local]]`` on one of the Service's ports."""
+        h = host.lower().rstrip(".")
+        for suffix in CLUSTER_DOMAIN_SUFFIXES:
+            if suffix and not h.endswith(suffix):
+                continue
+            stem = h[: len(h) - len(suffix)] if suffix else h
+            parts = stem.split(".")
+            if len(parts) != 2:
+                continue
+            svc = self.services.get((parts[1], parts[0]))
+            if svc is not None and any(p.port == port for p in svc.ports):
+                return ServicePortRef(svc.namespace, svc.name, port)
+        return None
+
+    def by_ip(self, ip: str, port: int) -> set[ServicePortRef]:
+        return self._by_ip.get((ip, port), set())
+
+    def mesh_services(self, ip: str) -> set[tuple[str, str]]:
+        return self._pods.get(ip, set())
+
+    def resolve(
+        self,
+        targets: Sequence[tuple[str, int]],
+        *,
+        dns: bool,
+        identity_namespace: str | None = None,
+        sni: str | None = None,
+    ) -> Resolution:
+        """The one Service port that every target belongs to."""
+        if not targets:
+            return Resolution(None, ("the cluster has no endpoints",))
+        found: set[ServicePortRef] | None = None
+        notes: list[str] = []
+        for host, port in targets:
+            refs = self._target(host, port, dns, identity_namespace, sni, notes)
+            found = refs if found is None else found & refs
+        if not found:
+            notes.append("its endpoints are no single Kubernetes Service port")
+            return Resolution(None, tuple(notes))
+        ordered = sorted(found)
+        if len(ordered) > 1:
+            notes.append(
+                "its endpoints fit several Service ports ("
+                + ", ".join(f"{r.namespace}/{r.service}:{r.port}" for r in ordered)
+                + f"); taking {ordered[0].namespace}/{ordered[0].service}:{ordered[0].port}"
+            )
+        return Resolution(ordered[0], tuple(notes))
+
+    def _target(
+        self,
+        host: str,
+        port: int,
+        dns: bool,
+        identity_namespace: str | None,
+        sni: str | None,
+        notes: list[str],
+    ) -> set[ServicePortRef]:
+        if dns:
+            ref = self.by_dns(host, port)
+            if ref is not None:
+                return {ref}
+        refs = set(self.by_ip(host, port))
+        if refs or port != MESH_PORT:
+            return refs
+        # The mesh port carries every Service port of the workload; which one is meant
+        # is the tunnel's business, so narrow by the identities the cluster insists on.
+        services = {
+            s
+            for s in self.mesh_services(host)
+            if identity_namespace is None or s[0] == identity_namespace
+        }
+        if sni is not None:
+            named = {s for s in services if self._sni_names(sni, s)}
+            services = named or services
+        out: set[ServicePortRef] = set()
+        for ns, name in services:
+            ports = self.services[(ns, name)].ports
+            if len(ports) > 1:
+                notes.append(
+                    f"{ns}/{name} has {len(ports)} ports and the mesh port does not say which"
+                )
+            out |= {ServicePortRef(ns, name, p.port) for p in ports[:1]}
+        return out
+
+    @staticmethod
+    def _sni_names(sni: str, service: tuple[str, str]) -> bool:
+        stem = f"{service[1]}.{service[0]}"
+        return sni.lower().rstrip(".") in {stem + s for s in CLUSTER_DOMAIN_SUFFIXES}
+
+
+def backend_directory_from(res: Resources) -> BackendDirectory:
+    """Services and EndpointSlices of ``res``, as the cluster's DNS and kube-proxy see them."""
+    services = [
+        ServiceSpec(
+            s.meta.namespace,
+            s.meta.name,
+            s.cluster_ip,
+            tuple(PortSpec(p.port, p.target_port, p.name) for p in s.ports),
+        )
+        for s in res.services.values()
+    ]
+    slices = [
+        SliceSpec(s.meta.namespace, s.service_name, s.addresses, s.ports)
+        for s in res.endpoint_slices.values()
+    ]
+    return BackendDirectory.build(services, slices)
