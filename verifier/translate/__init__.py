@@ -33,7 +33,7 @@ from verifier.translate.order import (
     listener_specificity,
     route_key,
 )
-from verifier.translate.routes import RouteSource, build_route
+from verifier.translate.routes import RouteSource, build_route, cors_preflight_guard
 from verifier.xds.snapshot import Snapshot
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
@@ -122,7 +122,11 @@ def _vhost_routes(
         rkey = (a.route.meta.namespace, a.route.meta.name)
         backends = graph.backends.get((*rkey, rule.index), ())
         mirrors = {p: b for (ns, n, p), b in graph.mirrors.items() if (ns, n) == rkey}
-        routes.append(build_route(src, backends, mirrors, collector.name_for))
+        route = build_route(src, backends, mirrors, collector.name_for)
+        guard = cors_preflight_guard(route, rule)
+        if guard is not None:
+            routes.append(guard)
+        routes.append(route)
     return routes
 
 

@@ -7,6 +7,7 @@ module only has to make each route behave like its Gateway API rule.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,19 +168,24 @@ def _path_rewrite(
     if modifier.type == "ReplaceFullPath":
         full = modifier.replace_full_path or "/"
         return full, None, None
-    replacement = modifier.replace_prefix_match or "/"
+    # HTTPPathModifier's table: with P the matched prefix and R the new prefix,
+    # both without a trailing slash, path P+rest becomes R+rest, or "/" when
+    # that is empty (/foo/bar -> /xyz/bar; /foo/ -> /xyz/; /foo -> /xyz;
+    # R empty: /foo/bar -> /bar, /foo -> /).
+    new = (modifier.replace_prefix_match or "").rstrip("/")
     prefix = _prefix_base(match.path.value)
-    if replacement.endswith("/") or prefix == "/":
-        # `/foo` -> `/`: a plain prefix swap would give `//bar`; eat the
-        # separator too so `/foo/bar` becomes `/bar` and `/foo` becomes `/`.
-        base = replacement if replacement.endswith("/") else replacement + "/"
-        pattern = "^/" if prefix == "/" else "^" + re2.escape(prefix) + "(/|$)"
-        return (
-            None,
-            None,
-            RegexMatchAndSubstitute(pattern=RegexMatcher(regex=pattern), substitution=base),
-        )
-    return None, replacement, None
+    if prefix == "/":
+        # Every path starts with "/": keep it as the separator after R.
+        if not new:
+            return None, None, None
+        rewrite = RegexMatchAndSubstitute(pattern=RegexMatcher(regex="^/"), substitution=new + "/")
+        return None, None, rewrite
+    if not new:
+        pattern = "^" + re2.escape(prefix) + "/?"
+        rewrite = RegexMatchAndSubstitute(pattern=RegexMatcher(regex=pattern), substitution="/")
+        return None, None, rewrite
+    # path_separated_prefix guarantees P is followed by "/" or the end.
+    return None, new, None
 
 
 def _redirect(redirect: m.Redirect, src: RouteSource) -> RedirectAction:
@@ -227,17 +233,18 @@ def _fraction(mirror: m.Mirror) -> RuntimeFractionalPercent | None:
     return RuntimeFractionalPercent(default_value=pct)
 
 
+def _origin_pattern(origin: str) -> str:
+    """`https://*.example.com`: "`*` is a greedy match to the _left_"."""
+    return ".*" if origin == "*" else re2.escape(origin).replace(re2.escape("*"), "[^/]+")
+
+
 def _cors(cors: m.Cors) -> CorsPolicy:
-    origins = []
-    for o in cors.allow_origins:
-        if o == "*":
-            origins.append(StringMatcher(safe_regex=RegexMatcher(regex=".*")))
-        elif "*" in o:
-            # `https://*.example.com`: the wildcard stands for one or more labels.
-            pattern = re2.escape(o).replace(re2.escape("*"), "[^/]+")
-            origins.append(StringMatcher(safe_regex=RegexMatcher(regex=pattern)))
-        else:
-            origins.append(StringMatcher(exact=o))
+    origins = [
+        StringMatcher(exact=o)
+        if "*" not in o
+        else StringMatcher(safe_regex=RegexMatcher(regex=_origin_pattern(o)))
+        for o in cors.allow_origins
+    ]
     policy = CorsPolicy(
         allow_origin_string_match=origins,
         allow_methods=",".join(cors.allow_methods),
@@ -369,3 +376,49 @@ def _apply_rule_to_action(
         )
         if rule.request_timeout is None:
             action.timeout = duration(rule.backend_request_timeout)
+
+
+def cors_preflight_guard(route: Route, rule: m.RouteRule) -> Route | None:
+    """A route answering preflights from origins the CORS filter does not allow.
+
+    HTTPCORSFilter: "If the request `Origin` does not match the configured
+    allowed origins, the gateway returns 204/200 response but doesn't set the
+    relevant cross-origin response headers." Envoy's CORS filter forwards such
+    preflights to the backend, or (forward_not_matching_preflights: false)
+    answers them itself but still adds Access-Control-Allow-Credentials (seen on
+    Envoy 1.40), so the edge answers them with this route, placed just before
+    the rule's own route: it only takes requests that route would have taken.
+    """
+    cors = next((f.cors for f in rule.filters if f.cors is not None), None)
+    if cors is None or "*" in cors.allow_origins:
+        return None
+    guard = copy.deepcopy(route)
+    guard.name = f"{route.name}/cors-preflight-denied"
+    origin = (
+        HeaderMatcher(
+            name="origin",
+            string_match=StringMatcher(
+                safe_regex=RegexMatcher(
+                    regex="|".join(f"(?:{_origin_pattern(o)})" for o in cors.allow_origins)
+                )
+            ),
+            invert_match=True,
+        )
+        if cors.allow_origins
+        else HeaderMatcher(name="origin", present_match=True)
+    )
+    match = guard.match or RouteMatch()
+    guard.match = match
+    match.headers = [
+        *match.headers,
+        HeaderMatcher(name=":method", string_match=StringMatcher(exact="OPTIONS")),
+        HeaderMatcher(name="access-control-request-method", present_match=True),
+        origin,
+    ]
+    guard.route = None
+    guard.redirect = None
+    guard.direct_response = DirectResponseAction(status=200)
+    guard.typed_per_filter_config = {}
+    guard.request_headers_to_add = []
+    guard.request_headers_to_remove = []
+    return guard
