@@ -24,6 +24,7 @@ from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.report import status as report
 
 EXIT_OK = 0
+EXIT_FINDINGS = 1
 EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line
 DEFAULT_TRUST_DOMAIN = "cluster.local"
 
@@ -107,6 +108,101 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_input_errors(errors: Sequence[InputError], prefix: str = "") -> None:
+    for err in errors:
+        print(f"{prefix}{err}", file=sys.stderr)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Check the xDS against the spec, scenario by scenario; exit 1 on findings."""
+    from verifier import pipeline
+    from verifier.report import findings_json, junit, sarif, text
+    from verifier.rules import RULES
+
+    opts = pipeline.CheckOptions(
+        xds=args.xds,
+        translator=args.translator,
+        profile=args.profile,
+        controller_name=args.controller_name,
+        trust_domain=args.trust_domain,
+        mesh_registry=args.mesh_registry,
+        cases=tuple(args.cases or ()),
+    )
+    console = Console(stderr=True)
+    show_progress = sys.stderr.isatty()
+
+    def progress(i: int, n: int, r: pipeline.ScenarioResult) -> None:
+        if show_progress and n > 1:
+            state = "input errors" if r.input_errors else f"{len(r.findings)} findings"
+            console.print(f"[{i}/{n}] {r.scenario.name}: {state}", highlight=False)
+
+    results = pipeline.check_all(args.paths, opts, RULES, progress)
+    bad_input = [e for r in results for e in r.input_errors]
+    for r in results:
+        prefix = f"{r.scenario.name}: " if len(results) > 1 else ""
+        for w in r.warnings:
+            print(f"warning: {prefix}{w}", file=sys.stderr)
+        _print_input_errors(r.input_errors, prefix)
+    findings = [f for r in results for f in r.findings]
+    summary = pipeline.summary(results)
+    if args.format == "json":
+        out = findings_json.render(findings, summary)
+    elif args.format == "junit":
+        out = junit.render([(r.scenario.name, r.ran, r.skipped, r.findings) for r in results])
+    elif args.format == "sarif":
+        out = sarif.render(findings, RULES, _version())
+    else:
+        out = text.render(findings, summary)
+    _write(out, args.output)
+    if bad_input:
+        n = len(bad_input)
+        print(f"edge-verify: {n} input error{'s' if n != 1 else ''}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    levels = ("error",) if args.fail_on == "error" else ("error", "warning")
+    return EXIT_FINDINGS if any(f.severity in levels for f in findings) else EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Print both models' traces and outcomes for a request or a cases table."""
+    import json
+
+    from verifier import explain, pipeline
+    from verifier.check import Context
+
+    if not args.request and not args.cases:
+        raise InputErrors([InputError("explain", 0, "", "required", "give --request or --cases")])
+    opts = pipeline.CheckOptions(
+        xds=args.xds, controller_name=args.controller_name, trust_domain=args.trust_domain
+    )
+    res = load_resources(args.paths)
+    _warn(res)
+    if args.xds:
+        snapshot, notes = pipeline.file_snapshot(args.xds)
+        for note in notes:
+            print(f"warning: {note}", file=sys.stderr)
+    else:
+        snapshot = pipeline.reference_snapshot(res, opts, args.mesh_registry)
+    ctx = Context(res, snapshot, controller_name=args.controller_name)
+    if args.cases:
+        cases, _ = pipeline.load_cases(args.cases)
+        cases = pipeline._with_ports(res, cases, args.cases)
+        results = [explain.explain_case(ctx, c) for c in cases]
+        if args.format == "json":
+            out = json.dumps([r.to_json() for r in results], indent=2, sort_keys=True)
+        else:
+            out = "\n".join(explain.render_text(r) for r in results)
+        _write(out, None)
+        return EXIT_OK
+    request = explain.parse_request(args.request, args.header or [])
+    gateway = explain.pick_gateway(res, args.controller_name, request.port, args.gateway)
+    result = explain.explain_request(ctx, gateway, request)
+    if args.format == "json":
+        _write(json.dumps(result.to_json(), indent=2, sort_keys=True), None)
+    else:
+        _write(explain.render_text(result), None)
+    return EXIT_OK
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "paths",
@@ -127,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="edge-verify",
         description="Translate Kubernetes Gateway API resources into the Envoy xDS "
         "the aether edge proxy serves, and report their status.",
-        epilog="Exit codes: 0 success, 2 bad input or bad command line.",
+        epilog="Exit codes: 0 success, 1 findings (check), 2 bad input or bad command line.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -166,6 +262,56 @@ def build_parser() -> argparse.ArgumentParser:
         help="text: one line per condition (default); yaml: the status stanzas",
     )
     st.set_defaults(run=cmd_status)
+
+    ck = sub.add_parser(
+        "check",
+        help="check the xDS against the Gateway API spec",
+        description="Check that the xDS (from the reference translator, --xds or "
+        "--translator) does what the Gateway API spec says. A directory laid out "
+        "like fixtures/ (base/ plus scenario folders) is checked scenario by scenario.",
+        epilog="Exit codes: 0 clean, 1 findings at or above --fail-on, 2 bad input.",
+    )
+    _add_common(ck)
+    source = ck.add_mutually_exclusive_group()
+    source.add_argument(
+        "--xds", metavar="FILE", help="config_dump, per-type directory or DiscoveryResponses"
+    )
+    source.add_argument(
+        "--translator",
+        metavar="CMD",
+        help="external translator: run as CMD PATH...; it prints a config_dump",
+    )
+    ck.add_argument("--profile", default="aether-edge", choices=("aether-edge", "gateway-api"))
+    ck.add_argument("--format", default="text", choices=("text", "json", "junit", "sarif"))
+    ck.add_argument(
+        "-o", "--output", metavar="FILE", help="write the report here instead of stdout"
+    )
+    ck.add_argument("--fail-on", default="error", choices=("error", "warning"))
+    ck.add_argument("--cases", action="append", metavar="FILE", help="replay a cases.yaml table")
+    ck.add_argument("--trust-domain", default=DEFAULT_TRUST_DOMAIN, metavar="TD")
+    ck.add_argument("--mesh-registry", metavar="FILE")
+    ck.set_defaults(run=cmd_check)
+
+    ex = sub.add_parser(
+        "explain",
+        help="show both models' traces for a request",
+        description="Show what the spec model and the Envoy model do with a request "
+        "(or every case of a cases table), step by step, and whether they agree.",
+    )
+    _add_common(ex)
+    ex.add_argument(
+        "--request", metavar="'METHOD URL'", help="e.g. 'GET http://foo.example/v2?x=1'"
+    )
+    ex.add_argument("-H", "--header", action="append", metavar="'Name: value'")
+    ex.add_argument("--cases", metavar="FILE", help="explain every case of a cases.yaml")
+    ex.add_argument("--gateway", metavar="NS/NAME", help="the Gateway the request is sent to")
+    ex.add_argument(
+        "--xds", metavar="FILE", help="judge this xDS instead of the reference translation"
+    )
+    ex.add_argument("--format", default="text", choices=("text", "json"))
+    ex.add_argument("--trust-domain", default=DEFAULT_TRUST_DOMAIN, metavar="TD")
+    ex.add_argument("--mesh-registry", metavar="FILE")
+    ex.set_defaults(run=cmd_explain)
     return parser
 
 

@@ -1,0 +1,185 @@
+"""What the Gateway API spec says the edge must serve, computed here from the resources.
+
+Written from the spec text, independently of the reference controller, so the
+structural rules do not inherit its decisions. Deliberately light and conservative: a
+listener the spec lets an implementation leave unprogrammed (bad certificateRefs,
+conflicts, unsupported kinds) is "maybe", and what attaches to it is allowed but never
+required.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verifier.gatewayapi import model as m
+from verifier.gatewayapi.resources import Resources
+
+# HTTPRouteFilterType: the Core and Extended filters every conformant implementation
+# knows; a route using anything else may legitimately be refused (UnsupportedValue).
+STANDARD_FILTERS = frozenset(
+    {
+        "RequestHeaderModifier",
+        "ResponseHeaderModifier",
+        "RequestRedirect",
+        "URLRewrite",
+        "RequestMirror",
+        "CORS",
+    }
+)
+HTTP_PROTOCOLS = ("HTTP", "HTTPS")
+
+
+def our_gateways(res: Resources, controller: str) -> list[m.Gateway]:
+    classes = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller}
+    return [res.gateways[k] for k in sorted(res.gateways) if res.gateways[k].class_name in classes]
+
+
+def _granted(res: Resources, gw: m.Gateway, ns: str, name: str) -> bool:
+    """ReferenceGrant in the Secret's namespace naming Gateways of ``gw``'s namespace."""
+    for grant in res.reference_grants.values():
+        if grant.meta.namespace != ns:
+            continue
+        if any(k == "Gateway" and f == gw.meta.namespace for _g, k, f in grant.from_) and any(
+            k == "Secret" and g == "" and n in (None, name) for g, k, n in grant.to
+        ):
+            return True
+    return False
+
+
+def _certs_ok(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> bool:
+    if not lst.certificate_refs or lst.tls_mode not in (None, "Terminate"):
+        return False
+    for ref in lst.certificate_refs:
+        ns = ref.namespace or gw.meta.namespace
+        secret = res.secrets.get((ns, ref.name))
+        if ref.group or ref.kind != "Secret" or secret is None or not secret.cert_pem:
+            return False
+        if secret.type != "kubernetes.io/tls":
+            return False
+        if ns != gw.meta.namespace and not _granted(res, gw, ns, ref.name):
+            return False
+    return True
+
+
+def listener_state(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> str:
+    """``ready`` (must be programmed), ``maybe``, or ``ignored`` (not HTTP at all)."""
+    if lst.protocol not in HTTP_PROTOCOLS:
+        return "ignored"
+    peers = [p for p in gw.listeners if p.port == lst.port]
+    # Listener conflicts: same port with another protocol, or same protocol and hostname.
+    if any(p.protocol != lst.protocol for p in peers) or any(
+        p is not lst and p.protocol == lst.protocol and p.hostname == lst.hostname for p in peers
+    ):
+        return "maybe"
+    if any((k.group, k.kind) != (m.GATEWAY_GROUP, "HTTPRoute") for k in lst.allowed_kinds):
+        return "maybe"
+    if lst.protocol == "HTTPS" and not _certs_ok(res, gw, lst):
+        return "maybe"
+    return "ready"
+
+
+def _selector_matches(sel: m.LabelSelector, labels: dict[str, str]) -> bool:
+    ops = {
+        "In": lambda k, vs: k in labels and labels[k] in vs,
+        "NotIn": lambda k, vs: k not in labels or labels[k] not in vs,
+        "Exists": lambda k, vs: k in labels,
+        "DoesNotExist": lambda k, vs: k not in labels,
+    }
+    return all(labels.get(k) == v for k, v in sel.match_labels) and all(
+        ops.get(op, lambda k, vs: False)(key, values) for key, op, values in sel.match_expressions
+    )
+
+
+def _namespace_allowed(res: Resources, gw: m.Gateway, lst: m.GatewayListener, ns: str) -> bool:
+    """AllowedRoutes.namespaces.from: All, Same (the default), Selector, None."""
+    if lst.allowed_from == "All":
+        return True
+    if lst.allowed_from == "Selector":
+        sel = lst.allowed_selector
+        return sel is not None and _selector_matches(sel, res.namespace_labels(ns))
+    return lst.allowed_from == "Same" and ns == gw.meta.namespace
+
+
+def _wild_covers(wild: str, host: str) -> bool:
+    """ "`*.example.com` would match both `test.example.com`, and `foo.test.example.com`,
+    but not `example.com`" (Hostname): a wildcard label stands for one or more labels."""
+    return host.endswith(wild[1:]) and len(host) > len(wild) - 1
+
+
+def intersect(listener: str | None, route: tuple[str, ...]) -> tuple[str, ...]:
+    """The hostnames a route serves on a listener (HTTPRouteSpec.hostnames, GEP-713)."""
+    if not route:
+        return (listener.lower() if listener else "*",)
+    if listener is None:
+        return tuple(h.lower() for h in route)
+    lis = listener.lower()
+    out: list[str] = []
+    for host in (h.lower() for h in route):
+        if host == lis or (lis.startswith("*.") and _wild_covers(lis, host)):
+            out.append(host)
+        elif host.startswith("*.") and _wild_covers(host, lis):
+            out.append(lis)
+    return tuple(dict.fromkeys(out))
+
+
+def _attaches(ref: m.ParentRef, gw: m.Gateway, lst: m.GatewayListener) -> bool:
+    return (
+        (ref.group, ref.kind) == (m.GATEWAY_GROUP, "Gateway")
+        and (ref.namespace, ref.name) == gw.meta.key
+        and ref.section_name in (None, lst.name)
+        and ref.port in (None, lst.port)
+    )
+
+
+def _standard(route: m.HTTPRoute) -> bool:
+    filters = [f for r in route.rules for f in r.filters] + [
+        f for r in route.rules for b in r.backend_refs for f in b.filters
+    ]
+    return all(f.type in STANDARD_FILTERS for f in filters)
+
+
+@dataclass
+class Served:
+    """Hostnames the spec makes a port serve: ``required`` surely, ``allowed`` at most."""
+
+    required: set[str] = field(default_factory=set)
+    allowed: set[str] = field(default_factory=set)
+    listeners: list[tuple[m.Gateway, m.GatewayListener]] = field(default_factory=list)
+
+
+def served_hostnames(res: Resources, controller: str) -> dict[int, Served]:
+    out: dict[int, Served] = {}
+    for gw in our_gateways(res, controller):
+        for lst in gw.listeners:
+            state = listener_state(res, gw, lst)
+            if state == "ignored":
+                continue
+            served = out.setdefault(lst.port, Served())
+            served.listeners.append((gw, lst))
+            for route in res.httproutes.values():
+                if not any(_attaches(p, gw, lst) for p in route.parent_refs):
+                    continue
+                if not _namespace_allowed(res, gw, lst, route.meta.namespace):
+                    continue
+                hosts = intersect(lst.hostname, route.hostnames)
+                served.allowed.update(hosts)
+                if state == "ready" and _standard(route):
+                    served.required.update(hosts)
+    return out
+
+
+def is_mesh(res: Resources, ns: str, name: str, registry: frozenset[tuple[str, str]]) -> bool:
+    """aether: a namespace labelled ``aether.io/managed: "true"``, or the mesh registry."""
+    return res.namespace_labels(ns).get("aether.io/managed") == "true" or (ns, name) in registry
+
+
+def service_accounts(res: Resources, svc: m.Service) -> set[str]:
+    """The ServiceAccounts of the workloads whose pods the Service selects; else default."""
+    found = {
+        wl.service_account
+        for (_kind, ns, _name), wl in res.workloads.items()
+        if ns == svc.meta.namespace
+        and svc.selector
+        and all(dict(wl.pod_labels).get(k) == v for k, v in svc.selector)
+    }
+    return found or {"default"}

@@ -1,0 +1,227 @@
+"""Walking a snapshot as Envoy reads it: listeners, their HCMs, route configurations, routes.
+
+Shared by the structural rules. Nothing here reads resource names for meaning: a route
+configuration is found through the HCMs that use it (RDS or inline), a cluster through
+the route fields that name it. Paths are ``xds_path`` strings in the form
+``routes[<rc>].virtual_hosts[<vh>].routes[<i>]`` used by every finding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import betterproto2
+from envoy_data_plane.envoy.config.listener.v3 import Listener
+from envoy_data_plane.envoy.config.route.v3 import (
+    Route,
+    RouteAction,
+    RouteActionRequestMirrorPolicy,
+    RouteConfiguration,
+    VirtualHost,
+)
+from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    HttpConnectionManager,
+)
+from envoy_data_plane.google.protobuf import Any as PbAny
+
+from verifier.check import Context
+from verifier.gatewayapi.load import Location
+from verifier.xds.codec import XdsLoadError, unpack_any
+from verifier.xds.snapshot import Snapshot
+
+ROUTE_METADATA = "aether.io/route"
+
+
+@dataclass(frozen=True)
+class RouteRef:
+    config: RouteConfiguration
+    vhost: VirtualHost
+    index: int
+    route: Route
+    path: str
+
+    @property
+    def label(self) -> str:
+        return self.route.name or self.path
+
+
+def unpack(value: PbAny | None) -> betterproto2.Message | None:
+    if value is None or not value.type_url:
+        return None
+    try:
+        return unpack_any(value)
+    except (XdsLoadError, ValueError):
+        return None
+
+
+def hcms(listener: Listener) -> Iterator[tuple[str, HttpConnectionManager]]:
+    """Every HTTP connection manager of a listener, with its path."""
+    base = f"listeners[{listener.name}]"
+    chains = [(f"{base}.filter_chains[{i}]", c) for i, c in enumerate(listener.filter_chains)]
+    if listener.default_filter_chain is not None:
+        chains.append((f"{base}.default_filter_chain", listener.default_filter_chain))
+    for path, chain in chains:
+        for j, f in enumerate(chain.filters):
+            hcm = unpack(f.typed_config)
+            if isinstance(hcm, HttpConnectionManager):
+                yield f"{path}.filters[{j}]", hcm
+
+
+def route_configs(snap: Snapshot) -> list[tuple[str, RouteConfiguration]]:
+    """RDS route configurations, then those inlined in listeners, with their paths."""
+    out = [(f"routes[{rc.name}]", rc) for rc in snap.routes]
+    for listener in snap.listeners:
+        for path, hcm in hcms(listener):
+            inline = betterproto2.which_one_of(hcm, "route_specifier")[0] == "route_config"
+            if inline and hcm.route_config is not None:
+                out.append((f"{path}.route_config", hcm.route_config))
+    return out
+
+
+def routes(snap: Snapshot) -> Iterator[RouteRef]:
+    for base, rc in route_configs(snap):
+        for vh in rc.virtual_hosts:
+            for i, route in enumerate(vh.routes):
+                yield RouteRef(rc, vh, i, route, f"{base}.virtual_hosts[{vh.name}].routes[{i}]")
+
+
+def action(route: Route) -> RouteAction | None:
+    kind, value = betterproto2.which_one_of(route, "action")
+    return value if kind == "route" and isinstance(value, RouteAction) else None
+
+
+def forward_clusters(act: RouteAction) -> list[tuple[str, str]]:
+    """(cluster, field) pairs a route action forwards to; mirrors excluded."""
+    kind, _ = betterproto2.which_one_of(act, "cluster_specifier")
+    if kind == "cluster":
+        return [(act.cluster or "", "route.cluster")]
+    if kind == "weighted_clusters" and act.weighted_clusters is not None:
+        return [
+            (c.name, f"route.weighted_clusters.clusters[{i}]")
+            for i, c in enumerate(act.weighted_clusters.clusters)
+            if c.name
+        ]
+    return []
+
+
+def mirror_clusters(
+    policies: list[RouteActionRequestMirrorPolicy], field: str
+) -> list[tuple[str, str]]:
+    return [(p.cluster, f"{field}[{i}]") for i, p in enumerate(policies) if p.cluster]
+
+
+def dynamic_cluster_choice(snap: Snapshot) -> bool:
+    """True when some route picks its cluster at request time (header, plugin)."""
+    for ref in routes(snap):
+        act = action(ref.route)
+        if act is None:
+            continue
+        kind, _ = betterproto2.which_one_of(act, "cluster_specifier")
+        weighted = act.weighted_clusters.clusters if act.weighted_clusters else []
+        if kind not in ("", "cluster", "weighted_clusters") or any(
+            c.cluster_header for c in weighted
+        ):
+            return True
+        if any(p.cluster_header for p in act.request_mirror_policies):
+            return True
+    return False
+
+
+def messages(msg: betterproto2.Message, path: str) -> Iterator[tuple[str, betterproto2.Message]]:
+    """Every message nested in ``msg`` (``Any`` unpacked), depth first, with its path."""
+    yield path, msg
+    for f in dataclasses.fields(cast(Any, msg)):
+        value = getattr(msg, f.name, None)
+        if isinstance(value, list):
+            items = list(enumerate(value))
+            named = f.name == "virtual_hosts"
+            for i, item in items:
+                key = item.name if named else i
+                yield from _nested(item, f"{path}.{f.name}[{key}]")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                yield from _nested(item, f"{path}.{f.name}[{key}]")
+        else:
+            yield from _nested(value, f"{path}.{f.name}")
+
+
+def _nested(value: object, path: str) -> Iterator[tuple[str, betterproto2.Message]]:
+    if isinstance(value, PbAny):
+        inner = unpack(value)
+        if inner is not None:
+            yield from messages(inner, path)
+    elif isinstance(value, betterproto2.Message):
+        yield from messages(value, path)
+
+
+def resources(snap: Snapshot) -> Iterator[tuple[str, betterproto2.Message]]:
+    """Every top-level resource with its path root."""
+    for c in snap.clusters:
+        yield f"clusters[{c.name}]", c
+    for e in snap.endpoints:
+        yield f"endpoints[{e.cluster_name}]", e
+    for li in snap.listeners:
+        yield f"listeners[{li.name}]", li
+    for rc in snap.routes:
+        yield f"routes[{rc.name}]", rc
+
+
+KINDS = {
+    "clusters": "Cluster",
+    "endpoints": "ClusterLoadAssignment",
+    "listeners": "Listener",
+    "routes": "RouteConfiguration",
+}
+
+
+def resource_of(path: str) -> str:
+    """``routes[edge-80].virtual_hosts[...]`` -> ``RouteConfiguration edge-80``."""
+    kind, _, rest = path.partition("[")
+    name = rest.split("]", 1)[0]
+    return f"{KINDS.get(kind, kind)} {name}"
+
+
+def route_where(ctx: Context, ref: RouteRef) -> dict[str, Any]:
+    """``file``, ``line``, ``resource`` for a finding about an xDS route."""
+    origin = route_origin(ctx, ref.route)
+    if origin is None:
+        return {"file": "", "line": 0, "resource": resource_of(ref.path)}
+    return {"file": origin[0].file, "line": origin[0].line, "resource": origin[1]}
+
+
+def route_origin(ctx: Context, route: Route) -> tuple[Location, str] | None:
+    """Where an xDS route came from, when it carries ``aether.io/route`` metadata.
+
+    Only used to point a finding at YAML; no decision depends on it.
+    """
+    meta = route.metadata.filter_metadata.get(ROUTE_METADATA) if route.metadata else None
+    if meta is None:
+        return None
+    fields = meta.to_dict()
+    key = str(fields.get("httproute", "")).split("/")
+    found = ctx.res.httproutes.get((key[0], key[1])) if len(key) == 2 else None
+    if found is None:
+        return None
+    rule, match = fields.get("rule"), fields.get("match")
+    path = "" if rule is None else f"spec.rules[{int(rule)}]"
+    if path and match is not None:
+        path += f".matches[{int(match)}]"
+    return found.meta.where(path), f"HTTPRoute {found.meta.namespace}/{found.meta.name}"
+
+
+def config_users(snap: Snapshot) -> dict[int, list[HttpConnectionManager]]:
+    """The HCMs using each route configuration, keyed by ``id`` of the configuration."""
+    rds = {rc.name: rc for rc in snap.routes}
+    out: dict[int, list[HttpConnectionManager]] = {}
+    for listener in snap.listeners:
+        for _path, hcm in hcms(listener):
+            kind, _ = betterproto2.which_one_of(hcm, "route_specifier")
+            rc = hcm.route_config if kind == "route_config" else None
+            if kind == "rds" and hcm.rds is not None:
+                rc = rds.get(hcm.rds.route_config_name)
+            if rc is not None:
+                out.setdefault(id(rc), []).append(hcm)
+    return out

@@ -1,0 +1,77 @@
+"""Every port a Gateway of ours listens on has an Envoy listener bound to it.
+
+Why it matters: "Port is the network port. Multiple listeners may use the same port,
+subject to the Listener compatibility rules" (Listener.port): clients reach a Gateway
+listener on its port, so a port with no Envoy listener refuses every connection,
+whatever the routes say.
+
+Which listeners: those of Gateways whose GatewayClass names our controller, with
+protocol HTTP or HTTPS, that the spec requires to be programmed. Listeners the spec
+lets an implementation leave unprogrammed are skipped: conflicted ones (same port with
+another protocol, or same protocol and hostname), HTTPS ones whose certificateRefs do
+not resolve to a ``kubernetes.io/tls`` Secret we may use, and ones allowing other
+route kinds. The Envoy side is any listener whose ``address`` or
+``additional_addresses`` has that ``port_value``.
+
+Example: Gateway ``edge-infra/all-namespaces`` has an HTTP listener on 8080 but LDS only
+binds port 80: every request to :8080 is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from envoy_data_plane.envoy.config.listener.v3 import Listener
+from verifier.rules import _xds_spec as spec
+
+from verifier.check import Context
+from verifier.findings import Finding, new
+from verifier.registry import Rule
+
+NAME = "listener-per-gateway-port"
+CODE = "EV104"
+
+
+def bound_ports(listeners: Iterable[Listener]) -> set[int]:
+    ports: set[int] = set()
+    for li in listeners:
+        addresses = [li.address] + [a.address for a in li.additional_addresses]
+        for addr in addresses:
+            sa = addr.socket_address if addr is not None else None
+            if sa is not None and sa.port_value:
+                ports.add(sa.port_value)
+    return ports
+
+
+def check(ctx: Context) -> Iterable[Finding]:
+    bound = bound_ports(ctx.snapshot.listeners)
+    for gw in spec.our_gateways(ctx.res, ctx.controller_name):
+        reported: set[int] = set()
+        for lst in gw.listeners:
+            if lst.port in bound or lst.port in reported:
+                continue
+            if spec.listener_state(ctx.res, gw, lst) != "ready":
+                continue
+            reported.add(lst.port)
+            where = gw.meta.where(f"{lst.path}.port")
+            yield new(
+                CODE,
+                NAME,
+                file=where.file,
+                line=where.line,
+                resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",
+                expected={"port": lst.port, "bound": True},
+                actual={"port": lst.port, "bound": False},
+                gateway=f"{gw.meta.namespace}/{gw.meta.name}",
+                port=lst.port,
+            )
+
+
+RULE = Rule(
+    name=NAME,
+    codes=(CODE,),
+    features=("Gateway",),
+    spec_ref="https://gateway-api.sigs.k8s.io/reference/spec/#listener",
+    doc=(__doc__ or "").strip(),
+    check=check,
+)

@@ -1,0 +1,88 @@
+"""Every cluster in the snapshot is used by some route or mirror.
+
+Why it matters: an unused cluster is harmless to traffic but usually means a route that
+should reach it does not (a dropped backendRef, a renamed cluster), and Envoy still
+resolves, health-checks and keeps connections for it.
+
+Referenced means: named by a route (``cluster``, ``weighted_clusters``, request mirror
+policies of a route, virtual host or route configuration) of any RouteConfiguration,
+RDS or inline; or named anywhere in a listener or another cluster (an ext_authz or
+tcp_proxy cluster, an aggregate cluster's members, an xDS config source). Clusters
+only the bootstrap uses are not visible here, so when routes choose clusters at
+request time (``cluster_header``, cluster specifier plugins) nothing is reported.
+
+Example: CDS has ``k8s/shop/cart-v2/8080`` but every route sends to ``cart-v1``: the
+HTTPRoute's second backendRef was lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from verifier.rules import _xds_walk as walk
+
+from verifier.check import Context
+from verifier.findings import Finding, new
+from verifier.registry import Rule
+from verifier.xds.codec import Json, to_json_dict
+from verifier.xds.snapshot import Snapshot
+
+NAME = "no-orphan-clusters"
+CODE = "EV103"
+
+
+def _strings(doc: Json) -> Iterator[str]:
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _route_references(snap: Snapshot) -> set[str]:
+    used: set[str] = set()
+    for ref in walk.routes(snap):
+        act = walk.action(ref.route)
+        if act is not None:
+            used |= {c for c, _ in walk.forward_clusters(act)}
+            used |= {p.cluster for p in act.request_mirror_policies}
+    for _path, rc in walk.route_configs(snap):
+        used |= {p.cluster for p in rc.request_mirror_policies}
+        used |= {p.cluster for vh in rc.virtual_hosts for p in vh.request_mirror_policies}
+    return used
+
+
+def check(ctx: Context) -> Iterable[Finding]:
+    snap = ctx.snapshot
+    if walk.dynamic_cluster_choice(snap):
+        return
+    used = _route_references(snap)
+    for li in snap.listeners:
+        used |= set(_strings(to_json_dict(li)))
+    for cluster in snap.clusters:
+        if cluster.name in used:
+            continue
+        others = (c for c in snap.clusters if c is not cluster)
+        if any(cluster.name in _strings(to_json_dict(c)) for c in others):
+            continue
+        yield new(
+            CODE,
+            NAME,
+            resource=f"Cluster {cluster.name}",
+            xds_path=f"clusters[{cluster.name}]",
+            cluster=cluster.name,
+        )
+
+
+RULE = Rule(
+    name=NAME,
+    codes=(CODE,),
+    features=("HTTPRoute",),
+    spec_ref="https://gateway-api.sigs.k8s.io/reference/spec/#httpbackendref",
+    doc=(__doc__ or "").strip(),
+    check=check,
+)

@@ -1,0 +1,96 @@
+"""Which rule owns a disagreement between the spec model and the Envoy model.
+
+One wrong behaviour should produce one finding, from the rule of the feature
+it breaks: a wrong Location port is HTTPRoutePortRedirect's, not the generic
+equivalence rule's. Attribution looks at which outcome fields differ and at
+the feature the witness request was generated to probe; whatever no feature
+rule owns falls to `whole-config-equivalence`.
+"""
+
+from __future__ import annotations
+
+from verifier.check import Comparison, Context
+from verifier.semantics import witness as wt
+
+REDIRECT_FIELDS = {"redirect", "redirect.scheme", "redirect.host", "redirect.port", "redirect.path"}
+ROUTING_FIELDS = {"status", "backends", "invalid_weight", "forwarded", "redirect"}
+# Redirect field -> owning rule, most specific first.
+REDIRECT_OWNERS = (
+    ("redirect.scheme", "httproute-scheme-redirect"),
+    ("redirect.port", "httproute-port-redirect"),
+    ("redirect.path", "httproute-path-redirect"),
+    ("redirect.host", "httproute-request-redirect"),
+)
+# Witness feature -> owning rule for routing-decision disagreements.
+FEATURE_OWNERS = {
+    wt.HEADER: "httproute-header-matching",
+    wt.QUERY: "httproute-query-param-matching",
+    wt.METHOD: "httproute-method-matching",
+    wt.HOST: "httproute-hostnames",
+    wt.PRECEDENCE: "httproute-precedence",
+    wt.MISDIRECTED: "gateway-https-misdirected-requests",
+}
+BASE_NOTES = {"exact", "prefix itself", "root", "regex sample"}
+
+
+def _same_route(c: Comparison) -> bool:
+    s, e = c.spec.outcome.route, c.envoy.outcome.route
+    if s is None or e is None or e.httproute is None:
+        return False
+    return (s.httproute, s.rule) == (e.httproute, e.rule)
+
+
+def _redirect_owner(c: Comparison, diffs: set[str]) -> str | None:
+    s, e = c.spec.outcome, c.envoy.outcome
+    if s.redirect is not None and e.redirect is not None:
+        for fld, rule in REDIRECT_OWNERS:
+            if fld in diffs:
+                return rule
+        if diffs == {"status"}:
+            return "httproute-redirect-status-code"
+    return None
+
+
+def _modification_owner(c: Comparison, ctx: Context, diffs: set[str]) -> str | None:
+    rule = ctx.rule_of(c)
+    if diffs <= {"mirrors"}:
+        return "httproute-request-mirror"
+    if diffs <= {"timeouts"}:
+        return "httproute-timeouts"
+    if diffs <= {"response_headers", "response_headers_removed"}:
+        if rule is not None and any(f.cors is not None for f in rule.filters):
+            return "httproute-cors"
+        return "httproute-response-header-modification"
+    if diffs <= {"request.headers"}:
+        if rule is not None and any(b.filters for b in rule.backend_refs):
+            return "httproute-backend-request-header-modification"
+        return "httproute-request-header-modifier"
+    if diffs <= {"request.host"}:
+        return "httproute-host-rewrite"
+    if diffs <= {"request.path"}:
+        return "httproute-path-rewrite"
+    if diffs <= {"backends", "invalid_weight", "status"} and _same_route(c):
+        return "httproute-backend-weights"
+    return None
+
+
+def owner(c: Comparison, ctx: Context) -> str:
+    diffs = set(c.diffs)
+    found = _redirect_owner(c, diffs) or _modification_owner(c, ctx, diffs)
+    if found:
+        return found
+    w = c.witness
+    if w.feature in FEATURE_OWNERS:
+        return FEATURE_OWNERS[w.feature]
+    if w.route is None:
+        return "no-route-default-404" if c.spec.outcome.status == 404 else "httproute-hostnames"
+    route = ctx.route(w.route)
+    if route is not None and any(p.port is not None for p in route.parent_refs):
+        return "httproute-parent-ref-port"
+    if w.feature == wt.PATH:
+        if w.note in BASE_NOTES and c.envoy.outcome.status == 404:
+            return "attached-rules-rendered"
+        return "httproute-path-matching"
+    if w.feature == wt.CORS:
+        return "httproute-cors"
+    return "whole-config-equivalence"

@@ -1,0 +1,144 @@
+"""No xDS route is shadowed by an earlier route in its virtual host.
+
+Why it matters: "The router ... uses the first route that matches" (Envoy HTTP routing),
+so a route every one of whose requests an earlier route already matches never runs:
+usually a precedence bug (the spec orders Exact before longer prefixes before shorter
+ones, then by header and query matches) that sends its traffic to the wrong backend.
+
+Only provable shadowing is reported. The earlier route must have no condition the
+later one lacks: each of its header and query parameter matchers appears identically
+in the later route, and it has none of runtime_fraction, cookies, grpc, tls_context,
+dynamic_metadata, filter_state. Paths: ``prefix`` P covers a later ``prefix``,
+``path`` or ``path_separated_prefix`` starting with P; ``path`` covers the same
+``path``; ``path_separated_prefix`` S covers ``path`` S or S/..., and ``prefix`` or
+``path_separated_prefix`` starting with S/. A case-insensitive earlier route compares
+in lower case; a case-insensitive later route is only covered by a case-insensitive
+one. A ``safe_regex`` route is only covered by ``prefix: /`` without conditions.
+Not reported, because the spec itself makes one of the two unreachable and
+httproute-precedence judges which: equivalent matches (the spec orders identical
+matches of different HTTPRoutes by age, then name); and routes whose
+``aether.io/route`` metadata names HTTPRoutes with different hostnames (the spec
+ranks the matching hostname before the path, so ``/`` of ``foo.example.com`` beats
+``/api`` of ``*.example.com`` for that host). Without such metadata, that second case
+is reported: the later route is dead configuration in that virtual host.
+
+Example: ``prefix: /`` (no conditions) first, ``path_separated_prefix: /api`` second:
+the second is unreachable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+import betterproto2
+from envoy_data_plane.envoy.config.route.v3 import HeaderMatcher, Route, RouteMatch
+from verifier.rules import _xds_walk as walk
+
+from verifier.check import Context
+from verifier.findings import Finding, new
+from verifier.gatewayapi import model as m
+from verifier.registry import Rule
+
+NAME = "unreachable-routes"
+CODE = "EV402"
+OTHER_CONDITIONS = (
+    "runtime_fraction",
+    "cookies",
+    "grpc",
+    "tls_context",
+    "dynamic_metadata",
+    "filter_state",
+)
+PATH_KINDS = ("prefix", "path", "path_separated_prefix", "safe_regex")
+
+
+def _header_key(h: HeaderMatcher) -> tuple[str, bytes]:
+    """Header names compare case-insensitively (Envoy lower-cases them)."""
+    return h.name.lower(), bytes(dataclasses.replace(h, name=""))
+
+
+def _conditions_subsumed(early: RouteMatch, late: RouteMatch) -> bool:
+    """Every condition of ``early`` also holds for every request ``late`` matches."""
+    if any(getattr(early, f) for f in OTHER_CONDITIONS):
+        return False
+    late_headers = {_header_key(h) for h in late.headers}
+    late_queries = {bytes(q) for q in late.query_parameters}
+    return all(_header_key(h) in late_headers for h in early.headers) and all(
+        bytes(q) in late_queries for q in early.query_parameters
+    )
+
+
+def _path_covered(early: RouteMatch, late: RouteMatch) -> bool:
+    ek, early_value = betterproto2.which_one_of(early, "path_specifier")
+    lk, late_value = betterproto2.which_one_of(late, "path_specifier")
+    ev, lv = str(early_value), str(late_value)
+    if ek not in PATH_KINDS or lk not in PATH_KINDS:
+        return False
+    if lk == "safe_regex" or ek == "safe_regex":
+        return ek == "prefix" and ev == "/" and lk == "safe_regex"
+    early_ci = early.case_sensitive is False
+    if late.case_sensitive is False and not early_ci:
+        return False
+    e, lt = (ev.lower(), lv.lower()) if early_ci else (ev, lv)
+    if ek == "prefix":
+        return lt.startswith(e)
+    if ek == "path":
+        return lk == "path" and lt == e
+    if lk == "path":
+        return lt == e or lt.startswith(e + "/")
+    if lk == "path_separated_prefix":
+        return lt == e or lt.startswith(e + "/")
+    return lt.startswith(e + "/")
+
+
+def shadowed_by(early: RouteMatch, late: RouteMatch) -> bool:
+    """Every request ``late`` matches is matched by ``early`` (provably)."""
+    if not _path_covered(early, late) or not _conditions_subsumed(early, late):
+        return False
+    late_regex = betterproto2.which_one_of(late, "path_specifier")[0] == "safe_regex"
+    return not (late_regex and (early.headers or early.query_parameters))
+
+
+def _source(ctx: Context, route: Route) -> m.HTTPRoute | None:
+    meta = route.metadata.filter_metadata.get(walk.ROUTE_METADATA) if route.metadata else None
+    key = str(meta.to_dict().get("httproute", "")).split("/") if meta else []
+    return ctx.res.httproutes.get((key[0], key[1])) if len(key) == 2 else None
+
+
+def _hostname_precedence(ctx: Context, early: Route, late: Route) -> bool:
+    """Both routes say (metadata) they come from HTTPRoutes with different hostnames."""
+    a, b = _source(ctx, early), _source(ctx, late)
+    return a is not None and b is not None and a is not b and a.hostnames != b.hostnames
+
+
+def check(ctx: Context) -> Iterable[Finding]:
+    for ref in walk.routes(ctx.snapshot):
+        late = ref.route.match
+        if late is None:
+            continue
+        for i, earlier in enumerate(ref.vhost.routes[: ref.index]):
+            if earlier.match is None or not shadowed_by(earlier.match, late):
+                continue
+            if shadowed_by(late, earlier.match) or _hostname_precedence(ctx, earlier, ref.route):
+                continue
+            base = ref.path.rsplit("[", 1)[0]
+            yield new(
+                CODE,
+                NAME,
+                **walk.route_where(ctx, ref),
+                xds_path=ref.path,
+                route=ref.label,
+                earlier=earlier.name or f"{base}[{i}]",
+            )
+            break
+
+
+RULE = Rule(
+    name=NAME,
+    codes=(CODE,),
+    features=("HTTPRoute",),
+    spec_ref="https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/http/http_routing",
+    doc=(__doc__ or "").strip(),
+    check=check,
+)

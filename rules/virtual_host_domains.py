@@ -1,0 +1,136 @@
+"""On each port, the virtual hosts cover exactly the hostnames the attached routes serve.
+
+Why it matters: Envoy picks a virtual host by the Host header before any route runs. A
+hostname a route serves that no virtual host's domains cover answers 404 for the whole
+host; a virtual host forwarding traffic for a hostname no route serves lets requests
+through that the spec says no listener accepts ("If a hostname is specified by both
+the Listener and HTTPRoute, there must be at least one intersecting hostname for the
+HTTPRoute to be attached", HTTPRouteSpec.hostnames).
+
+What routes serve is computed here from the spec: HTTPRoutes whose parentRefs name a
+Gateway of ours (sectionName and port narrowing the listeners), allowed by the
+listener's ``allowedRoutes.namespaces``, serve the intersection of listener and route
+hostnames, ``*`` when neither has any. The Envoy side is the union of the domains of
+the route configurations its HCMs use (RDS or inline). Conservative: a domain covers
+a hostname exactly or through a wildcard/``*`` domain; only virtual hosts with a route
+that forwards (not redirects, not direct responses) can be "extra"; hostnames of
+routes the spec does not require (on listeners that may stay unprogrammed, or with
+non-standard filters) are allowed but not required.
+
+Example: an HTTPRoute with ``hostnames: [shop.example.com]`` attached to port 80, and
+RDS for port 80 with only ``domains: ["*"]``: ``*`` is extra (any Host is forwarded)
+and the finding shows both sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import betterproto2
+from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
+from verifier.rules import _xds_spec as spec
+from verifier.rules import _xds_walk as walk
+from verifier.rules._xds_findings import finding
+
+from verifier.check import Context
+from verifier.findings import Finding
+from verifier.registry import Rule
+
+NAME = "virtual-host-domains"
+CODE = "EV105"
+
+
+def _configs_by_port(ctx: Context) -> dict[int, tuple[list[str], list[RouteConfiguration]]]:
+    """Listener names and the route configurations their HCMs use, by bound port."""
+    rds = {rc.name: rc for rc in ctx.snapshot.routes}
+    out: dict[int, tuple[list[str], list[RouteConfiguration]]] = {}
+    for li in ctx.snapshot.listeners:
+        sa = li.address.socket_address if li.address else None
+        if sa is None:
+            continue
+        names, configs = out.setdefault(sa.port_value or 0, ([], []))
+        names.append(li.name)
+        for _path, hcm in walk.hcms(li):
+            kind, _ = betterproto2.which_one_of(hcm, "route_specifier")
+            rc = hcm.route_config if kind == "route_config" else None
+            if kind == "rds" and hcm.rds is not None:
+                rc = rds.get(hcm.rds.route_config_name)
+            if rc is not None:
+                configs.append(rc)
+    return out
+
+
+def _norm(domain: str) -> str:
+    host, _, port = domain.lower().rpartition(":")
+    return host if host and port.isdigit() else domain.lower()
+
+
+def _domain_covers(domain: str, host: str) -> bool:
+    """Envoy's domain ``domain`` matches every Host the Gateway hostname ``host`` stands for."""
+    if domain in ("*", host):
+        return True
+    if domain.startswith("*"):
+        return (host[1:] if host.startswith("*.") else host).endswith(domain[1:]) and (
+            host.startswith("*.") or len(host) > len(domain) - 1
+        )
+    if domain.endswith("*") and not host.startswith("*"):
+        return host.startswith(domain[:-1]) and len(host) > len(domain) - 1
+    return False
+
+
+def _host_covers(host: str, domain: str) -> bool:
+    """The Gateway hostname ``host`` covers every Host Envoy's ``domain`` matches."""
+    if host in ("*", domain):
+        return True
+    if host.startswith("*.") and not domain.endswith("*") and domain != "*":
+        stem = domain[1:] if domain.startswith("*.") else domain
+        return stem.endswith(host[1:])
+    return False
+
+
+def _forwards(vh: VirtualHost) -> bool:
+    """A route that forwards any Host (no ``:authority``/``host`` header condition)."""
+    for route in vh.routes:
+        names = {h.name.lower() for h in (route.match.headers if route.match else [])}
+        if walk.action(route) is not None and not names & {":authority", "host"}:
+            return True
+    return False
+
+
+def check(ctx: Context) -> Iterable[Finding]:
+    served = spec.served_hostnames(ctx.res, ctx.controller_name)
+    for port, (names, configs) in sorted(_configs_by_port(ctx).items()):
+        want = served.get(port)
+        if want is None:
+            continue
+        vhosts = [vh for rc in configs for vh in rc.virtual_hosts]
+        domains = sorted({_norm(d) for vh in vhosts for d in vh.domains})
+        forwarding = {_norm(d) for vh in vhosts if _forwards(vh) for d in vh.domains}
+        missing = sorted(h for h in want.required if not any(_domain_covers(d, h) for d in domains))
+        extra = sorted(d for d in forwarding if not any(_host_covers(h, d) for h in want.allowed))
+        if not missing and not extra:
+            continue
+        gw, lst = want.listeners[0]
+        where = gw.meta.where(f"{lst.path}.port")
+        hostnames = sorted(want.required)
+        yield finding(
+            CODE,
+            NAME,
+            {"port": port, "actual": domains, "expected": hostnames},
+            file=where.file,
+            line=where.line,
+            resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",
+            xds_path=f"listeners[{names[0]}]",
+            expected={"hostnames": hostnames, "missing": missing},
+            actual={"domains": domains, "extra": extra},
+        )
+
+
+RULE = Rule(
+    name=NAME,
+    codes=(CODE,),
+    features=("HTTPRoute",),
+    spec_ref="https://gateway-api.sigs.k8s.io/concepts/hostnames/",
+    doc=(__doc__ or "").strip(),
+    check=check,
+)

@@ -1,0 +1,116 @@
+"""Meta-tests: the rule registry and the message catalogue stay consistent."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from verifier.rules import RULES
+
+from verifier.features import ALL, CORE, EXTENDED
+from verifier.findings import catalogue, retired
+
+RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+
+
+def test_names_and_codes_are_unique() -> None:
+    names = [r.name for r in RULES]
+    codes = [c for r in RULES for c in r.codes]
+    assert len(names) == len(set(names))
+    assert len(codes) == len(set(codes))
+
+
+def test_every_rule_is_documented_with_why_and_example() -> None:
+    for rule in RULES:
+        assert rule.doc.strip(), rule.name
+        assert "Why it matters" in rule.doc, rule.name
+        assert "Example" in rule.doc, rule.name
+        assert rule.spec_ref, rule.name
+
+
+def test_features_are_the_specs_names() -> None:
+    for rule in RULES:
+        assert rule.features, rule.name
+        for f in rule.features:
+            assert f in ALL, f"{rule.name}: unknown feature {f}"
+
+
+def test_every_gateway_http_feature_has_a_rule() -> None:
+    covered = {f for r in RULES for f in r.features}
+    missing = sorted((CORE | EXTENDED) - covered)
+    # Features with no behaviour visible in xDS alone are listed here with why.
+    no_xds_behaviour = {
+        # Timeouts on a backend attempt are covered by httproute-timeouts under
+        # HTTPRouteRequestTimeout; the backend feature has the same rule.
+        "HTTPRouteBackendTimeout",
+        # Mirrors: one rule owns single, multiple and percentage mirrors.
+        "HTTPRouteRequestMultipleMirrors",
+        "HTTPRouteRequestPercentageMirror",
+        # Redirect status codes are owned by httproute-redirect-status-code.
+        "HTTPRoute303RedirectStatusCode",
+        "HTTPRoute307RedirectStatusCode",
+        "HTTPRoute308RedirectStatusCode",
+        # Port 8080 is just a port: listener-per-gateway-port covers it.
+        "GatewayPort8080",
+    }
+    assert [f for f in missing if f not in no_xds_behaviour] == []
+
+
+def test_every_catalogue_code_is_used_or_retired() -> None:
+    used = {c for r in RULES for c in r.codes}
+    for code in catalogue():
+        assert code in used or code in retired(), f"{code} is neither used by a rule nor retired"
+    for code in used:
+        assert code in catalogue(), f"{code} is not in messages.yaml"
+
+
+def test_rules_are_listed_explicitly_not_discovered() -> None:
+    """Every rule module is in RULES, and RULES lists nothing else."""
+    modules = {
+        p.stem
+        for p in RULES_DIR.glob("*.py")
+        if not p.stem.startswith("_") and p.stem not in {"ownership"}
+    }
+    listed = {r.check.__module__.rsplit(".", 1)[-1] for r in RULES}
+    # disagreement rules share one check function; use the module attribute instead
+    tree = ast.parse((RULES_DIR / "__init__.py").read_text(encoding="utf-8"))
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert modules <= imported | {"__init__"}, sorted(modules - imported)
+    assert listed  # at least one rule
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+FORBIDDEN = ("verifier.translate", "verifier.gatewayapi.attach")
+
+
+def _forbidden(path: Path) -> list[str]:
+    return [n for n in _imports(path) if n.startswith(FORBIDDEN)]
+
+
+def test_rules_do_not_import_the_translator() -> None:
+    """Rules judge xDS from any source: they must not agree with our translator's bugs."""
+    for path in RULES_DIR.glob("*.py"):
+        assert _forbidden(path) == [], path.name
+
+
+def test_models_do_not_share_decisions_with_the_translator() -> None:
+    """The spec model and the Envoy model are written independently of the translator."""
+    semantics = Path(__file__).resolve().parent.parent / "verifier" / "semantics"
+    for path in semantics.glob("*.py"):
+        assert _forbidden(path) == [], path.name

@@ -1,0 +1,256 @@
+"""The check context: both models, the witness comparisons, and where things are.
+
+Rules stay small because the expensive, shared work happens here once: every
+witness request is evaluated by the spec model and the Envoy model, and every
+disagreement is attributed to exactly one owning rule, so one wrong
+behaviour yields one finding, from the rule whose feature it breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, VirtualHost
+
+from verifier.features import DEFAULT_PROFILE
+from verifier.findings import Finding, new
+from verifier.gatewayapi import model as m
+from verifier.gatewayapi.resources import Resources
+from verifier.semantics import witness as wt
+from verifier.semantics.cases import Case, possible_statuses
+from verifier.semantics.directory import backend_directory_from
+from verifier.semantics.envoy import EnvoyModel
+from verifier.semantics.request import Evaluation, Outcome, Request, apply_response_ops
+from verifier.semantics.spec import spec_evaluate
+from verifier.xds.snapshot import Snapshot
+
+DEFAULT_CONTROLLER = "gateway.aether.io/edge"
+
+
+def outcome_diff(spec: Outcome, envoy: Outcome) -> tuple[str, ...]:
+    """The decision fields on which two outcomes differ."""
+    diffs = []
+    if possible_statuses(spec) != possible_statuses(envoy) or spec.status != envoy.status:
+        diffs.append("status")
+    if spec.backends != envoy.backends:
+        diffs.append("backends")
+    # Shares are relative: compare the invalid share normalised.
+    if spec.invalid_weight != envoy.invalid_weight and _share(spec) != _share(envoy):
+        diffs.append("invalid_weight")
+    sr, er = spec.request, envoy.request
+    if (sr is None) != (er is None):
+        diffs.append("forwarded")
+    elif sr is not None and er is not None:
+        for f in ("host", "path", "method", "headers"):
+            if getattr(sr, f) != getattr(er, f):
+                diffs.append(f"request.{f}")
+    if spec.response_headers != envoy.response_headers or not _same_response_ops(spec, envoy):
+        diffs.append("response_headers")
+    if set(spec.response_headers_removed) != set(envoy.response_headers_removed):
+        diffs.append("response_headers_removed")
+    if spec.redirect != envoy.redirect:
+        if spec.redirect is None or envoy.redirect is None:
+            diffs.append("redirect")
+        else:
+            for f in ("scheme", "host", "port", "path"):
+                a, b = getattr(spec.redirect, f), getattr(envoy.redirect, f)
+                if f == "host":  # host names compare case-insensitively
+                    a, b = a.lower(), b.lower()
+                if a != b:
+                    diffs.append(f"redirect.{f}")
+    if spec.mirrors != envoy.mirrors:
+        diffs.append("mirrors")
+    if spec.request is not None and envoy.request is not None and deadline(spec) != deadline(envoy):
+        diffs.append("timeouts")
+    if "backends" in diffs and _shares(spec) == _shares(envoy):
+        diffs.remove("backends")  # same proportions, other scale: equivalent
+    return tuple(diffs)
+
+
+DEFAULT_TIMEOUT_MS = 15_000  # Envoy's route timeout when none is set
+
+
+def deadline(o: Outcome) -> float:
+    """How long the client may wait for the backend before a 504.
+
+    With no retries the overall and the per-attempt timeouts act as one
+    deadline, so a route timeout equal to the backendRequest timeout and a
+    longer request timeout behave the same; 0 disables a timeout.
+    """
+    overall = DEFAULT_TIMEOUT_MS if o.request_timeout_ms is None else o.request_timeout_ms
+    limits = [t for t in (overall, o.backend_timeout_ms) if t]
+    return float(min(limits)) if limits else float("inf")
+
+
+def _same_response_ops(a: Outcome, b: Outcome) -> bool:
+    """Equal effect on a backend response that already carries every touched header."""
+    if not a.response_header_ops and not b.response_header_ops:
+        return True
+    names = {n for _, n, _ in a.response_header_ops + b.response_header_ops}
+    for upstream in ((), tuple((n, ("upstream",)) for n in sorted(names))):
+        if apply_response_ops(upstream, a.response_header_ops) != apply_response_ops(
+            upstream, b.response_header_ops
+        ):
+            return False
+    return True
+
+
+def _share(o: Outcome) -> float:
+    total = sum(b.weight for b in o.backends) + o.invalid_weight
+    return o.invalid_weight / total if total else 0.0
+
+
+def _shares(o: Outcome) -> tuple[tuple[str, str, int, float], ...]:
+    total = sum(b.weight for b in o.backends) + o.invalid_weight
+    return tuple((b.namespace, b.name, b.port, b.weight / total) for b in o.backends if total)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    witness: wt.Witness
+    spec: Evaluation
+    envoy: Evaluation
+    diffs: tuple[str, ...]
+
+    @property
+    def request(self) -> Request:
+        return self.witness.request
+
+    def describe(self) -> str:
+        spec, envoy = _brief(self.spec.outcome), _brief(self.envoy.outcome)
+        return f"{self.request.line()}: spec {spec}; Envoy {envoy}"
+
+
+def _brief(o: Outcome) -> str:
+    if o.redirect is not None:
+        r = o.redirect
+        return f"{o.status} -> {r.scheme}://{r.host}:{r.port}{r.path}"
+    if o.request is not None and o.backends:
+        names = ",".join(f"{b.namespace}/{b.name}:{b.port}" for b in o.backends)
+        extra = f" +500 share {o.invalid_weight}" if o.invalid_weight else ""
+        return f"{o.status} {names}{extra} path {o.request.path} host {o.request.host}"
+    return str(o.status)
+
+
+Owner = Callable[[Comparison, "Context"], str]
+
+
+@dataclass
+class Context:
+    """Everything a rule may read. Built once per scenario; nothing here is written."""
+
+    res: Resources
+    snapshot: Snapshot
+    profile: str = DEFAULT_PROFILE
+    controller_name: str = DEFAULT_CONTROLLER
+    extra_witnesses: list[wt.Witness] = field(default_factory=list)
+    cases: list[Case] = field(default_factory=list)
+    case_locations: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    @cached_property
+    def envoy(self) -> EnvoyModel:
+        return EnvoyModel(self.snapshot, backend_directory_from(self.res))
+
+    def spec(self, gateway: tuple[str, str], request: Request) -> Evaluation:
+        return spec_evaluate(self.res, gateway, request, controller_name=self.controller_name)
+
+    @cached_property
+    def witnesses(self) -> list[wt.Witness]:
+        from_cases = [
+            wt.Witness((c.gateway.namespace, c.gateway.name), c.request, wt.CASE, note=c.name)
+            for c in self.cases
+        ]
+        return wt.witnesses(self.res, self.controller_name) + self.extra_witnesses + from_cases
+
+    @cached_property
+    def comparisons(self) -> list[Comparison]:
+        out = []
+        for w in self.witnesses:
+            s = self.spec(w.gateway, w.request)
+            e = self.envoy.evaluate(w.request)
+            out.append(Comparison(w, s, e, outcome_diff(s.outcome, e.outcome)))
+        return out
+
+    @cached_property
+    def disagreements(self) -> dict[str, list[Comparison]]:
+        """Disagreeing comparisons by owning rule; one representative per (rule, origin, diffs)."""
+        from verifier.rules.ownership import owner
+
+        by_rule: dict[str, list[Comparison]] = {}
+        seen: set[tuple[str, object, object, object, tuple[str, ...]]] = set()
+        for c in self.comparisons:
+            if not c.diffs:
+                continue
+            rule = owner(c, self)
+            key = (rule, c.witness.route, c.witness.rule, c.witness.match, c.diffs)
+            if key in seen:
+                continue
+            seen.add(key)
+            by_rule.setdefault(rule, []).append(c)
+        return by_rule
+
+    # ------------------------------------------------------------ lookups
+
+    def route(self, key: tuple[str, str] | None) -> m.HTTPRoute | None:
+        return None if key is None else self.res.httproutes.get(key)
+
+    def rule_of(self, c: Comparison) -> m.RouteRule | None:
+        route = self.route(c.witness.route)
+        if route is None or c.witness.rule is None or c.witness.rule >= len(route.rules):
+            return None
+        return route.rules[c.witness.rule]
+
+    def xds_path_of(self, ev: Evaluation) -> str:
+        ref = ev.outcome.route
+        if ref is None:
+            return ""
+        if ref.xds_path:
+            return ref.xds_path
+        if ref.xds_name:
+            for rc in self.snapshot.routes:
+                for vh in rc.virtual_hosts:
+                    for i, r in enumerate(vh.routes):
+                        if r.name == ref.xds_name:
+                            return route_path(rc, vh, i, r)
+        return ""
+
+    def comparison_finding(
+        self, code: str, rule: str, c: Comparison, field_path: str = ""
+    ) -> Finding:
+        """A semantic finding located at the witness's HTTPRoute match (or filter)."""
+        route = self.route(c.witness.route)
+        file, line, resource = "", 0, ""
+        if route is not None:
+            path = field_path or (
+                f"spec.rules[{c.witness.rule}].matches[{c.witness.match}]"
+                if c.witness.rule is not None
+                else ""
+            )
+            where = route.meta.where(path)
+            file, line = where.file, where.line
+            resource = f"HTTPRoute {route.meta.namespace}/{route.meta.name}"
+        else:
+            gw = self.res.gateways.get(c.witness.gateway)
+            if gw is not None:
+                where = gw.meta.where("spec.listeners")
+                file, line = where.file, where.line
+                resource = f"Gateway {gw.meta.namespace}/{gw.meta.name}"
+        return new(
+            code,
+            rule,
+            file=file,
+            line=line,
+            resource=resource,
+            xds_path=self.xds_path_of(c.envoy) or self.xds_path_of(c.spec),
+            request=c.request.to_json(),
+            expected=c.spec.outcome.to_json(),
+            actual=c.envoy.outcome.to_json(),
+            diff=c.describe(),
+            note=c.witness.note or c.witness.feature,
+        )
+
+
+def route_path(rc: RouteConfiguration, vh: VirtualHost, index: int, _route: Route) -> str:
+    return f"routes[{rc.name}].virtual_hosts[{vh.name}].routes[{index}]"

@@ -1,0 +1,161 @@
+"""`edge-verify explain`: both models' answer to a request, step by step.
+
+When a finding says the models disagree, the first question is "why does
+each of them think so"; explain prints both traces and the outcomes so the
+answer is on one screen, and its JSON form is a stable contract for scripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from verifier.check import Context, outcome_diff
+from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.resources import Resources
+from verifier.semantics.cases import Case, unmet
+from verifier.semantics.request import Evaluation, Request, normalize_headers
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def parse_request(line: str, headers: Sequence[str]) -> Request:
+    """``'GET http://foo.example/v2?x=1'`` plus ``-H 'Name: value'`` lines."""
+    parts = line.split(None, 1)
+    if len(parts) == 1:
+        method, url = "GET", parts[0]
+    else:
+        method, url = parts[0].upper(), parts[1].strip()
+    split = urlsplit(url)
+    if split.scheme not in DEFAULT_PORTS or not split.netloc:
+        raise InputErrors(
+            [
+                InputError(
+                    "--request",
+                    0,
+                    "",
+                    "request",
+                    f"expected 'METHOD http(s)://host[:port]/path', got {line!r}",
+                )
+            ]
+        )
+    pairs = []
+    for h in headers:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            raise InputErrors(
+                [InputError("-H", 0, "", "header", f"expected 'Name: value', got {h!r}")]
+            )
+        pairs.append((name.strip(), value.strip()))
+    path = (split.path or "/") + (f"?{split.query}" if split.query else "")
+    return Request(
+        method=method,
+        scheme=split.scheme,
+        host=split.netloc,
+        port=split.port or DEFAULT_PORTS[split.scheme],
+        path=path,
+        headers=normalize_headers(pairs),
+    )
+
+
+def pick_gateway(res: Resources, controller: str, port: int, named: str | None) -> tuple[str, str]:
+    """The Gateway a request on ``port`` reaches: named, or the only one on that port."""
+    if named:
+        ns, _, name = named.partition("/")
+        if (ns, name) not in res.gateways:
+            raise InputErrors([InputError("--gateway", 0, "", "not-found", f"no Gateway {named}")])
+        return (ns, name)
+    ours = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller}
+    keys = sorted(
+        key
+        for key, gw in res.gateways.items()
+        if gw.class_name in ours and any(lst.port == port for lst in gw.listeners)
+    )
+    if len(keys) != 1:
+        found = ", ".join("/".join(k) for k in keys) or "none"
+        raise InputErrors(
+            [
+                InputError(
+                    "--gateway",
+                    0,
+                    "",
+                    "ambiguous",
+                    f"{len(keys)} Gateways listen on port {port} ({found}): "
+                    "name one with --gateway NAMESPACE/NAME",
+                )
+            ]
+        )
+    return keys[0]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    name: str
+    request: Request
+    spec: Evaluation
+    envoy: Evaluation
+    spec_meets: bool | None
+    envoy_meets: bool | None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def diffs(self) -> tuple[str, ...]:
+        return outcome_diff(self.spec.outcome, self.envoy.outcome)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "request": self.request.to_json(),
+            "spec": self.spec.outcome.to_json(),
+            "envoy": self.envoy.outcome.to_json(),
+            "spec_meets_expectation": self.spec_meets,
+            "envoy_meets_expectation": self.envoy_meets,
+            "agree": not self.diffs,
+        }
+
+
+def explain_request(ctx: Context, gateway: tuple[str, str], request: Request) -> Explanation:
+    spec = ctx.spec(gateway, request)
+    envoy = ctx.envoy.evaluate(request)
+    return Explanation(request.line(), request, spec, envoy, None, None)
+
+
+def explain_case(ctx: Context, case: Case) -> Explanation:
+    gateway = (case.gateway.namespace, case.gateway.name)
+    spec = ctx.spec(gateway, case.request)
+    envoy = ctx.envoy.evaluate(case.request)
+    spec_problems = unmet(case.expect, spec.outcome, case.request)
+    envoy_problems = unmet(case.expect, envoy.outcome, case.request)
+    problems = tuple(f"spec: {p}" for p in spec_problems) + tuple(
+        f"Envoy: {p}" for p in envoy_problems
+    )
+    return Explanation(
+        case.name, case.request, spec, envoy, not spec_problems, not envoy_problems, problems
+    )
+
+
+def render_text(ex: Explanation) -> str:
+    lines = [f"request: {ex.request.line()}", "", "spec model:"]
+    lines += [f"  {step}" for step in ex.spec.trace]
+    lines += ["", "Envoy model:"]
+    lines += [f"  {step}" for step in ex.envoy.trace]
+    lines += ["", f"spec outcome:  {_short(ex.spec)}", f"Envoy outcome: {_short(ex.envoy)}"]
+    if ex.diffs:
+        lines.append(f"DISAGREE on: {', '.join(ex.diffs)}")
+    else:
+        lines.append("agree")
+    if ex.spec_meets is not None:
+        lines.append(
+            f"case expectation: spec {'met' if ex.spec_meets else 'NOT met'}, "
+            f"Envoy {'met' if ex.envoy_meets else 'NOT met'}"
+        )
+        lines += [f"  {p}" for p in ex.problems]
+    return "\n".join(lines) + "\n"
+
+
+def _short(ev: Evaluation) -> str:
+    from verifier.check import _brief
+
+    return _brief(ev.outcome)

@@ -1,0 +1,56 @@
+"""Gateway API feature names, verbatim from the spec (``pkg/features``, v1.5).
+
+Rules declare the features they cover with these names, and a profile claims a
+set of them, so a report can say which rules ran and which were skipped
+because the profile does not claim their feature.
+"""
+
+from __future__ import annotations
+
+# Core features of the GATEWAY-HTTP conformance profile.
+CORE = frozenset({"Gateway", "HTTPRoute", "ReferenceGrant"})
+
+# Extended features of the GATEWAY-HTTP conformance profile (v1.5).
+EXTENDED = frozenset(
+    {
+        "GatewayPort8080",
+        "GatewayHTTPListenerIsolation",
+        "GatewayHTTPSListenerDetectMisdirectedRequests",
+        "HTTPRouteQueryParamMatching",
+        "HTTPRouteMethodMatching",
+        "HTTPRouteResponseHeaderModification",
+        "HTTPRoutePortRedirect",
+        "HTTPRouteSchemeRedirect",
+        "HTTPRoutePathRedirect",
+        "HTTPRouteHostRewrite",
+        "HTTPRoutePathRewrite",
+        "HTTPRouteRequestMirror",
+        "HTTPRouteRequestMultipleMirrors",
+        "HTTPRouteRequestPercentageMirror",
+        "HTTPRouteRequestTimeout",
+        "HTTPRouteBackendTimeout",
+        "HTTPRouteParentRefPort",
+        "HTTPRouteDestinationPortMatching",
+        "HTTPRouteBackendRequestHeaderModification",
+        "HTTPRouteBackendProtocolH2C",
+        "HTTPRouteBackendProtocolWebSocket",
+        "HTTPRouteNamedRouteRule",
+        "HTTPRoute303RedirectStatusCode",
+        "HTTPRoute307RedirectStatusCode",
+        "HTTPRoute308RedirectStatusCode",
+        "HTTPRouteCORS",
+    }
+)
+
+# Not a spec feature: the aether edge's own contract (cluster shapes, mTLS).
+AETHER_EDGE = "AetherEdgeBackends"
+
+ALL = CORE | EXTENDED | {AETHER_EDGE}
+
+# What each profile claims. `gateway-api` judges behaviour any implementation
+# must show; `aether-edge` adds the edge's own backend contract.
+PROFILES: dict[str, frozenset[str]] = {
+    "gateway-api": CORE | EXTENDED,
+    "aether-edge": CORE | EXTENDED | {AETHER_EDGE},
+}
+DEFAULT_PROFILE = "aether-edge"

@@ -1,0 +1,311 @@
+"""`edge-verify check`: find the inputs, get the xDS, run the rules.
+
+A directory laid out like ``fixtures/`` (a ``base/`` plus scenario folders) is
+checked scenario by scenario, each with the shared base and its own cases
+table, so one command checks a whole suite; anything else is one scenario.
+The xDS comes from the reference translator, a file (``--xds``) or an external
+translator command (``--translator``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from verifier.check import DEFAULT_CONTROLLER, Context
+from verifier.errors import InputError, InputErrors
+from verifier.features import DEFAULT_PROFILE, PROFILES
+from verifier.findings import Finding
+from verifier.gatewayapi.mesh_registry import load_mesh_registry
+from verifier.gatewayapi.resources import Resources, load_resources
+from verifier.registry import Rule, run
+from verifier.semantics.cases import Case, CaseError, parse_case
+from verifier.xds.codec import XdsLoadError
+from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    xds: str | None = None
+    translator: str | None = None
+    profile: str = DEFAULT_PROFILE
+    controller_name: str = DEFAULT_CONTROLLER
+    trust_domain: str = "cluster.local"
+    mesh_registry: str | None = None
+    cases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    paths: tuple[str, ...]
+    cases: tuple[str, ...] = ()
+    expected_errors: str | None = None
+    mesh_registry: str | None = None
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    findings: list[Finding] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    input_errors: list[InputError] = field(default_factory=list)
+
+
+def _is_suite(path: Path) -> bool:
+    return (path / "base").is_dir() and any(
+        (child / "resources.yaml").is_file() for child in path.iterdir() if child.name != "base"
+    )
+
+
+def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
+    if len(paths) == 1 and Path(paths[0]).is_dir() and _is_suite(Path(paths[0])):
+        root = Path(paths[0])
+        out = []
+        for child in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "base"):
+            if not (child / "resources.yaml").is_file():
+                continue
+            cases = child / "cases.yaml"
+            errors = child / "expected-errors.yaml"
+            registry = child / "mesh-registry.yaml"
+            out.append(
+                Scenario(
+                    child.name,
+                    (str(root / "base"), str(child)),
+                    (str(cases),) if cases.is_file() else (),
+                    str(errors) if errors.is_file() else None,
+                    str(registry) if registry.is_file() else None,
+                )
+            )
+        return out
+    return [Scenario("input", tuple(paths), opts.cases, None, opts.mesh_registry)]
+
+
+# ---------------------------------------------------------------- cases
+
+
+def load_cases(path: str) -> tuple[list[Case], dict[str, tuple[str, int]]]:
+    """Cases with the line of each, so findings point into the cases table."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except OSError as exc:
+        raise InputErrors([InputError(path, 0, "", "unreadable", str(exc))]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        raise InputErrors(
+            [InputError(path, line, "", "yaml-syntax", f"invalid YAML: {exc}")]
+        ) from None
+    if node is None:
+        return [], {}
+    data = yaml.safe_load(text)
+    if not isinstance(data, list) or not isinstance(node, yaml.SequenceNode):
+        raise InputErrors([InputError(path, 1, "", "type", "a cases file is a YAML list of cases")])
+    cases, lines, errors = [], {}, []
+    for i, (item, item_node) in enumerate(zip(data, node.value, strict=True)):
+        try:
+            case = parse_case(item, i)
+        except CaseError as exc:
+            errors.append(
+                InputError(path, item_node.start_mark.line + 1, exc.field, "case", exc.message)
+            )
+            continue
+        if case.name in lines:
+            errors.append(
+                InputError(
+                    path,
+                    item_node.start_mark.line + 1,
+                    f"[{i}].name",
+                    "unique",
+                    f"duplicate case name {case.name!r}",
+                )
+            )
+        lines[case.name] = (path, item_node.start_mark.line + 1)
+        cases.append(case)
+    if errors:
+        raise InputErrors(errors)
+    return cases, lines
+
+
+def _with_ports(res: Resources, cases: list[Case], path: str) -> list[Case]:
+    """A case may omit the port when its Gateway has exactly one."""
+    out = []
+    for c in cases:
+        if c.request.port:
+            out.append(c)
+            continue
+        gw = res.gateways.get((c.gateway.namespace, c.gateway.name))
+        ports = sorted({lst.port for lst in gw.listeners}) if gw else []
+        if len(ports) != 1:
+            raise InputErrors(
+                [
+                    InputError(
+                        path,
+                        0,
+                        f"{c.name}.gateway.port",
+                        "required",
+                        "the Gateway has several ports (or none): give one",
+                    )
+                ]
+            )
+        from dataclasses import replace
+
+        out.append(replace(c, request=replace(c.request, port=ports[0])))
+    return out
+
+
+# ---------------------------------------------------------------- xDS sources
+
+
+def reference_snapshot(res: Resources, opts: CheckOptions, registry_file: str | None) -> Snapshot:
+    from verifier.gatewayapi.attach import build_graph
+    from verifier.translate import TranslateOptions, translate
+
+    registry = load_mesh_registry(registry_file) if registry_file else frozenset()
+    graph = build_graph(res, opts.controller_name)
+    return translate(
+        res, graph, TranslateOptions(opts.controller_name, opts.trust_domain, registry)
+    )
+
+
+def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, list[str]]:
+    """Run ``command PATH...``; it must print a config_dump or DiscoveryResponses."""
+    argv = shlex.split(command)
+    argv = [a for a in argv if a != "{paths}"] + list(paths)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputErrors(
+            [InputError(command, 0, "--translator", "translator-failed", str(exc))]
+        ) from None
+    if proc.returncode != 0:
+        raise InputErrors(
+            [
+                InputError(
+                    command,
+                    0,
+                    "--translator",
+                    "translator-failed",
+                    f"exit code {proc.returncode}: {proc.stderr.strip()[-2000:]}",
+                )
+            ]
+        )
+    try:
+        doc = json.loads(proc.stdout)
+        snap, skipped = from_config_dump(doc, command)
+    except (json.JSONDecodeError, XdsLoadError) as exc:
+        raise InputErrors([InputError(command, 0, "--translator", "bad-xds", str(exc))]) from None
+    return snap, [f"{s.path}: skipped: {s.reason}" for s in skipped]
+
+
+def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
+    try:
+        snap, skipped = load_path(path)
+    except XdsLoadError as exc:
+        raise InputErrors([InputError(exc.path or path, 0, "--xds", "bad-xds", str(exc))]) from None
+    return snap, [f"{s.path}: skipped: {s.reason}" for s in skipped]
+
+
+# ---------------------------------------------------------------- running
+
+
+def _expected_errors(path: str) -> set[tuple[str, int, str, str]]:
+    entries = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or []
+    return {
+        (str(e["file"]), int(e.get("line") or 0), str(e.get("field") or ""), str(e["code"]))
+        for e in entries
+    }
+
+
+def _check_negative(scn: Scenario, errors: list[InputError]) -> ScenarioResult:
+    """A negative scenario passes when exactly its expected input errors are reported."""
+    assert scn.expected_errors is not None
+    got = {(Path(e.file).name, e.line, e.field, e.code) for e in errors}
+    want = _expected_errors(scn.expected_errors)
+    if got == want:
+        return ScenarioResult(scn, warnings=[f"{len(got)} expected input errors reported"])
+    missing = [
+        InputError(scn.expected_errors, 0, f, c, f"expected error not reported at line {ln}")
+        for (_f, ln, f, c) in sorted(want - got)
+    ]
+    extra = [e for e in errors if (Path(e.file).name, e.line, e.field, e.code) not in want]
+    return ScenarioResult(scn, input_errors=missing + extra)
+
+
+def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> ScenarioResult:
+    try:
+        res = load_resources(list(scn.paths))
+    except InputErrors as exc:
+        if scn.expected_errors:
+            return _check_negative(scn, exc.errors)
+        return ScenarioResult(scn, input_errors=exc.errors)
+    warnings = list(res.warnings)
+    try:
+        cases: list[Case] = []
+        locations: dict[str, tuple[str, int]] = {}
+        for path in scn.cases:
+            loaded, lines = load_cases(path)
+            cases.extend(_with_ports(res, loaded, path))
+            locations.update(lines)
+        if opts.xds:
+            snapshot, notes = file_snapshot(opts.xds)
+            warnings += notes
+        elif opts.translator:
+            snapshot, notes = external_snapshot(opts.translator, scn.paths)
+            warnings += notes
+        else:
+            snapshot = reference_snapshot(res, opts, scn.mesh_registry)
+    except InputErrors as exc:
+        return ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
+    ctx = Context(
+        res, snapshot, opts.profile, opts.controller_name, cases=cases, case_locations=locations
+    )
+    result = run(rules, ctx)
+    return ScenarioResult(scn, result.findings, result.rules_run, result.rules_skipped, warnings)
+
+
+def check_all(
+    paths: Sequence[str],
+    opts: CheckOptions,
+    rules: Sequence[Rule],
+    progress: Callable[[int, int, ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    if opts.profile not in PROFILES:
+        raise InputErrors(
+            [
+                InputError(
+                    "--profile", 0, "", "enum", f"expected one of {', '.join(sorted(PROFILES))}"
+                )
+            ]
+        )
+    scenarios = discover(paths, opts)
+    results = []
+    for i, scn in enumerate(scenarios):
+        result = check_scenario(scn, opts, rules)
+        results.append(result)
+        if progress is not None:
+            progress(i + 1, len(scenarios), result)
+    return results
+
+
+def summary(results: Sequence[ScenarioResult]) -> dict[str, Any]:
+    findings = [f for r in results for f in r.findings]
+    out: dict[str, Any] = {
+        "errors": sum(1 for f in findings if f.severity == "error"),
+        "warnings": sum(1 for f in findings if f.severity == "warning"),
+        "rules_run": max((len(r.ran) for r in results), default=0),
+        "rules_skipped": max((len(r.skipped) for r in results), default=0),
+    }
+    if len(results) > 1 or (results and results[0].scenario.name != "input"):
+        out["scenarios"] = len(results)
+    return out

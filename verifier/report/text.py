@@ -1,0 +1,39 @@
+"""Human-readable findings: the YAML line first, then the xDS path and the request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifier.findings import Finding
+
+
+def finding_lines(f: Finding) -> list[str]:
+    where = f.location or "<xds>"
+    lines = [f"{where}: {f.severity} {f.code} [{f.rule}] {f.message}"]
+    if f.resource:
+        lines.append(f"    resource: {f.resource}")
+    if f.xds_path:
+        lines.append(f"    xds: {f.xds_path}")
+    if f.spec_ref:
+        lines.append(f"    see: {f.spec_ref}")
+    return lines
+
+
+def render(findings: list[Finding], summary: dict[str, Any]) -> str:
+    out: list[str] = []
+    for f in findings:
+        out.extend(finding_lines(f))
+    out.append(summary_line(summary))
+    return "\n".join(out) + "\n"
+
+
+def summary_line(summary: dict[str, Any]) -> str:
+    parts = [
+        f"{summary['errors']} error{'s' if summary['errors'] != 1 else ''}",
+        f"{summary['warnings']} warning{'s' if summary['warnings'] != 1 else ''}",
+        f"{summary['rules_run']} rules run",
+        f"{summary['rules_skipped']} skipped",
+    ]
+    if "scenarios" in summary:
+        parts.insert(0, f"{summary['scenarios']} scenarios")
+    return "edge-verify check: " + ", ".join(parts)

@@ -1,0 +1,290 @@
+"""Witness requests: concrete requests that exercise each HTTPRoute match and
+its boundaries, so two models can be compared on the requests that matter.
+
+Generation explores, it does not decide: it proposes requests for every
+route/parentRef/hostname/match it sees, including ones the spec may reject
+(unattached routes, other hosts); the models say what happens to them. Each
+witness carries the feature it probes so a disagreement can be attributed to
+the rule that owns that feature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# The stdlib's regex *parser* builds sample strings; matching is always RE2.
+from re import _constants as sre_c  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
+
+import re2
+
+from verifier.gatewayapi import model as m
+from verifier.gatewayapi.resources import Resources
+from verifier.semantics.request import Headers, Request, normalize_headers
+
+# Feature tags (Gateway API feature names where one exists).
+PATH = "HTTPRoute"  # core path matching
+HEADER = "HTTPRouteHeaderMatching"
+QUERY = "HTTPRouteQueryParamMatching"
+METHOD = "HTTPRouteMethodMatching"
+HOST = "HTTPRouteHostnames"
+PRECEDENCE = "HTTPRouteMatchingPrecedence"
+FILTERS = "HTTPRouteFilters"
+CORS = "HTTPRouteCORS"
+CASE = "case"  # a request from a cases.yaml table
+MISDIRECTED = "GatewayHTTPSListenerDetectMisdirectedRequests"
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A request to send to ``gateway`` and why it was generated."""
+
+    gateway: tuple[str, str]
+    request: Request
+    feature: str
+    route: tuple[str, str] | None = None
+    rule: int | None = None
+    match: int | None = None
+    note: str = ""
+
+
+# ---------------------------------------------------------------- regex samples
+
+
+def _sample(parsed: object, depth: int = 0) -> str:
+    """One string the parsed regex accepts; simple constructs only."""
+    out = []
+    for op, av in parsed:  # type: ignore[attr-defined]
+        if op == sre_c.LITERAL:
+            out.append(chr(av))
+        elif op == sre_c.ANY:
+            out.append("a")
+        elif op == sre_c.IN:
+            out.append(_class_sample(av))
+        elif op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
+            lo, _hi, sub = av
+            out.append(_sample(sub, depth + 1) * max(lo, 1 if depth < 3 else lo))
+        elif op == sre_c.SUBPATTERN:
+            out.append(_sample(av[-1], depth + 1))
+        elif op == sre_c.BRANCH:
+            out.append(_sample(av[1][0], depth + 1))
+        elif op in (sre_c.AT, sre_c.ASSERT, sre_c.ASSERT_NOT):
+            continue
+        elif op == sre_c.NOT_LITERAL:
+            out.append("a" if av != ord("a") else "b")
+        else:
+            raise ValueError(f"unsupported regex construct {op}")
+    return "".join(out)
+
+
+def _class_sample(items: list[tuple[object, object]]) -> str:
+    negate = any(op == sre_c.NEGATE for op, _ in items)
+    if negate:
+        banned = {av for op, av in items if op == sre_c.LITERAL}
+        return next(c for c in "az09_" if ord(c) not in banned)
+    for op, av in items:
+        if op == sre_c.LITERAL:
+            return chr(av)  # type: ignore[arg-type]
+        if op == sre_c.RANGE:
+            return chr(av[0])  # type: ignore[index]
+        if op == sre_c.CATEGORY:
+            return {sre_c.CATEGORY_DIGIT: "0", sre_c.CATEGORY_SPACE: " "}.get(av, "a")
+    return "a"
+
+
+def regex_sample(pattern: str) -> str | None:
+    """A string RE2 fully matches, or None when this simple sampler cannot find one."""
+    try:
+        candidate = _sample(sre_parse.parse(pattern))
+    except Exception:  # any construct the sampler lacks means "no sample"
+        return None
+    try:
+        return candidate if re2.fullmatch(pattern, candidate) else None
+    except re2.error:
+        return None
+
+
+# ---------------------------------------------------------------- hosts and paths
+
+
+def concrete_hosts(hostname: str) -> list[str]:
+    """Hosts to try for a hostname pattern: the name, a label under a wildcard, the apex."""
+    if hostname == "*":
+        return ["any.example.net"]
+    if hostname.startswith("*."):
+        base = hostname[2:]
+        return [f"wild.{base}", f"a.b.{base}", base]
+    return [hostname]
+
+
+def path_variants(match: m.PathMatch) -> list[tuple[str, str]]:
+    """(path, note) pairs on both sides of the match's boundary."""
+    v = match.value
+    if match.type == "Exact":
+        return [
+            (v, "exact"),
+            (
+                v.rstrip("/") + "/" if not v.endswith("/") else v.rstrip("/") or "/",
+                "trailing slash",
+            ),
+            (v + "x", "longer"),
+            (v.upper() if v.upper() != v else v.lower() + "x", "case"),
+            (v + "?q=1", "with query"),
+        ]
+    if match.type == "PathPrefix":
+        base = v.rstrip("/") or "/"
+        if base == "/":
+            return [("/", "root"), ("/anything/else", "deep"), ("/?q=1", "with query")]
+        return [
+            (base, "prefix itself"),
+            (base + "/", "trailing slash"),
+            (base + "/sub/path", "below"),
+            (base + "suffix", "segment boundary"),
+            (base[:-1] or "/", "shorter"),
+            (base.upper() + "/x" if base.upper() != base else base + "X/x", "case"),
+            (base + "/x?q=1", "with query"),
+        ]
+    sample = regex_sample(v)
+    out = [(sample, "regex sample")] if sample and sample.startswith("/") else []
+    out.append(("/no-such-regex-path", "regex miss"))
+    return out
+
+
+# ---------------------------------------------------------------- witnesses
+
+
+def _hosts_for(route: m.HTTPRoute, listener: m.GatewayListener) -> list[str]:
+    names = list(route.hostnames) or ([listener.hostname] if listener.hostname else ["*"])
+    if listener.hostname and route.hostnames:
+        names.append(listener.hostname)
+    hosts: list[str] = []
+    for n in names:
+        for h in concrete_hosts(n):
+            if h not in hosts:
+                hosts.append(h)
+    return hosts
+
+
+def _base_headers(match: m.RouteMatch) -> list[tuple[str, str]]:
+    pairs = []
+    for h in match.headers:
+        sample = regex_sample(h.value) if h.type == "RegularExpression" else h.value
+        pairs.append((h.name, sample if sample is not None else h.value))
+    return pairs
+
+
+def _query(match: m.RouteMatch, drop: int | None = None, change: int | None = None) -> str:
+    parts = []
+    for i, q in enumerate(match.query_params):
+        if i == drop:
+            continue
+        value = regex_sample(q.value) if q.type == "RegularExpression" else q.value
+        value = value if value is not None else q.value
+        parts.append(f"{q.name}={value + 'x' if i == change else value}")
+    return "&".join(parts)
+
+
+def _with_query(path: str, query: str) -> str:
+    if not query:
+        return path
+    return f"{path}&{query}" if "?" in path else f"{path}?{query}"
+
+
+def match_witnesses(
+    gw: tuple[str, str],
+    port: int,
+    scheme: str,
+    host: str,
+    route: m.HTTPRoute,
+    rule: m.RouteRule,
+    mi: int,
+    match: m.RouteMatch,
+) -> Iterator[Witness]:
+    method = match.method or "GET"
+    headers = _base_headers(match)
+    query = _query(match)
+
+    def w(
+        feature: str,
+        note: str,
+        path: str,
+        hdrs: list[tuple[str, str]],
+        meth: str = method,
+        h: str = host,
+    ) -> Witness:
+        request = Request(
+            method=meth,
+            scheme=scheme,
+            host=h,
+            port=port,
+            path=path,
+            headers=normalize_headers(hdrs) if hdrs else (),
+        )
+        return Witness(gw, request, feature, route.meta.key, rule.index, mi, note)
+
+    for path, note in path_variants(match.path):
+        yield w(PATH, note, _with_query(path, query), headers)
+    base_path = path_variants(match.path)[0][0]
+    full = _with_query(base_path, query)
+    yield w(HOST, "port in Host", full, headers, h=f"{host}:{port}")
+    yield w(HOST, "Host case", full, headers, h=host.upper())
+    for i, (name, value) in enumerate(headers):
+        others = headers[:i] + headers[i + 1 :]
+        yield w(HEADER, f"without {name}", full, others)
+        yield w(HEADER, f"{name} value changed", full, [*others, (name, value + "x")])
+        yield w(HEADER, f"{name} name case", full, [*others, (name.swapcase(), value)])
+        if value.swapcase() != value:
+            yield w(HEADER, f"{name} value case", full, [*others, (name, value.swapcase())])
+    for i, q in enumerate(match.query_params):
+        yield w(QUERY, f"without {q.name}", _with_query(base_path, _query(match, drop=i)), headers)
+        changed = _with_query(base_path, _query(match, change=i))
+        yield w(QUERY, f"{q.name} value changed", changed, headers)
+    if match.method:
+        other = "POST" if match.method != "POST" else "PUT"
+        yield w(METHOD, "other method", full, headers, meth=other)
+    touched = _touched_request_headers(rule)
+    if touched:
+        # Set and add differ only when the client already sends the header.
+        client = [(n, "from-client") for n in touched]
+        yield w(FILTERS, "client sends modified headers", full, headers + client)
+
+
+def _touched_request_headers(rule: m.RouteRule) -> list[str]:
+    names: list[str] = []
+    filters = list(rule.filters) + [f for b in rule.backend_refs for f in b.filters]
+    for f in filters:
+        hm = f.request_header_modifier
+        if hm is not None:
+            names += [n for n, _ in hm.set] + [n for n, _ in hm.add] + list(hm.remove)
+    return sorted({n.lower() for n in names} - {"host"})
+
+
+def witnesses(res: Resources, controller_name: str) -> list[Witness]:
+    """Every witness for every route on every Gateway of ``controller_name``, deduplicated."""
+    ours = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller_name}
+    out: dict[tuple[tuple[str, str], Request], Witness] = {}
+    for gkey in sorted(res.gateways):
+        gateway = res.gateways[gkey]
+        if gateway.class_name not in ours:
+            continue
+        for rkey in sorted(res.httproutes):
+            route = res.httproutes[rkey]
+            if not any(p.namespace == gkey[0] and p.name == gkey[1] for p in route.parent_refs):
+                continue
+            for listener in gateway.listeners:
+                scheme = "https" if listener.protocol == "HTTPS" else "http"
+                for host in _hosts_for(route, listener):
+                    for rule in route.rules:
+                        for mi, match in enumerate(rule.matches):
+                            for wit in match_witnesses(
+                                gkey, listener.port, scheme, host, route, rule, mi, match
+                            ):
+                                out.setdefault((wit.gateway, wit.request), wit)
+                stray = Request(scheme=scheme, host="unmatched.invalid", port=listener.port)
+                out.setdefault((gkey, stray), Witness(gkey, stray, HOST, note="no route hostname"))
+    return list(out.values())
+
+
+def header_pairs(headers: Headers) -> list[tuple[str, str]]:
+    return [(k, v) for k, vs in headers for v in vs]
