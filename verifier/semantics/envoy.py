@@ -169,7 +169,9 @@ class EnvoyModel:
             }
         )
         path_for_match = strip_path_parameters(path) if rc.ignore_path_parameters else path
-        ctx = MatchContext(full_path, path_for_match, view)
+        ctx = MatchContext(
+            full_path, path_for_match, view, {k: tuple(v) for k, v in joined.items()}
+        )
         route = vhost.table.find(ctx)
         upto = route.index if route is not None else len(vhost.table.routes)
         run.trace += vhost.table.explain_misses(ctx, upto)

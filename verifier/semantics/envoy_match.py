@@ -47,6 +47,10 @@ class MatchContext:
     path: str  # :path with query, after normalization
     path_for_match: str  # path without query (and without ;params if configured)
     headers: dict[str, str]  # lower-cased name -> values joined by "," (incl. pseudo-headers)
+    # Each value of a header received several times: Envoy 1.40 matches a value
+    # matcher against each of them (checked: exact "first" matches the two
+    # headers `x-dup: first` and `x-dup: second`, not one `x-dup: first,second`).
+    values: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _query: dict[str, str] | None = field(default=None, repr=False)
 
     @property
@@ -65,7 +69,8 @@ def _header_check(m: HeaderMatcher) -> tuple[Check, str]:
 
     A missing header fails every value matcher, inverted or not, unless
     ``treat_missing_header_as_empty``; ``present_match`` is judged on presence and
-    ``invert_match`` flips it. Several values of one header are matched joined by ",".
+    ``invert_match`` flips it. A header received several times matches when
+    any of its values does.
     A legacy ``exact_match`` of "" matches any value.
     """
     name = m.name.lower()
@@ -110,7 +115,8 @@ def _header_check(m: HeaderMatcher) -> tuple[Check, str]:
             if not missing_as_empty:
                 return False
             got = ""
-        return test(got) != invert
+        values = ctx.values.get(name, (got,))
+        return any(test(v) for v in values) != invert
 
     return check, f"header {name} {what}" + (" (inverted)" if invert else "")
 
