@@ -74,6 +74,9 @@ MIRROR_WEIGHT = 1_000_000  # Outcome.mirrors weight (ppm) for "observed on this 
 _used_ips: set[str] = set()
 
 
+MESH_PORT = 15008
+
+
 class HarnessError(RuntimeError):
     """The harness could not build or run the data plane (not a verdict on the config)."""
 
@@ -271,8 +274,16 @@ class EmbeddedHarness:
         return replace(resp, mirrored=tuple(sorted(mirrors)))
 
     def _port_of(self, echo: Mapping[str, Any], service: ServiceKey) -> int:
-        if isinstance(echo.get("servicePort"), int):
-            return int(echo["servicePort"])
+        port = echo.get("servicePort")
+        if isinstance(port, int) and port != MESH_PORT:
+            return port
+        # The mesh path dials the workload's :15008, which names no Service
+        # port; the identity is the Service, so a one-port Service is unambiguous.
+        svc = self.res.services.get(service)
+        if svc is not None and len(svc.ports) == 1:
+            return svc.ports[0].port
+        if isinstance(port, int):
+            return port
         backend = self.backends.get(service)
         ports = sorted(backend.bound) if backend else []
         return ports[0] if len(ports) == 1 else 0

@@ -1,0 +1,141 @@
+"""The Envoy model's decision equals real Envoy's, request by request.
+
+The checker's findings are only as good as the Envoy model, so the model is
+held to the real thing: for every fixture scenario, every case of its
+cases.yaml and a deterministic sample of generated witness requests (the
+boundary requests the rules reason about) are sent through Envoy 1.40 running
+the same xDS, and the observed decision (status, backend, the request the
+backend saw, redirect, configured response headers) must be one the model
+predicts. Weighted splits are checked for membership: a live request lands on
+one backend, which must have a positive share in the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from conftest import valid_scenarios
+
+from verifier.live.envoy_process import envoy_available
+from verifier.live.echo_model import echo_reply
+from verifier.live.harness import EmbeddedHarness
+from verifier.live.replay import load_cases, load_scenario
+from verifier.semantics import witness as wt
+from verifier.semantics.cases import possible_statuses
+from verifier.semantics.directory import backend_directory_from
+from verifier.semantics.envoy import EnvoyModel
+from verifier.semantics.request import Outcome, Request
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.skipif(not envoy_available(), reason="no envoy binary"),
+]
+
+WITNESSES_PER_SCENARIO = 40
+PARALLEL_SCENARIOS = 6
+CONTROLLER = "gateway.aether.io/edge"
+# Headers Envoy or the client stack add on their own; the model does not predict them.
+UNMODELLED_REQUEST_HEADERS = {"content-length", "user-agent", "accept-encoding", "te"}
+
+
+def decision_mismatches(model: Outcome, live: Outcome) -> list[str]:
+    """Why a live answer is not one the model allows (empty when it is)."""
+    problems: list[str] = []
+    if live.status not in possible_statuses(model):
+        return [f"status {live.status}, model allows {sorted(possible_statuses(model))}"]
+    if live.status == 200 and model.backends and live.backends:
+        allowed = {(b.namespace, b.name, b.port) for b in model.backends if b.weight > 0}
+        got = {(b.namespace, b.name, b.port) for b in live.backends}
+        if not got <= allowed:
+            problems.append(f"backend {sorted(got)}, model allows {sorted(allowed)}")
+    if model.request is not None and live.request is not None and live.status == 200:
+        m, lv = model.request, live.request
+        if (m.host, m.path, m.method) != (lv.host, lv.path, lv.method):
+            problems.append(
+                f"backend saw {lv.method} {lv.host}{lv.path}, model {m.method} {m.host}{m.path}"
+            )
+        seen = {k: v for k, v in lv.headers if k not in UNMODELLED_REQUEST_HEADERS}
+        want = dict(m.headers)
+        if seen != want:
+            problems.append(f"backend headers {seen}, model {want}")
+    if model.redirect is not None or live.redirect is not None:
+        mr, lr = model.redirect, live.redirect
+        if (
+            mr is None
+            or lr is None
+            or (mr.scheme, mr.host.lower(), mr.port, mr.path)
+            != (
+                lr.scheme,
+                lr.host.lower(),
+                lr.port,
+                lr.path,
+            )
+        ):
+            problems.append(f"redirect {lr}, model {mr}")
+    got_resp = dict(live.response_headers)
+    for name, values in model.response_headers:
+        if got_resp.get(name) != values and ",".join(got_resp.get(name, ())) != ",".join(values):
+            problems.append(f"response {name}: {got_resp.get(name)}, model {list(values)}")
+    for name in model.response_headers_removed:
+        if name in got_resp:
+            problems.append(f"response {name} present, model removes it")
+    return problems
+
+
+def _sample(items: list[wt.Witness], n: int) -> list[wt.Witness]:
+    if len(items) <= n:
+        return items
+    step = len(items) / n
+    return [items[int(i * step)] for i in range(n)]
+
+
+async def _check_scenario(scenario: Path) -> list[str]:
+    res, snap = load_scenario(scenario)
+    model = EnvoyModel(snap, backend_directory_from(res))
+    requests: list[tuple[str, Request]] = [
+        (f"case {c.case.name}", c.case.request)
+        for c in load_cases(scenario, res)
+        if c.live.protocol == "http1" and not c.live.websocket_messages
+    ]
+    witnesses = _sample(wt.witnesses(res, CONTROLLER), WITNESSES_PER_SCENARIO)
+    requests += [(f"witness {w.note or w.feature}", w.request) for w in witnesses]
+    failures: list[str] = []
+    async with EmbeddedHarness(res, snap) as harness:
+        limit = asyncio.Semaphore(16)
+
+        async def one(label: str, request: Request) -> None:
+            sent = harness.effective_request(request)
+            async with limit:
+                resp = await harness.send(sent)
+            live = harness.to_outcome(resp)
+            predicted = model.evaluate(sent, echo_reply(sent)).outcome
+            for problem in decision_mismatches(predicted, live):
+                failures.append(f"{label}: {sent.line()}: {problem}")
+
+        await asyncio.gather(*(one(label, r) for label, r in requests))
+    return failures
+
+
+SCENARIOS = [s for s in valid_scenarios() if (s / "cases.yaml").is_file()]
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, list[str]]:
+    async def run_all() -> dict[str, list[str]]:
+        sem = asyncio.Semaphore(PARALLEL_SCENARIOS)
+
+        async def one(s: Path) -> tuple[str, list[str]]:
+            async with sem:
+                return s.name, await _check_scenario(s)
+
+        return dict(await asyncio.gather(*(one(s) for s in SCENARIOS)))
+
+    return asyncio.run(run_all())
+
+
+@pytest.mark.parametrize("scenario", [s.name for s in SCENARIOS])
+def test_envoy_model_agrees_with_real_envoy(scenario: str, results: dict[str, list[str]]) -> None:
+    failures = results[scenario]
+    assert not failures, "\n".join(sorted(failures))
