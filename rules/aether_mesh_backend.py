@@ -117,7 +117,7 @@ def problems(ctx: Context, found: bk.Dialled, common: CommonTlsContext | None) -
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    registry: frozenset[tuple[str, str]] = getattr(ctx, "mesh_registry", frozenset())
+    registry = ctx.mesh_registry
     for cluster, found, _refs in bk.with_service(ctx.snapshot, ctx.res):
         svc = found.service
         if not spec.is_mesh(ctx.res, svc.meta.namespace, svc.meta.name, registry):

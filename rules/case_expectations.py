@@ -13,9 +13,11 @@ Example: a case expects `GET /v2` with `Version: two` to reach
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from verifier.check import Context
 from verifier.findings import Finding, new
+from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.registry import Rule
 from verifier.semantics.cases import Case, unmet
 
@@ -33,11 +35,12 @@ def _located(ctx: Context, case: Case) -> tuple[str, int]:
 def check(ctx: Context) -> Iterable[Finding]:
     for case in ctx.cases:
         gateway = (case.gateway.namespace, case.gateway.name)
-        evaluations = {
-            "spec": ctx.spec(gateway, case.request),
-            "Envoy": ctx.envoy.evaluate(case.request),
-        }
-        for model, ev in evaluations.items():
+        # Cases describe what a client sees from the echo backend (?delay=,
+        # X-Echo-Set-Header, WebSocket), so both outcomes meet echo first.
+        spec = ctx.spec(gateway, case.request)
+        spec = replace(spec, outcome=spec_client_view(ctx.res, case.request, spec.outcome))
+        envoy = ctx.envoy.evaluate(case.request, echo_reply(case.request))
+        for model, ev in (("spec", spec), ("Envoy", envoy)):
             problems = unmet(case.expect, ev.outcome, case.request)
             if not problems:
                 continue

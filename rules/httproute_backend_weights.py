@@ -14,7 +14,7 @@ from verifier.rules._disagreement import disagreement_rule
 RULE = disagreement_rule(
     name="httproute-backend-weights",
     code="EV218",
-    features=("HTTPRoute",),
+    features=("HTTPRoute", "ReferenceGrant"),
     spec_ref="https://gateway-api.sigs.k8s.io/reference/spec/#httpbackendref",
     doc=__doc__ or "",
 )

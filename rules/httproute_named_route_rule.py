@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from verifier.rules import _xds_walk as walk
-from verifier.rules._xds_findings import finding
 
 from verifier.check import Context
-from verifier.findings import Finding
+from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.registry import Rule
 
@@ -54,10 +53,12 @@ def check(ctx: Context) -> Iterable[Finding]:
         if actual == rule.name:
             continue
         where = route.meta.where(f"{rule.path}.name")
-        yield finding(
+        yield new(
             CODE,
             NAME,
-            {"route": ref.label, "actual": actual or "<none>", "expected": rule.name},
+            route=ref.label,
+            xds_rule_name=actual or "<none>",
+            rule_name=rule.name,
             file=where.file,
             line=where.line,
             resource=f"HTTPRoute {route.meta.namespace}/{route.meta.name}",

@@ -20,10 +20,9 @@ from collections.abc import Iterable
 
 from envoy_data_plane.envoy.config.route.v3 import RouteActionClusterNotFoundResponseCode as Cnf
 from verifier.rules import _xds_walk as walk
-from verifier.rules._xds_findings import finding
 
 from verifier.check import Context
-from verifier.findings import Finding
+from verifier.findings import Finding, new
 from verifier.registry import Rule
 
 NAME = "no-missing-clusters"
@@ -51,10 +50,12 @@ def check(ctx: Context) -> Iterable[Finding]:
         for cluster, field, answer in _references(ref):
             if cluster in existing:
                 continue
-            yield finding(
+            yield new(
                 CODE,
                 NAME,
-                {"route": ref.label, "cluster": cluster, "code": answer},
+                route=ref.label,
+                cluster=cluster,
+                status=answer,
                 **walk.route_where(ctx, ref),
                 xds_path=f"{ref.path}.{field}",
                 actual={"cluster": cluster, "exists": False},
@@ -72,10 +73,12 @@ def _vhost_mirrors(ctx: Context, existing: set[str]) -> Iterable[Finding]:
         for path, policies in scopes:
             for cluster, field in walk.mirror_clusters(policies, "request_mirror_policies"):
                 if cluster not in existing:
-                    yield finding(
+                    yield new(
                         CODE,
                         NAME,
-                        {"route": path, "cluster": cluster, "code": MIRROR},
+                        route=path,
+                        cluster=cluster,
+                        status=MIRROR,
                         resource=f"RouteConfiguration {rc.name}",
                         xds_path=f"{path}.{field}",
                         actual={"cluster": cluster, "exists": False},

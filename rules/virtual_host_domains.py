@@ -30,10 +30,9 @@ import betterproto2
 from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
 from verifier.rules import _xds_spec as spec
 from verifier.rules import _xds_walk as walk
-from verifier.rules._xds_findings import finding
 
 from verifier.check import Context
-from verifier.findings import Finding
+from verifier.findings import Finding, new
 from verifier.registry import Rule
 
 NAME = "virtual-host-domains"
@@ -113,10 +112,12 @@ def check(ctx: Context) -> Iterable[Finding]:
         gw, lst = want.listeners[0]
         where = gw.meta.where(f"{lst.path}.port")
         hostnames = sorted(want.required)
-        yield finding(
+        yield new(
             CODE,
             NAME,
-            {"port": port, "actual": domains, "expected": hostnames},
+            port=port,
+            domains=domains,
+            hostnames=hostnames,
             file=where.file,
             line=where.line,
             resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",

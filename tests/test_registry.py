@@ -114,3 +114,40 @@ def test_models_do_not_share_decisions_with_the_translator() -> None:
     semantics = Path(__file__).resolve().parent.parent / "verifier" / "semantics"
     for path in semantics.glob("*.py"):
         assert _forbidden(path) == [], path.name
+
+
+NEW_PARAMETERS = {
+    "code",
+    "rule",
+    "file",
+    "line",
+    "resource",
+    "xds_path",
+    "request",
+    "expected",
+    "actual",
+}
+DISAGREEMENT_PARAMETERS = {"diff", "note"}
+
+
+def _fields(template: str) -> set[str]:
+    import string
+
+    return {f for _, f, _, _ in string.Formatter().parse(template) if f}
+
+
+def test_templates_can_be_filled() -> None:
+    """A template field named like a parameter of findings.new can never be filled."""
+    for code, msg in catalogue().items():
+        assert not _fields(msg.template) & NEW_PARAMETERS, code
+
+
+def test_disagreement_rules_templates_use_only_what_they_pass() -> None:
+    from verifier.rules._disagreement import disagreement_rule
+
+    disagreement = disagreement_rule.__code__  # the shared check passes diff and note only
+    assert disagreement
+    for rule in RULES:
+        if rule.check.__qualname__.startswith("disagreement_rule"):
+            for code in rule.codes:
+                assert _fields(catalogue()[code].template) <= DISAGREEMENT_PARAMETERS, code

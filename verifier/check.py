@@ -147,6 +147,8 @@ class Context:
     controller_name: str = DEFAULT_CONTROLLER
     extra_witnesses: list[wt.Witness] = field(default_factory=list)
     cases: list[Case] = field(default_factory=list)
+    # Services on the mesh path besides labelled namespaces (--mesh-registry).
+    mesh_registry: frozenset[tuple[str, str]] = frozenset()
     case_locations: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @cached_property

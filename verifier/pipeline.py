@@ -267,8 +267,15 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
             snapshot = reference_snapshot(res, opts, scn.mesh_registry)
     except InputErrors as exc:
         return ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
+    registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
     ctx = Context(
-        res, snapshot, opts.profile, opts.controller_name, cases=cases, case_locations=locations
+        res,
+        snapshot,
+        opts.profile,
+        opts.controller_name,
+        cases=cases,
+        case_locations=locations,
+        mesh_registry=registry,
     )
     result = run(rules, ctx)
     return ScenarioResult(scn, result.findings, result.rules_run, result.rules_skipped, warnings)

@@ -167,8 +167,15 @@ def _hosts_for(route: m.HTTPRoute, listener: m.GatewayListener) -> list[str]:
 
 
 def _base_headers(match: m.RouteMatch) -> list[tuple[str, str]]:
+    """One value per header name: later entries with an equivalent name are
+    ignored by the spec, and a header sent twice is matched differently by
+    HTTP (one comma-joined list) and Envoy (each value alone)."""
     pairs = []
+    seen: set[str] = set()
     for h in match.headers:
+        if h.name.lower() in seen:
+            continue
+        seen.add(h.name.lower())
         sample = regex_sample(h.value) if h.type == "RegularExpression" else h.value
         pairs.append((h.name, sample if sample is not None else h.value))
     return pairs
