@@ -78,6 +78,7 @@ from verifier.semantics.directory import (
     backend_directory_from,
 )
 from verifier.semantics.envoy import NO_RESPONSE, EnvoyModel
+from verifier.semantics.envoy_routes import RouteTable
 from verifier.semantics.request import (
     Backend,
     Outcome,
@@ -777,7 +778,7 @@ def test_unknown_port_refuses_and_trace_explains() -> None:
     assert any("and 10 more routes" in line for line in evaluation.trace)
 
 
-def test_ten_thousand_routes_evaluate_fast() -> None:
+def test_ten_thousand_routes_are_looked_up_through_the_index() -> None:
     routes = []
     for i in range(10_000):
         kind = i % 3
@@ -807,11 +808,24 @@ def test_ten_thousand_routes_evaluate_fast() -> None:
         )
         for i in range(0, 10_000, 7)
     ]
-    start = time.perf_counter()
     outcomes = [model.evaluate(r).outcome for r in requests]
-    per_request = (time.perf_counter() - start) / len(requests)
     assert sum(o.status == 200 for o in outcomes) > len(requests) // 3
-    assert per_request < 0.001, f"{per_request * 1e6:.0f} us per request"
+    # Indexed, not a linear scan: the routes a request is tested against are a
+    # handful, not the 2,500 of its virtual host. (Speed itself is measured in
+    # benchmarks/, never asserted: machines here are shared and noisy.)
+    tested: list[int] = []
+    original = RouteTable.candidates
+
+    def counting(self: RouteTable, path: str) -> list[int]:
+        found = list(original(self, path))
+        tested.append(len(found))
+        return found
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RouteTable, "candidates", counting)
+        again = [model.evaluate(r).outcome for r in requests]
+    assert again == outcomes
+    assert max(tested) <= 8, f"up to {max(tested)} routes tested for one request"
 
 
 # ------------------------------------------------------------------ real Envoy cross-check

@@ -46,7 +46,9 @@ def outcome_diff(spec: Outcome, envoy: Outcome) -> tuple[str, ...]:
         for f in ("host", "path", "method", "headers"):
             if getattr(sr, f) != getattr(er, f):
                 diffs.append(f"request.{f}")
-    if spec.response_headers != envoy.response_headers or not _same_response_ops(spec, envoy):
+    if _nonempty(spec.response_headers) != _nonempty(envoy.response_headers) or not (
+        _same_response_ops(spec, envoy)
+    ):
         diffs.append("response_headers")
     if set(spec.response_headers_removed) != set(envoy.response_headers_removed):
         diffs.append("response_headers_removed")
@@ -84,14 +86,23 @@ def deadline(o: Outcome) -> float:
     return float(min(limits)) if limits else float("inf")
 
 
+def _nonempty(headers: tuple[tuple[str, tuple[str, ...]], ...]) -> dict[str, tuple[str, ...]]:
+    """An empty header value says nothing (list-valued CORS headers: an empty list)."""
+    return {k: v for k, v in headers if any(v)}
+
+
 def _same_response_ops(a: Outcome, b: Outcome) -> bool:
     """Equal effect on a backend response that already carries every touched header."""
     if not a.response_header_ops and not b.response_header_ops:
         return True
     names = {n for _, n, _ in a.response_header_ops + b.response_header_ops}
-    for upstream in ((), tuple((n, ("upstream",)) for n in sorted(names))):
-        if apply_response_ops(upstream, a.response_header_ops) != apply_response_ops(
-            upstream, b.response_header_ops
+    probes: list[tuple[tuple[str, tuple[str, ...]], ...]] = [()]
+    if a.request is not None and b.request is not None:
+        # Only a forwarded request has a backend response for the ops to act on.
+        probes.append(tuple((n, ("upstream",)) for n in sorted(names)))
+    for upstream in probes:
+        if _nonempty(apply_response_ops(upstream, a.response_header_ops)) != _nonempty(
+            apply_response_ops(upstream, b.response_header_ops)
         ):
             return False
     return True
@@ -149,6 +160,9 @@ class Context:
     cases: list[Case] = field(default_factory=list)
     # Services on the mesh path besides labelled namespaces (--mesh-registry).
     mesh_registry: frozenset[tuple[str, str]] = frozenset()
+    # Spec answers depend on the resources only; contexts over the same
+    # resources (mutants of one scenario) may share them.
+    spec_cache: dict[tuple[tuple[str, str], Request], Evaluation] = field(default_factory=dict)
     case_locations: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @cached_property
@@ -156,7 +170,12 @@ class Context:
         return EnvoyModel(self.snapshot, backend_directory_from(self.res))
 
     def spec(self, gateway: tuple[str, str], request: Request) -> Evaluation:
-        return spec_evaluate(self.res, gateway, request, controller_name=self.controller_name)
+        key = (gateway, request)
+        found = self.spec_cache.get(key)
+        if found is None:
+            found = spec_evaluate(self.res, gateway, request, controller_name=self.controller_name)
+            self.spec_cache[key] = found
+        return found
 
     @cached_property
     def witnesses(self) -> list[wt.Witness]:

@@ -203,6 +203,44 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_mutate(args: argparse.Namespace) -> int:
+    """Score `check` against plausible translator mistakes applied to the xDS."""
+    import json
+
+    from verifier import mutation_run, pipeline
+    from verifier.rules import RULES
+
+    opts = pipeline.CheckOptions(
+        xds=args.xds,
+        profile=args.profile,
+        controller_name=args.controller_name,
+        mesh_registry=args.mesh_registry,
+    )
+    console = Console(stderr=True)
+
+    def progress(i: int, n: int, name: str) -> None:
+        if sys.stderr.isatty() and n > 1:
+            console.print(f"[{i}/{n}] {name}", highlight=False)
+
+    report = mutation_run.mutate_all(args.paths, opts, RULES, progress)
+    doc = report.to_json()
+    if args.format == "json":
+        _write(json.dumps(doc, indent=2, sort_keys=True), args.output)
+    else:
+        lines = [
+            f"{s['scenario']}: {s['operator']} at {s['xds_path']}: {s['detail']} SURVIVED"
+            for s in report.survived
+        ]
+        lines += [f"unmutated config has a finding: {f}" for f in report.baseline_findings]
+        lines.append(
+            f"edge-verify mutate: {report.total} mutants, {report.equivalent} equivalent, "
+            f"{report.killed} killed, {len(report.survived)} survived, "
+            f"score {report.score:.2%}"
+        )
+        _write("\n".join(lines), args.output)
+    return EXIT_OK
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "paths",
@@ -312,6 +350,22 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--trust-domain", default=DEFAULT_TRUST_DOMAIN, metavar="TD")
     ex.add_argument("--mesh-registry", metavar="FILE")
     ex.set_defaults(run=cmd_explain)
+
+    mu = sub.add_parser(
+        "mutate",
+        help="measure how many injected xDS mistakes check reports",
+        description="Apply mutation operators (plausible translator mistakes) to the xDS "
+        "and report how many check detects: score = killed / (total - equivalent).",
+    )
+    _add_common(mu)
+    mu.add_argument(
+        "--xds", metavar="FILE", help="mutate this xDS instead of the reference translation"
+    )
+    mu.add_argument("--profile", default="aether-edge", choices=("aether-edge", "gateway-api"))
+    mu.add_argument("--format", default="text", choices=("text", "json"))
+    mu.add_argument("-o", "--output", metavar="FILE")
+    mu.add_argument("--mesh-registry", metavar="FILE")
+    mu.set_defaults(run=cmd_mutate)
     return parser
 
 

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 # The stdlib's regex *parser* builds sample strings; matching is always RE2.
 from re import _constants as sre_c  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
+from typing import Protocol
 
 import re2
 
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
+from verifier.semantics import witness_pairs as wp
 from verifier.semantics.request import Headers, Request, normalize_headers
 
 # Feature tags (Gateway API feature names where one exists).
@@ -34,6 +36,12 @@ FILTERS = "HTTPRouteFilters"
 CORS = "HTTPRouteCORS"
 CASE = "case"  # a request from a cases.yaml table
 MISDIRECTED = "GatewayHTTPSListenerDetectMisdirectedRequests"
+
+
+class WitnessMaker(Protocol):
+    def __call__(
+        self, feature: str, note: str, path: str, hdrs: list[tuple[str, str]], meth: str = ...
+    ) -> Witness: ...
 
 
 @dataclass(frozen=True)
@@ -109,13 +117,15 @@ def regex_sample(pattern: str) -> str | None:
 
 
 def concrete_hosts(hostname: str) -> list[str]:
-    """Hosts to try for a hostname pattern: the name, a label under a wildcard, the apex."""
+    """Hosts to try for a hostname pattern: the name, a label under a wildcard, the
+    apex; for an exact name also a sibling, which a stray wildcard would catch."""
     if hostname == "*":
         return ["any.example.net"]
     if hostname.startswith("*."):
         base = hostname[2:]
         return [f"wild.{base}", f"a.b.{base}", base]
-    return [hostname]
+    parent = hostname.split(".", 1)[1] if "." in hostname else "invalid"
+    return [hostname, f"sibling-of-{hostname.split('.', 1)[0]}.{parent}"]
 
 
 def path_variants(match: m.PathMatch) -> list[tuple[str, str]]:
@@ -250,11 +260,41 @@ def match_witnesses(
     if match.method:
         other = "POST" if match.method != "POST" else "PUT"
         yield w(METHOD, "other method", full, headers, meth=other)
+        # Methods are case-sensitive: `get` is not `GET`.
+        yield w(METHOD, "method case", full, headers, meth=match.method.lower())
+    for q in match.query_params:
+        if q.type == "Exact" and q.value.swapcase() != q.value:
+            cased = full.replace(f"{q.name}={q.value}", f"{q.name}={q.value.swapcase()}", 1)
+            yield w(QUERY, f"{q.name} value case", cased, headers)
+    if any(f.cors is not None for f in rule.filters):
+        below = [p for p, note in path_variants(match.path) if note in ("below", "case")]
+        yield from _cors_witnesses(w, rule, [full, *below], headers)
     touched = _touched_request_headers(rule)
     if touched:
         # Set and add differ only when the client already sends the header.
         client = [(n, "from-client") for n in touched]
         yield w(FILTERS, "client sends modified headers", full, headers + client)
+
+
+def _cors_witnesses(
+    w: WitnessMaker, rule: m.RouteRule, paths: list[str], headers: list[tuple[str, str]]
+) -> Iterator[Witness]:
+    """Preflights (and near misses) and simple requests from allowed and foreign origins."""
+    cors = next(f.cors for f in rule.filters if f.cors is not None)
+    allowed = [
+        "https://any.example.org" if o == "*" else o.replace("*", "wild", 1)
+        for o in cors.allow_origins[:2]
+    ]
+    for path in paths:
+        for origin in [*allowed, "https://foreign.invalid"]:
+            preflight = [*headers, ("origin", origin), ("access-control-request-method", "GET")]
+            yield w(CORS, f"preflight from {origin}", path, preflight, meth="OPTIONS")
+            yield w(CORS, f"request from {origin}", path, [*headers, ("origin", origin)])
+        # Not a preflight: OPTIONS without Access-Control-Request-Method. (A
+        # lower-case `options` is one to Envoy whatever the configuration says,
+        # so it is not a witness: it would blame every CORS config for Envoy.)
+        foreign = [*headers, ("origin", "https://foreign.invalid")]
+        yield w(CORS, "OPTIONS without request method", path, foreign, meth="OPTIONS")
 
 
 def _touched_request_headers(rule: m.RouteRule) -> list[str]:
@@ -290,7 +330,51 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
                                 out.setdefault((wit.gateway, wit.request), wit)
                 stray = Request(scheme=scheme, host="unmatched.invalid", port=listener.port)
                 out.setdefault((gkey, stray), Witness(gkey, stray, HOST, note="no route hostname"))
+        for wit in _gateway_witnesses(res, gkey, gateway):
+            out.setdefault((wit.gateway, wit.request), wit)
     return list(out.values())
+
+
+def _gateway_witnesses(res: Resources, gkey: tuple[str, str], gw: m.Gateway) -> Iterator[Witness]:
+    """Requests whose answer depends on several listeners or routes at once."""
+    https = [lst for lst in gw.listeners if lst.protocol == "HTTPS" and lst.hostname]
+    for by_sni in https:
+        for by_host in https:
+            if by_sni is not by_host and by_sni.port == by_host.port:
+                host = concrete_hosts(by_host.hostname or "")[0]
+                sni = concrete_hosts(by_sni.hostname or "")[0]
+                for path in ("/", "/deeper/path"):
+                    tls = Request(scheme="https", host=host, port=by_sni.port, path=path, sni=sni)
+                    yield Witness(gkey, tls, MISDIRECTED, note=f"SNI {sni}, Host {host}")
+        sni = concrete_hosts(by_sni.hostname or "")[0]
+        stray = Request(scheme="https", host="unmatched.invalid", port=by_sni.port, sni=sni)
+        yield Witness(gkey, stray, MISDIRECTED, note=f"SNI {sni}, Host of no listener")
+    for lst in gw.listeners:
+        scheme = "https" if lst.protocol == "HTTPS" else "http"
+        served_by_host: dict[str, list[wp.Served]] = {}
+        for rkey in sorted(res.httproutes):
+            route = res.httproutes[rkey]
+            if not any(p.namespace == gkey[0] and p.name == gkey[1] for p in route.parent_refs):
+                continue
+            for host in _hosts_for(route, lst)[:1]:
+                for rule in route.rules:
+                    for mi, match in enumerate(rule.matches):
+                        served_by_host.setdefault(host, []).append(
+                            wp.Served(route, rule, mi, match)
+                        )
+        for host, served in sorted(served_by_host.items()):
+            for a, b in wp.overlapping_pairs(served):
+                req = wp.pair_request(a.match, b.match, host, lst.port, scheme)
+                if req is not None:
+                    yield Witness(
+                        gkey,
+                        req,
+                        PRECEDENCE,
+                        a.route.meta.key,
+                        a.rule.index,
+                        a.index,
+                        note=f"overlaps {b.route.meta.name} rule {b.rule.index}",
+                    )
 
 
 def header_pairs(headers: Headers) -> list[tuple[str, str]]:

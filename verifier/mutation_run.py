@@ -1,0 +1,148 @@
+"""`edge-verify mutate`: how many plausible translator mistakes `check` catches.
+
+Every mutant of every scenario's xDS is checked with the same rules and cases
+as `check`; a mutant is killed when any finding appears (the unmutated xDS
+must have none, or the score means nothing). Mutants proven equivalent (no
+request can tell them apart) are set aside, so score = killed / (total -
+equivalent). The spec side does not change between mutants, so its answers
+are computed once per scenario and shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifier import pipeline
+from verifier.check import Context
+from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.mesh_registry import load_mesh_registry
+from verifier.gatewayapi.resources import load_resources
+from verifier.mutate import equivalent, mutants
+from verifier.registry import Rule, run
+from verifier.semantics.cases import Case
+
+# Mutants are valid xDS by construction (Envoy accepts them all), and running
+# Envoy per mutant would dominate the run: that rule is judged on the
+# unmutated config only.
+SKIPPED_RULES = frozenset({"envoy-accepts-config"})
+
+
+@dataclass
+class MutationReport:
+    total: int = 0
+    killed: int = 0
+    equivalent: int = 0
+    survived: list[dict[str, str]] = field(default_factory=list)
+    baseline_findings: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        judged = self.total - self.equivalent
+        return self.killed / judged if judged else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "killed": self.killed,
+            "equivalent": self.equivalent,
+            "survived": self.survived,
+            "score": round(self.score, 4),
+            "baseline_findings": self.baseline_findings,
+        }
+
+
+def _scenario_inputs(
+    scn: pipeline.Scenario, opts: pipeline.CheckOptions
+) -> tuple[Context, list[Case]] | None:
+    try:
+        res = load_resources(list(scn.paths))
+    except InputErrors:
+        if scn.expected_errors:
+            return None  # a negative scenario has no xDS to mutate
+        raise
+    cases: list[Case] = []
+    locations: dict[str, tuple[str, int]] = {}
+    for path in scn.cases:
+        loaded, lines = pipeline.load_cases(path)
+        cases.extend(pipeline._with_ports(res, loaded, path))
+        locations.update(lines)
+    if opts.xds:
+        snapshot, _ = pipeline.file_snapshot(opts.xds)
+    else:
+        snapshot = pipeline.reference_snapshot(res, opts, scn.mesh_registry)
+    registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
+    ctx = Context(
+        res,
+        snapshot,
+        opts.profile,
+        opts.controller_name,
+        cases=cases,
+        case_locations=locations,
+        mesh_registry=registry,
+    )
+    return ctx, cases
+
+
+def mutate_scenario(
+    scn: pipeline.Scenario,
+    opts: pipeline.CheckOptions,
+    rules: Sequence[Rule],
+    report: MutationReport,
+) -> None:
+    inputs = _scenario_inputs(scn, opts)
+    if inputs is None:
+        return
+    base, _ = inputs
+    active = [r for r in rules if r.name not in SKIPPED_RULES]
+    baseline = run(rules, base).findings
+    report.baseline_findings += [f"{scn.name}: {f.code} {f.message}" for f in baseline]
+    spec_cache = base.spec_cache
+    for mutant in mutants(base.snapshot):
+        report.total += 1
+        if equivalent(base.snapshot, mutant):
+            report.equivalent += 1
+            continue
+        ctx = Context(
+            base.res,
+            mutant.snapshot,
+            base.profile,
+            base.controller_name,
+            cases=base.cases,
+            case_locations=base.case_locations,
+            mesh_registry=base.mesh_registry,
+            spec_cache=spec_cache,
+        )
+        if run(active, ctx).findings:
+            report.killed += 1
+        else:
+            report.survived.append(
+                {
+                    "scenario": scn.name,
+                    "operator": mutant.operator,
+                    "xds_path": mutant.xds_path,
+                    "detail": mutant.detail,
+                }
+            )
+
+
+def mutate_all(
+    paths: Sequence[str],
+    opts: pipeline.CheckOptions,
+    rules: Sequence[Rule],
+    progress: Callable[[int, int, str], None] | None = None,
+) -> MutationReport:
+    scenarios = pipeline.discover(paths, opts)
+    report = MutationReport()
+    errors: list[InputError] = []
+    for i, scn in enumerate(scenarios):
+        try:
+            mutate_scenario(scn, opts, rules, report)
+        except InputErrors as exc:
+            errors += exc.errors
+        if progress is not None:
+            progress(i + 1, len(scenarios), scn.name)
+    if errors:
+        raise InputErrors(errors)
+    return report
