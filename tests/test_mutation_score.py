@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from verifier.rules import RULES
 
 from verifier import pipeline
 from verifier.mutation_run import MutationReport, mutate_all
-from verifier.rules import RULES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TARGET = 0.98
