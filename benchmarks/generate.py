@@ -1,0 +1,83 @@
+"""Generated Gateway API configurations of a given size, for scaling runs.
+
+Shapes resemble a real edge: many HTTPRoutes across hostnames, each with a few
+rules mixing exact and prefix paths, header and query matches, filters and
+weighted backends, so every part of the pipeline is exercised, not only the
+cheapest path.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+RULES_PER_ROUTE = 10
+HOSTS = 50
+
+
+def _rule(r: int, i: int) -> dict[str, object]:
+    kind = i % 5
+    match: dict[str, object]
+    if kind == 0:
+        match = {"path": {"type": "Exact", "value": f"/r{r}/exact{i}"}}
+    elif kind == 1:
+        match = {"path": {"type": "PathPrefix", "value": f"/r{r}/p{i}"}}
+    elif kind == 2:
+        match = {
+            "path": {"type": "PathPrefix", "value": f"/r{r}/h{i}"},
+            "headers": [{"name": "X-Version", "value": f"v{i}"}],
+        }
+    elif kind == 3:
+        match = {
+            "path": {"type": "PathPrefix", "value": f"/r{r}/q{i}"},
+            "queryParams": [{"name": "flag", "value": f"on{i}"}],
+            "method": "POST",
+        }
+    else:
+        match = {"path": {"type": "RegularExpression", "value": f"/r{r}/re{i}/[0-9]+"}}
+    rule: dict[str, object] = {
+        "matches": [match],
+        "backendRefs": [
+            {"name": "infra-backend-v1", "port": 8080, "weight": 90},
+            {"name": "infra-backend-v2", "port": 8080, "weight": 10},
+        ],
+    }
+    if i % 4 == 0:
+        rule["filters"] = [
+            {
+                "type": "RequestHeaderModifier",
+                "requestHeaderModifier": {"set": [{"name": "X-Route", "value": f"r{r}-{i}"}]},
+            }
+        ]
+    return rule
+
+
+def routes(n_rules: int) -> list[dict[str, object]]:
+    out = []
+    for r in range(max(1, n_rules // RULES_PER_ROUTE)):
+        out.append(
+            {
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "HTTPRoute",
+                "metadata": {"name": f"route-{r}", "namespace": "edge-infra"},
+                "spec": {
+                    "parentRefs": [{"name": "same-namespace"}],
+                    "hostnames": [f"host{r % HOSTS}.bench.example.com"],
+                    "rules": [_rule(r, i) for i in range(RULES_PER_ROUTE)],
+                },
+            }
+        )
+    return out
+
+
+def write(n_rules: int, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "resources.yaml"
+    path.write_text(yaml.safe_dump_all(routes(n_rules), sort_keys=False), encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    print(write(int(sys.argv[1]), Path(sys.argv[2])))
