@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gc
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,18 @@ from conftest import BASE, scenario_params, valid_scenarios
 from verifier.gatewayapi.load import load_texts
 from verifier.gatewayapi.model import PathModifier, Redirect
 from verifier.gatewayapi.resources import Resources, build, load_resources
+from verifier.semantics import spec as spec_module
 from verifier.semantics.cases import Case, parse_cases, unmet
 from verifier.semantics.request import Outcome, Request, headers_from_mapping
-from verifier.semantics.spec import NO_RESPONSE, default_port, spec_evaluate, spec_response_headers
+from verifier.semantics.spec import (
+    NO_RESPONSE,
+    SpecModel,
+    default_port,
+    index_for,
+    spec_evaluate,
+    spec_evaluate_scan,
+    spec_response_headers,
+)
 from verifier.semantics.spec_backends import duration_ms
 from verifier.semantics.spec_cors import origin_allowed
 from verifier.semantics.spec_filters import modify_path, redirect_target
@@ -37,6 +47,9 @@ from verifier.semantics.spec_hostnames import (
     listener_specificity,
     route_hostname_key,
 )
+from verifier.semantics.spec_index import path_segment, regex_segment
+from verifier.semantics.spec_match import regex_full_match
+from verifier.semantics.witness import witnesses
 
 # ------------------------------------------------------------ echo-basic behaviour
 
@@ -497,3 +510,175 @@ stringData:
     assert _tls("exact.example.com", extra=grant) == 200
     assert _tls("exact.example.com", sni="a.example.com", extra=grant) == 421
     assert _tls("a.example.com", sni="exact.example.com", extra=grant) == 421
+
+
+# ------------------------------------------------------------ the index against the scan
+
+
+def _decisive(trace: tuple[str, ...]) -> tuple[str, ...]:
+    """From the winner (or the 404) on: the lines both ways must share verbatim."""
+    starts = ("winner ", "no attached rule matches")
+    first = next((i for i, line in enumerate(trace) if line.startswith(starts)), len(trace))
+    return trace[first:]
+
+
+def _index_disagreements(
+    res: Resources, requests: list[tuple[tuple[str, str], Request]]
+) -> list[str]:
+    model = SpecModel(res)
+    out = []
+    for gateway, request in requests:
+        indexed = model.evaluate(gateway, request)
+        scanned = spec_evaluate_scan(res, gateway, request)
+        cached = spec_evaluate(res, gateway, request)
+        if indexed != cached:
+            out.append(f"{request.line()}: SpecModel and spec_evaluate differ")
+        if (indexed.outcome, _decisive(indexed.trace)) != (
+            scanned.outcome,
+            _decisive(scanned.trace),
+        ):
+            out.append(
+                f"{gateway} {request.line()}:\n    index: {_decisive(indexed.trace)}"
+                f"\n    scan:  {_decisive(scanned.trace)}"
+            )
+    return out
+
+
+@pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
+def test_index_agrees_with_scan_on_every_witness(scenario: Path) -> None:
+    """Same outcome, same winner, runner-up and action trace, for every witness
+    request of the scenario and for its cases."""
+    res = load_resources([str(BASE), str(scenario)])
+    requests = [(w.gateway, w.request) for w in witnesses(res, "gateway.aether.io/edge")]
+    raw_cases = yaml.safe_load((scenario / "cases.yaml").read_text())
+    for case in parse_cases(raw_cases):
+        gateway = (case.gateway.namespace, case.gateway.name)
+        port = case.gateway.port if case.gateway.port is not None else default_port(res, gateway)
+        requests.append((gateway, dataclasses.replace(case.request, port=port or 80)))
+    assert requests
+    problems = _index_disagreements(res, requests)
+    assert not problems, "\n".join(problems)
+
+
+TRICKY_GATEWAY = """\
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: multi, namespace: ns}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - {name: any, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+  - {name: wild, port: 80, protocol: HTTP, hostname: "*.example.com"}
+  - {name: deep, port: 80, protocol: HTTP, hostname: "*.a.example.com"}
+  - {name: exact, port: 80, protocol: HTTP, hostname: foo.example.com}
+  - {name: other, port: 81, protocol: HTTP, hostname: "*.example.com"}
+"""
+TRICKY_MATCHES = [
+    "{path: {type: PathPrefix, value: /}}",
+    "{path: {type: PathPrefix, value: /api/}}",
+    "{path: {type: PathPrefix, value: /api/v1}}",
+    "{path: {type: Exact, value: /api}}",
+    "{path: {type: Exact, value: /}}",
+    "{path: {type: Exact, value: /api/}}",
+    "{path: {type: RegularExpression, value: '/api/v[0-9]+'}}",
+    "{path: {type: RegularExpression, value: '/ap/?i.*'}}",
+    "{path: {type: RegularExpression, value: '/x/|/api.*'}}",
+    "{path: {type: RegularExpression, value: '(?i)/API/.*'}}",
+    "{path: {type: RegularExpression, value: '/api//?x'}}",
+    "{path: {type: RegularExpression, value: '/[a]pi/.*'}}",
+    "{path: {type: PathPrefix, value: /api}, headers: [{name: x, value: '1'}], method: POST}",
+]
+TRICKY_HOSTNAMES = [
+    "",
+    "  hostnames: ['*.example.com']\n",
+    "  hostnames: ['*.a.example.com', foo.example.com]\n",
+    "  hostnames: [foo.example.com, 'bar.a.example.com', '*.example.com']\n",
+    "  hostnames: [other.org, '*.org']\n",
+    "  hostnames: ['*.b.a.example.com']\n",
+]
+TRICKY_HOSTS = [
+    "foo.example.com", "FOO.EXAMPLE.COM.", "bar.a.example.com", "x.b.a.example.com",
+    "a.example.com", "example.com", "other.org", "x.other.org", "q.example.com:8080", "",
+]  # fmt: skip
+TRICKY_PATHS = [
+    "/", "/api", "/api/", "/api/v1", "/api/v12", "/api/v1x", "/apix", "/ap/i", "/api//x",
+    "/api/x", "/API/v", "/x/", "/api?x=1", "//api", "api", "",
+]  # fmt: skip
+
+
+def test_index_agrees_with_scan_on_tricky_hostnames_and_paths() -> None:
+    routes = [
+        _route(
+            f"r{i}",
+            "".join(_rule("abc"[j % 3], m) for j, m in enumerate(TRICKY_MATCHES[i % 4 :: 2])),
+            ns="ns" if i % 2 else "aaa",
+            ts=f"2024-01-0{1 + i % 3}T00:00:00Z",
+            extra=hostnames,
+        ).replace("{name: gw, namespace: ns}", "{name: multi, namespace: ns}")
+        for i, hostnames in enumerate(TRICKY_HOSTNAMES * 2)
+    ]
+    res = _resources(TRICKY_GATEWAY, *routes)
+    requests = [
+        (("ns", "multi"), Request(method=meth, host=h, port=port, path=p, headers=hdrs))
+        for h in TRICKY_HOSTS
+        for p in TRICKY_PATHS
+        for port in (80, 81)
+        for meth, hdrs in (("GET", ()), ("POST", (("x", ("1",)),)))
+    ]
+    assert sum(spec_evaluate(res, g, r).outcome.status == 200 for g, r in requests) > 50
+    problems = _index_disagreements(res, requests)
+    assert not problems, "\n".join(problems)
+
+
+REGEX_SEGMENTS = [
+    ("/api/v[0-9]+", "api"),
+    ("/r1/re4/[0-9]+", "r1"),
+    ("//x", ""),
+    ("/api/?x", None),  # the second "/" is optional: "/apix" starts with another segment
+    ("/ap?i/x", None),
+    ("/x/|/api/.*", None),
+    ("(?i)/api/.*", None),
+    ("/[a]pi/.*", None),
+    ("/a.i/x", None),
+    ("/api", None),
+    ("^/api/x", None),
+    ("/api/{2}", None),
+]
+
+
+@pytest.mark.parametrize(("pattern", "segment"), REGEX_SEGMENTS)
+def test_regex_segment_only_when_every_match_has_it(pattern: str, segment: str | None) -> None:
+    assert regex_segment(pattern) == segment
+    samples = ["/api/v1", "/api/x", "/apix", "/x/", "/API/x", "/r1/re4/7", "//x", "/api//"]
+    for path in samples:
+        if segment is not None and regex_full_match(pattern, path):
+            assert path_segment(path) == segment, (pattern, path)
+
+
+def test_index_follows_a_new_resources_object_and_is_dropped_with_it() -> None:
+    res = _resources(_route("r", _rule("a", "{path: {type: Exact, value: /x}}")))
+    assert _served(res, "/x").status == 200
+    index = index_for(res)
+    assert index_for(res) is index
+    res2 = _resources(_route("r", _rule("a", "{path: {type: Exact, value: /y}}")))
+    assert _served(res2, "/x").status == 404
+    assert index_for(res2) is not index
+    del res
+    gc.collect()
+    assert all(entry[0]() is not None for entry in spec_module._INDEXES.values())
+
+
+def test_index_trace_summarises_skipped_routes() -> None:
+    many = [
+        _route(f"r{i}", _rule("a", f"{{path: {{type: Exact, value: /p{i}}}}}")) for i in range(30)
+    ]
+    broken = _route("zz", _rule("a"), extra="  hostnames: [other.example]\n").replace(
+        "{name: gw, namespace: ns}", "{name: gw, namespace: ns, sectionName: nope}"
+    )
+    res = _resources(*many, broken)
+    trace = spec_evaluate(res, ("ns", "gw"), Request(host="h.example", path="/p7")).trace
+    assert "HTTPRoute ns/r7 serves host 'h.example': 1 matching match(es)" in trace
+    assert any(line.startswith("29 of 30 HTTPRoute(s)") for line in trace)
+    assert any("HTTPRoute ns/zz does not serve" in line for line in trace)
+    assert not any("ns/r8" in line for line in trace)

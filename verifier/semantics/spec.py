@@ -12,6 +12,13 @@ aether edge claims them), with a human-readable trace of each decision:
 5. its filters and backends (``spec_action``, ``spec_filters``, ``spec_cors``,
    ``spec_backends``).
 
+Step 3 does not depend on the request: ``spec_index`` does it once per
+Resources and files the attached matches by hostname and first path segment,
+so a request is only tested against the matches that could accept it.
+``spec_evaluate`` keeps one index per live ``Resources`` object;
+``SpecModel`` holds one explicitly. ``spec_evaluate_scan`` is the
+request-by-request scan over every HTTPRoute, kept as the index's oracle.
+
 It is written from the spec text, independently of ``verifier.translate`` and
 ``verifier.gatewayapi.attach``: sharing decisions with the translator would
 make the verifier agree with the translator's bugs. Only the data types are
@@ -20,6 +27,7 @@ shared. Pure: no I/O, no environment.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from verifier.gatewayapi.model import Gateway, GatewayListener, HTTPRoute
@@ -29,6 +37,13 @@ from verifier.semantics.spec_action import act
 from verifier.semantics.spec_attach import attachment_problem, refers_to_gateway
 from verifier.semantics.spec_filters import HeaderPlan
 from verifier.semantics.spec_hostnames import effective_hostnames, route_hostname_key
+from verifier.semantics.spec_index import (
+    IndexedMatch,
+    ListenerRoutes,
+    ServedRoute,
+    SpecIndex,
+    path_segment,
+)
 from verifier.semantics.spec_listeners import (
     NO_RESPONSE,
     describe,
@@ -55,8 +70,11 @@ __all__ = [
     "DEFAULT_CONTROLLER",
     "NO_MATCH_STATUS",
     "NO_RESPONSE",
+    "SpecModel",
     "default_port",
+    "index_for",
     "spec_evaluate",
+    "spec_evaluate_scan",
     "spec_response_headers",
 ]
 
@@ -81,7 +99,19 @@ def spec_evaluate(
     back at all: the Gateway is not ours, no programmed Listener serves the
     port, or the TLS handshake cannot complete.
     """
-    return _decide(res, gateway, request, controller_name).evaluation
+    return _decide(res, gateway, request, controller_name, index_for(res)).evaluation
+
+
+def spec_evaluate_scan(
+    res: Resources,
+    gateway: tuple[str, str],
+    request: Request,
+    *,
+    controller_name: str = DEFAULT_CONTROLLER,
+) -> Evaluation:
+    """``spec_evaluate`` without the index: every HTTPRoute is examined for
+    every request. Same outcome; slower; a trace line for every Route."""
+    return _decide(res, gateway, request, controller_name, None).evaluation
 
 
 def spec_response_headers(
@@ -100,8 +130,63 @@ def spec_response_headers(
     appended to the backend's; this can ("Add ... appends to any existing
     values associated with the header name").
     """
-    plan = _decide(res, gateway, request, controller_name).response_plan
+    plan = _decide(res, gateway, request, controller_name, index_for(res)).response_plan
     return plan.apply(upstream)
+
+
+class SpecModel:
+    """The spec model over one ``Resources``, with its own index.
+
+    The Resources are read as they are when a Listener is first asked about:
+    build a new model after changing Gateways, HTTPRoutes or Namespaces.
+    """
+
+    def __init__(self, res: Resources, controller_name: str = DEFAULT_CONTROLLER) -> None:
+        self.res = res
+        self.controller_name = controller_name
+        self.index = SpecIndex()
+
+    def evaluate(self, gateway: tuple[str, str], request: Request) -> Evaluation:
+        return _decide(self.res, gateway, request, self.controller_name, self.index).evaluation
+
+    def response_headers(
+        self, gateway: tuple[str, str], request: Request, upstream: Headers
+    ) -> Headers:
+        decision = _decide(self.res, gateway, request, self.controller_name, self.index)
+        return decision.response_plan.apply(upstream)
+
+
+# id(res) -> (weak reference to res, shape of the tables the index reads, index).
+# The index holds routes and listeners, never ``res``, so ``res`` can be
+# collected; its entry leaves with it.
+_INDEXES: dict[int, tuple[weakref.ref[Resources], tuple[int, ...], SpecIndex]] = {}
+
+
+def _shape(res: Resources) -> tuple[int, ...]:
+    """Catches tables replaced, grown or shrunk; not a value replaced in place."""
+    tables = (res.gateways, res.httproutes, res.namespaces)
+    return tuple(x for t in tables for x in (id(t), len(t)))
+
+
+def index_for(res: Resources) -> SpecIndex:
+    """The index ``spec_evaluate`` uses for ``res``, built once per object.
+
+    Like ``SpecModel``, it assumes ``res`` is not modified once evaluated
+    (the loader builds it; checks and rules only read it).
+    """
+    key, shape = id(res), _shape(res)
+    entry = _INDEXES.get(key)
+    if entry is not None and entry[0]() is res and entry[1] == shape:
+        return entry[2]
+    index = SpecIndex()
+
+    def forget(ref: weakref.ref[Resources]) -> None:
+        current = _INDEXES.get(key)
+        if current is not None and current[0] is ref:
+            del _INDEXES[key]
+
+    _INDEXES[key] = (weakref.ref(res, forget), shape, index)
+    return index
 
 
 def default_port(res: Resources, gateway: tuple[str, str]) -> int | None:
@@ -116,7 +201,11 @@ def _answer(status: int, trace: list[str]) -> _Decision:
 
 
 def _decide(
-    res: Resources, gateway: tuple[str, str], request: Request, controller_name: str
+    res: Resources,
+    gateway: tuple[str, str],
+    request: Request,
+    controller_name: str,
+    index: SpecIndex | None,
 ) -> _Decision:
     trace = [f"request: {request.line()}"]
     gw = res.gateways.get(gateway)
@@ -132,7 +221,10 @@ def _decide(
     lst = selection.listener
     if lst is None:
         return _answer(selection.status, trace)
-    candidates = _candidates(res, gw, lst, request, trace)
+    if index is None:
+        candidates = _candidates_scan(res, gw, lst, request, trace)
+    else:
+        candidates = _candidates_indexed(index.listener(res, gw, lst), request, trace)
     if not candidates:
         trace.append(f"no attached rule matches: {NO_MATCH_STATUS}")
         return _answer(NO_MATCH_STATUS, trace)
@@ -151,7 +243,67 @@ def _decide(
     return _Decision(Evaluation(action.outcome, tuple(trace)), action.response_plan)
 
 
-def _candidates(
+def _candidates_indexed(lr: ListenerRoutes, request: Request, trace: list[str]) -> list[Candidate]:
+    """``_candidates_scan`` over the index: the same Candidates (the same
+    hostname keys and match decisions), from the matches filed under the
+    request's host and first path segment only."""
+    host, segment = request.hostname, path_segment(request.path_only)
+    trace.extend(lr.refused_trace())
+    plausible: dict[int, list[IndexedMatch]] = {}
+    seen: set[int] = set()
+    noted: dict[int, ServedRoute] = {}
+    for bucket in lr.buckets(host):
+        for sr in bucket.with_dropped:
+            noted[sr.order] = sr
+        for im in bucket.plausible(segment):
+            if id(im) not in seen:
+                seen.add(id(im))
+                plausible.setdefault(im.served.order, []).append(im)
+                noted[im.served.order] = im.served
+    found: list[Candidate] = []
+    for order in sorted(noted):
+        sr = noted[order]
+        hostname_key = route_hostname_key(sr.effective, host)
+        if hostname_key is None:
+            trace.append(
+                f"{sr.name}: hostnames {list(sr.route.hostnames)} do not match host {host!r}"
+            )
+            continue
+        trace.extend(sr.dropped)
+        matches = plausible.get(order)
+        if matches:
+            found.extend(_indexed_candidates(sr, matches, request, hostname_key, trace))
+    skipped = lr.served - len(plausible)
+    if skipped:
+        trace.append(
+            f"{skipped} of {lr.served} HTTPRoute(s) serving {describe(lr.listener)} skipped "
+            f"by the index: no hostname matches {host!r} or no match fits the path's first segment"
+        )
+    if lr.unrelated:
+        trace.append(f"{lr.unrelated} HTTPRoute(s) do not reference this Gateway")
+    return found
+
+
+def _indexed_candidates(
+    sr: ServedRoute,
+    matches: list[IndexedMatch],
+    request: Request,
+    hostname_key: tuple[int, int],
+    trace: list[str],
+) -> list[Candidate]:
+    out = [
+        Candidate(sr.route, im.rule, im.match_index, im.match, hostname_key)
+        for im in matches
+        if match_accepts(im.match, request)
+    ]
+    if out:
+        trace.append(f"{sr.name} serves host {request.hostname!r}: {len(out)} matching match(es)")
+    else:
+        trace.append(f"{sr.name} serves host {request.hostname!r}: no plausible match accepts it")
+    return out
+
+
+def _candidates_scan(
     res: Resources, gw: Gateway, lst: GatewayListener, request: Request, trace: list[str]
 ) -> list[Candidate]:
     """Every (route, rule, match) of a Route attached to ``lst`` that accepts the request."""
