@@ -162,7 +162,9 @@ class EnvoyModel:
         view = {k: ",".join(v) for k, v in joined.items()}
         view.update(
             {
-                ":method": request.method,
+                # Envoy 1.40's HTTP/1 codec upper-cases the method: `put` is
+                # routed and forwarded as `PUT` (checked on the real binary).
+                ":method": request.method.upper(),
                 ":path": full_path,
                 ":authority": host,
                 ":scheme": request.scheme.lower(),

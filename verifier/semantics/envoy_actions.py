@@ -240,7 +240,7 @@ def _forward(rctx: RouteContext, action: RouteAction, trace: list[str]) -> Outco
         status,
         backends=up.backends,
         invalid_weight=up.invalid_weight,
-        request=Forwarded(rctx.request.method, host, path, normalize_headers(headers)),
+        request=Forwarded(rctx.request.method.upper(), host, path, normalize_headers(headers)),
         response_headers=normalize_headers(resp),
         response_headers_removed=removed,
         response_header_ops=ops,
