@@ -31,6 +31,35 @@ FEATURE_OWNERS = {
     wt.MISDIRECTED: "gateway-https-misdirected-requests",
 }
 BASE_NOTES = {"exact", "prefix itself", "root", "regex sample"}
+# When several witnesses of one HTTPRoute match disagree, the most specific
+# owner reports it (the order of this tuple); the generic rules come last.
+OWNER_PRIORITY = (
+    "httproute-header-matching",
+    "httproute-query-param-matching",
+    "httproute-method-matching",
+    "httproute-cors",
+    "gateway-https-misdirected-requests",
+    "httproute-scheme-redirect",
+    "httproute-port-redirect",
+    "httproute-path-redirect",
+    "httproute-redirect-status-code",
+    "httproute-request-redirect",
+    "httproute-host-rewrite",
+    "httproute-path-rewrite",
+    "httproute-request-mirror",
+    "httproute-timeouts",
+    "httproute-backend-request-header-modification",
+    "httproute-request-header-modifier",
+    "httproute-response-header-modification",
+    "httproute-backend-weights",
+    "httproute-parent-ref-port",
+    "attached-rules-rendered",
+    "httproute-path-matching",
+    "httproute-precedence",
+    "httproute-hostnames",
+    "no-route-default-404",
+    "whole-config-equivalence",
+)
 
 
 def _same_route(c: Comparison) -> bool:
