@@ -112,12 +112,44 @@ def _hostname_precedence(ctx: Context, early: Route, late: Route) -> bool:
     return a is not None and b is not None and a is not b and a.hostnames != b.hostnames
 
 
+PathInfo = tuple[str, str]  # (path specifier kind, value)
+
+
+def _path_infos(routes: list[Route]) -> list[PathInfo | None]:
+    out: list[PathInfo | None] = []
+    for r in routes:
+        if r.match is None:
+            out.append(None)
+            continue
+        kind, value = betterproto2.which_one_of(r.match, "path_specifier")
+        out.append((kind, str(value)))
+    return out
+
+
+def _may_cover(early: PathInfo | None, late: PathInfo) -> bool:
+    """A cheap necessary condition for _path_covered, to skip most pairs of a
+    large virtual host without building protobuf bytes (case folding aside)."""
+    if early is None:
+        return False
+    kind, value = early
+    if kind == "prefix":
+        return value == "/" or late[1].lower().startswith(value.lower())
+    return kind in ("path", "path_separated_prefix") and late[1].lower().startswith(value.lower())
+
+
 def check(ctx: Context) -> Iterable[Finding]:
+    infos: dict[int, list[PathInfo | None]] = {}
     for ref in walk.routes(ctx.snapshot):
         late = ref.route.match
         if late is None:
             continue
+        vhost_infos = infos.get(id(ref.vhost))
+        if vhost_infos is None:
+            vhost_infos = infos[id(ref.vhost)] = _path_infos(ref.vhost.routes)
+        late_info = vhost_infos[ref.index]
         for i, earlier in enumerate(ref.vhost.routes[: ref.index]):
+            if late_info is None or not _may_cover(vhost_infos[i], late_info):
+                continue
             if earlier.match is None or not shadowed_by(earlier.match, late):
                 continue
             if shadowed_by(late, earlier.match) or _hostname_precedence(ctx, earlier, ref.route):

@@ -143,6 +143,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         for w in r.warnings:
             print(f"warning: {prefix}{w}", file=sys.stderr)
         _print_input_errors(r.input_errors, prefix)
+    if bad_input:
+        n = len(bad_input)
+        print(f"edge-verify: {n} input error{'s' if n != 1 else ''}", file=sys.stderr)
+        return EXIT_BAD_INPUT  # no report: it would claim a clean run
     findings = [f for r in results for f in r.findings]
     summary = pipeline.summary(results)
     if args.format == "json":
@@ -154,10 +158,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         out = text.render(findings, summary)
     _write(out, args.output)
-    if bad_input:
-        n = len(bad_input)
-        print(f"edge-verify: {n} input error{'s' if n != 1 else ''}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     levels = ("error",) if args.fail_on == "error" else ("error", "warning")
     return EXIT_FINDINGS if any(f.severity in levels for f in findings) else EXIT_OK
 
@@ -238,6 +238,13 @@ def cmd_mutate(args: argparse.Namespace) -> int:
             f"score {report.score:.2%}"
         )
         _write("\n".join(lines), args.output)
+    if report.baseline_findings:
+        print(
+            "edge-verify mutate: the unmutated configuration already has findings; "
+            "the score does not measure anything until they are fixed",
+            file=sys.stderr,
+        )
+        return EXIT_FINDINGS
     return EXIT_OK
 
 

@@ -113,6 +113,7 @@ class Explanation:
             "spec_meets_expectation": self.spec_meets,
             "envoy_meets_expectation": self.envoy_meets,
             "agree": not self.diffs,
+            "differs_in": list(self.diffs),
         }
 
 
@@ -123,9 +124,15 @@ def explain_request(ctx: Context, gateway: tuple[str, str], request: Request) ->
 
 
 def explain_case(ctx: Context, case: Case) -> Explanation:
+    """Judged as `check` judges cases: both outcomes meet the echo backend first."""
+    from dataclasses import replace
+
+    from verifier.live.echo_model import echo_reply, spec_client_view
+
     gateway = (case.gateway.namespace, case.gateway.name)
     spec = ctx.spec(gateway, case.request)
-    envoy = ctx.envoy.evaluate(case.request)
+    spec = replace(spec, outcome=spec_client_view(ctx.res, case.request, spec.outcome))
+    envoy = ctx.envoy.evaluate(case.request, echo_reply(case.request))
     spec_problems = unmet(case.expect, spec.outcome, case.request)
     envoy_problems = unmet(case.expect, envoy.outcome, case.request)
     problems = tuple(f"spec: {p}" for p in spec_problems) + tuple(

@@ -81,6 +81,7 @@ def _scenario_inputs(
         cases=cases,
         case_locations=locations,
         mesh_registry=registry,
+        spec_cache={},  # every mutant asks the spec the same questions
     )
     return ctx, cases
 
