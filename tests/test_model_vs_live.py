@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import valid_scenarios
 
-from verifier.live.envoy_process import envoy_available
 from verifier.live.echo_model import echo_reply
+from verifier.live.envoy_process import envoy_available
 from verifier.live.harness import EmbeddedHarness
 from verifier.live.replay import load_cases, load_scenario
 from verifier.semantics import witness as wt
