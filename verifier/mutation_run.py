@@ -36,6 +36,8 @@ class MutationReport:
     equivalent: int = 0
     survived: list[dict[str, str]] = field(default_factory=list)
     baseline_findings: list[str] = field(default_factory=list)
+    # rule name -> mutants it reported: the evidence that each rule can fire
+    fired: dict[str, int] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -50,6 +52,7 @@ class MutationReport:
             "survived": self.survived,
             "score": round(self.score, 4),
             "baseline_findings": self.baseline_findings,
+            "fired": dict(sorted(self.fired.items())),
         }
 
 
@@ -115,7 +118,10 @@ def mutate_scenario(
             mesh_registry=base.mesh_registry,
             spec_cache=spec_cache,
         )
-        if run(active, ctx).findings:
+        findings = run(active, ctx).findings
+        for rule in {f.rule for f in findings}:
+            report.fired[rule] = report.fired.get(rule, 0) + 1
+        if findings:
             report.killed += 1
         else:
             report.survived.append(
