@@ -463,11 +463,6 @@ def test_one_mistake_one_finding(tmp_path: Path, cli: CLI) -> None:
     assert [f["code"] for f in report["findings"]] == ["EV202"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tool bug: swapping /dup (x-dup) and / (x-only-header) routes is not reported; "
-    "no witness carries both headers (a `mutate` survivor)",
-)
 def test_swapped_routes_with_overlapping_headers_are_reported(tmp_path: Path, cli: CLI) -> None:
     doc = translated(tmp_path / "xds.json", "httproute-header-matching")
     _, path = xds_route(doc, "edge-infra/header-matching/rule/4/match/0")

@@ -65,11 +65,23 @@ def _under(path: str, prefix: str) -> bool:
     return not base or path == base or path.startswith(base + "/")
 
 
+def _first_wins(values: tuple[m.ValueMatch, ...], fold: bool) -> list[m.ValueMatch]:
+    """Of entries with equivalent names only the first counts (HTTPHeaderMatch)."""
+    seen: set[str] = set()
+    out = []
+    for v in values:
+        key = v.name.lower() if fold else v.name
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
 def _merge(
     a: tuple[m.ValueMatch, ...], b: tuple[m.ValueMatch, ...], fold: bool
 ) -> dict[str, str] | None:
     out: dict[str, str] = {}
-    for v in (*a, *b):
+    for v in (*_first_wins(a, fold), *_first_wins(b, fold)):
         if v.type != "Exact":
             return None
         key = v.name.lower() if fold else v.name
