@@ -189,6 +189,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         results = [explain.explain_case(ctx, c) for c in cases]
         if args.format == "json":
             out = json.dumps([r.to_json() for r in results], indent=2, sort_keys=True)
+        elif sys.stdout.isatty():
+            for r in results:
+                explain.print_side_by_side(r, Console())
+            return EXIT_OK
         else:
             out = "\n".join(explain.render_text(r) for r in results)
         _write(out, None)
@@ -198,6 +202,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     result = explain.explain_request(ctx, gateway, request)
     if args.format == "json":
         _write(json.dumps(result.to_json(), indent=2, sort_keys=True), None)
+    elif sys.stdout.isatty():
+        explain.print_side_by_side(result, Console())
     else:
         _write(explain.render_text(result), None)
     return EXIT_OK

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 from urllib.parse import urlsplit
+
+from rich.console import Console
+from rich.table import Table
 
 from verifier.check import Context, outcome_diff
 from verifier.errors import InputError, InputErrors
@@ -144,7 +148,9 @@ def explain_case(ctx: Context, case: Case) -> Explanation:
 
 
 def render_text(ex: Explanation) -> str:
-    lines = [f"request: {ex.request.line()}", "", "spec model:"]
+    """Plain text (pipes, files): the traces one after the other."""
+    lines = [f"case: {ex.name}"] if ex.spec_meets is not None else []
+    lines += [f"request: {ex.request.line()}", "", "spec model:"]
     lines += [f"  {step}" for step in ex.spec.trace]
     lines += ["", "Envoy model:"]
     lines += [f"  {step}" for step in ex.envoy.trace]
@@ -160,6 +166,26 @@ def render_text(ex: Explanation) -> str:
         )
         lines += [f"  {p}" for p in ex.problems]
     return "\n".join(lines) + "\n"
+
+
+def print_side_by_side(ex: Explanation, console: Console) -> None:
+    """On a terminal: the two traces in two columns, so each step lines up."""
+    table = Table(title=ex.name, show_lines=False, expand=True)
+    table.add_column("spec model", ratio=1, overflow="fold")
+    table.add_column("Envoy model", ratio=1, overflow="fold")
+    for left, right in zip_longest(ex.spec.trace, ex.envoy.trace, fillvalue=""):
+        table.add_row(left, right)
+    table.add_row(f"[bold]{_short(ex.spec)}", f"[bold]{_short(ex.envoy)}")
+    console.print(table)
+    verdict = f"DISAGREE on: {', '.join(ex.diffs)}" if ex.diffs else "agree"
+    console.print(verdict, style="red" if ex.diffs else "green")
+    if ex.spec_meets is not None:
+        console.print(
+            f"case expectation: spec {'met' if ex.spec_meets else 'NOT met'}, "
+            f"Envoy {'met' if ex.envoy_meets else 'NOT met'}"
+        )
+        for p in ex.problems:
+            console.print(f"  {p}", highlight=False)
 
 
 def _short(ev: Evaluation) -> str:
