@@ -17,11 +17,8 @@ from typing import Any
 from verifier import pipeline
 from verifier.check import Context
 from verifier.errors import InputError, InputErrors
-from verifier.gatewayapi.mesh_registry import load_mesh_registry
-from verifier.gatewayapi.resources import load_resources
 from verifier.mutate import equivalent, mutants
 from verifier.registry import Rule, run
-from verifier.semantics.cases import Case
 
 # Mutants are valid xDS by construction (Envoy accepts them all), and running
 # Envoy per mutant would dominate the run: that rule is judged on the
@@ -56,49 +53,18 @@ class MutationReport:
         }
 
 
-def _scenario_inputs(
-    scn: pipeline.Scenario, opts: pipeline.CheckOptions
-) -> tuple[Context, list[Case]] | None:
-    try:
-        res = load_resources(list(scn.paths))
-    except InputErrors:
-        if scn.expected_errors:
-            return None  # a negative scenario has no xDS to mutate
-        raise
-    cases: list[Case] = []
-    locations: dict[str, tuple[str, int]] = {}
-    for path in scn.cases:
-        loaded, lines = pipeline.load_cases(path)
-        cases.extend(pipeline._with_ports(res, loaded, path))
-        locations.update(lines)
-    if opts.xds:
-        snapshot, _ = pipeline.file_snapshot(opts.xds)
-    else:
-        snapshot = pipeline.reference_snapshot(res, opts, scn.mesh_registry)
-    registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
-    ctx = Context(
-        res,
-        snapshot,
-        opts.profile,
-        opts.controller_name,
-        cases=cases,
-        case_locations=locations,
-        mesh_registry=registry,
-        spec_cache={},  # every mutant asks the spec the same questions
-    )
-    return ctx, cases
-
-
 def mutate_scenario(
     scn: pipeline.Scenario,
     opts: pipeline.CheckOptions,
     rules: Sequence[Rule],
     report: MutationReport,
 ) -> None:
-    inputs = _scenario_inputs(scn, opts)
-    if inputs is None:
-        return
-    base, _ = inputs
+    # Every mutant asks the spec the same questions: share the answers.
+    base, result = pipeline.prepare(scn, opts, spec_cache={})
+    if base is None:
+        if result.input_errors:
+            raise InputErrors(result.input_errors)
+        return  # a negative scenario: no xDS to mutate
     active = [r for r in rules if r.name not in SKIPPED_RULES]
     baseline = run(rules, base).findings
     report.baseline_findings += [f"{scn.name}: {f.code} {f.message}" for f in baseline]

@@ -258,13 +258,17 @@ def _check_negative(scn: Scenario, errors: list[InputError]) -> ScenarioResult:
     return ScenarioResult(scn, input_errors=missing + extra)
 
 
-def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> ScenarioResult:
+def prepare(
+    scn: Scenario, opts: CheckOptions, spec_cache: dict[Any, Any] | None = None
+) -> tuple[Context | None, ScenarioResult]:
+    """The check context of a scenario, or the result that stands instead of one
+    (input errors; a negative scenario, which has no context to check)."""
     try:
         res = load_resources(list(scn.paths))
     except InputErrors as exc:
         if scn.expected_errors:
-            return _check_negative(scn, exc.errors)
-        return ScenarioResult(scn, input_errors=exc.errors)
+            return None, _check_negative(scn, exc.errors)
+        return None, ScenarioResult(scn, input_errors=exc.errors)
     warnings = list(res.warnings)
     try:
         cases: list[Case] = []
@@ -281,9 +285,9 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
             warnings += notes
         else:
             snapshot = reference_snapshot(res, opts, scn.mesh_registry)
+        registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
     except InputErrors as exc:
-        return ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
-    registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
+        return None, ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
     ctx = Context(
         res,
         snapshot,
@@ -292,9 +296,18 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
         cases=cases,
         case_locations=locations,
         mesh_registry=registry,
+        spec_cache=spec_cache,
     )
-    result = run(rules, ctx)
-    return ScenarioResult(scn, result.findings, result.rules_run, result.rules_skipped, warnings)
+    return ctx, ScenarioResult(scn, warnings=warnings)
+
+
+def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> ScenarioResult:
+    ctx, result = prepare(scn, opts)
+    if ctx is None:
+        return result
+    ran = run(rules, ctx)
+    result.findings, result.ran, result.skipped = ran.findings, ran.rules_run, ran.rules_skipped
+    return result
 
 
 def check_all(
