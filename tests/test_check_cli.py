@@ -836,3 +836,22 @@ def test_docs_check_command_lines_parse() -> None:
             parser.parse_args(args)
         except SystemExit:
             pytest.fail(f"docs/check.md: edge-verify {shlex.join(args)} does not parse")
+
+
+def test_malformed_case_values_are_input_errors(tmp_path: Path, cli: CLI) -> None:
+    """Wrong types inside a cases table are reported at the case, never a traceback."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(
+        "- name: a\n"
+        "  gateway: {namespace: edge-infra, name: same-namespace}\n"
+        "  expect: {status: abc}\n"
+        "- name: b\n"
+        "  gateway: {namespace: edge-infra, name: same-namespace, port: eighty}\n"
+        "  expect: {redirect: {port: x}}\n",
+        encoding="utf-8",
+    )
+    r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
+    assert r.rc == 2
+    lines = r.error_lines()
+    assert any(f"{cases}:1: [0].expect.status:" in line for line in lines), lines
+    assert any(f"{cases}:4: [1].gateway.port:" in line for line in lines), lines

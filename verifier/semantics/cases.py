@@ -62,6 +62,15 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise CaseError(where, f"expected an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise CaseError(where, f"expected an integer, got {value!r}") from None
+
+
 def _strs(value: Any, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -80,7 +89,8 @@ def parse_case(data: Any, index: int, default_port: int | None = None) -> Case:
     if not gw.get("name") or not gw.get("namespace"):
         raise CaseError(f"{where}.gateway", "expected {namespace, name, port?}")
     port = gw.get("port", default_port)
-    gateway = GatewayRef(str(gw["namespace"]), str(gw["name"]), None if port is None else int(port))
+    port_num = None if port is None else _int(port, f"{where}.gateway.port")
+    gateway = GatewayRef(str(gw["namespace"]), str(gw["name"]), port_num)
     req = _mapping(item.get("request"), f"{where}.request")
     path = str(req.get("path", "/"))
     if not path.startswith("/"):
@@ -96,15 +106,19 @@ def parse_case(data: Any, index: int, default_port: int | None = None) -> Case:
     )
     exp = _mapping(item.get("expect"), f"{where}.expect")
     if "statuses" in exp:
-        statuses = tuple(int(s) for s in exp["statuses"])
+        if not isinstance(exp["statuses"], list) or not exp["statuses"]:
+            raise CaseError(f"{where}.expect.statuses", "expected a non-empty list of status codes")
+        statuses = tuple(_int(s, f"{where}.expect.statuses") for s in exp["statuses"])
     else:
-        statuses = (int(exp.get("status", 200)),)
+        statuses = (_int(exp.get("status", 200), f"{where}.expect.status"),)
     backends = _strs(exp.get("backends"), f"{where}.expect.backends")
     if exp.get("backend"):
         backends = (str(exp["backend"]), *backends)
     ereq = _mapping(exp.get("request"), f"{where}.expect.request")
     eresp = _mapping(exp.get("response"), f"{where}.expect.response")
     redirect = exp.get("redirect")
+    if isinstance(redirect, Mapping) and redirect.get("port") is not None:
+        redirect = {**redirect, "port": _int(redirect["port"], f"{where}.expect.redirect.port")}
     expect = Expectation(
         statuses=statuses,
         backends=backends,
