@@ -873,3 +873,20 @@ def _deadlines(snap: Snapshot) -> list[float]:
                     limits.append(p.total_seconds())
                 out.append(min(limits) if limits else float("inf"))
     return out
+
+
+def test_method_case_proof_only_covers_upper_case_methods() -> None:
+    from verifier.mutate_proofs import prove_method_case, prove_route_local
+
+    proven, refused = 0, 0
+    for _name, snap, ms in fixture_mutants():
+        for m in ms:
+            if m.operator != "case-insensitive-header" or prove_route_local(snap, m):
+                continue
+            if prove_method_case(snap, m):
+                assert "':method'" in m.detail, m.detail
+                proven += 1
+            else:
+                assert "':method'" not in m.detail, m.detail
+                refused += 1
+    assert proven > 0 and refused > 0

@@ -317,6 +317,32 @@ def prove_drop_timeout(original: Snapshot, mutant: Mutant) -> bool:
     )
 
 
+def prove_method_case(original: Snapshot, mutant: Mutant) -> bool:
+    """Ignoring case on a `:method` matcher whose value is upper-case changes
+    nothing: Envoy 1.40's HTTP/1 codec upper-cases every request method (checked
+    on the real binary: `put` is routed as `PUT`)."""
+    if prove_route_local(original, mutant):
+        return True
+    pair = _changed_pair(original, mutant)
+    if pair is None or pair[0].match is None or pair[1].match is None:
+        return False
+    before, after = pair[0].match.headers, pair[1].match.headers
+    if len(before) != len(after):
+        return False
+    changed = [(x, y) for x, y in zip(before, after, strict=True) if x != y]
+    if len(changed) != 1:
+        return False
+    x, y = changed[0]
+    exact = x.string_match.exact if x.string_match is not None else None
+    return (
+        x.name == ":method"
+        and exact is not None
+        and exact == exact.upper()
+        and y.string_match is not None
+        and y.string_match.exact == exact
+    )
+
+
 def _deadline(route: Route) -> float:
     """When the client gets its 504: with no retries, the route timeout and the
     per-try timeout act as one deadline (0 disables a timeout; no route timeout

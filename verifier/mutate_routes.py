@@ -21,7 +21,12 @@ from verifier.mutate_core import (
     with_vhost,
 )
 from verifier.mutate_match import has_ascii_letters
-from verifier.mutate_proofs import prove_drop_route, prove_route_local, prove_swap
+from verifier.mutate_proofs import (
+    prove_drop_route,
+    prove_method_case,
+    prove_route_local,
+    prove_swap,
+)
 from verifier.xds.snapshot import Snapshot
 
 METHOD = ":method"
@@ -331,9 +336,10 @@ OPERATORS: tuple[Operator, ...] = (
         "case-insensitive-header",
         "A header value match made case-insensitive (ignore_case); Gateway API header values "
         "match case-sensitively. Skipped where it is a no-op (no letters, regex). "
-        "httproute-header-matching / httproute-method-matching should catch it.",
+        "httproute-header-matching / httproute-method-matching should catch it. "
+        "Equivalent on an upper-case `:method`: Envoy upper-cases methods.",
         _on_routes(_case_insensitive_header),
-        prove_route_local,
+        prove_method_case,
     ),
     Operator(
         "drop-method-matcher",
