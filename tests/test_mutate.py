@@ -270,7 +270,11 @@ def requests_for(routes: list[Route]) -> Iterator[Req]:
             if v is not None:
                 paths |= {v, v + "/", v + "/x", v + "x", v.swapcase(), v.rstrip("/") or "/"}
         for h in m.headers:
-            hdrs.setdefault(h.name.lower(), set()).update(_values(h.string_match))
+            values = _values(h.string_match)
+            if h.name.lower() == ":method":
+                # Envoy's codec upper-cases methods: `get` never reaches the router.
+                values = [v.upper() for v in values]
+            hdrs.setdefault(h.name.lower(), set()).update(values)
         for q in m.query_parameters:
             qs.setdefault(q.name, set()).update(_values(q.string_match) or ["1"])
     names = sorted(hdrs)[:4]
