@@ -133,7 +133,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     def progress(i: int, n: int, r: pipeline.ScenarioResult) -> None:
         if show_progress and n > 1:
-            state = "input errors" if r.input_errors else f"{len(r.findings)} findings"
+            if r.input_errors:
+                state = "input errors"
+            elif r.scenario.expected_errors:
+                state = "rejected as expected"
+            else:
+                state = f"{len(r.findings)} findings"
             console.print(f"[{i}/{n}] {r.scenario.name}: {state}", highlight=False)
 
     results = pipeline.check_all(args.paths, opts, RULES, progress)
