@@ -8,6 +8,8 @@ behaviour yields one finding, from the rule whose feature it breaks.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -191,9 +193,30 @@ class Context:
     @cached_property
     def comparisons(self) -> list[Comparison]:
         """The witnesses on which the models disagree (agreeing ones are not kept:
-        at 10,000 rules there are ~180,000 witnesses)."""
+        at 10,000 rules there are ~180,000 witnesses). Large sets are split across
+        the machine's cores: each witness is independent of the others."""
+        witnesses = self.witnesses
+        workers = min(os.cpu_count() or 1, MAX_WORKERS)
+        forkable = "fork" in multiprocessing.get_all_start_methods()
+        if len(witnesses) < PARALLEL_MIN_WITNESSES or workers < 2 or not forkable:
+            return self._compare(range(len(witnesses)))
+        # Build both models' indexes once, before the workers inherit them.
+        self.envoy.evaluate(witnesses[0].request)
+        self.spec(witnesses[0].gateway, witnesses[0].request)
+        global _FORKED
+        _FORKED = self
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                parts = pool.map(_compare_slice, [(i, workers) for i in range(workers)])
+        finally:
+            _FORKED = None
+        found = sorted((c for part in parts for c in part), key=lambda ic: ic[0])
+        return [c for _, c in found]
+
+    def _compare(self, indexes: range) -> list[Comparison]:
         out = []
-        for w in self.witnesses:
+        for i in indexes:
+            w = self.witnesses[i]
             e = self.envoy.evaluate(w.request)
             s = self.spec(w.gateway, w.request)
             diffs = outcome_diff(s.outcome, e.outcome)
@@ -302,6 +325,26 @@ def _culprit(c: Comparison) -> tuple[object, ...] | None:
         return ((ns, name), envoy.rule, envoy.match)
     w = c.witness
     return (w.route, w.rule, w.match) if w.route is not None else None
+
+
+# Set in the parent just before forking; the workers read their inherited copy.
+_FORKED: Context | None = None
+PARALLEL_MIN_WITNESSES = 20_000  # below this, starting workers costs more than it saves
+MAX_WORKERS = 4
+
+
+def _compare_slice(part: tuple[int, int]) -> list[tuple[int, Comparison]]:
+    """Worker: every ``step``-th witness from ``start`` (interleaved, so the slices
+    cost about the same), with its index to restore the order."""
+    start, step = part
+    ctx = _FORKED
+    assert ctx is not None
+    out = []
+    for i in range(start, len(ctx.witnesses), step):
+        found = ctx._compare(range(i, i + 1))
+        if found:
+            out.append((i, found[0]))
+    return out
 
 
 def route_path(rc: RouteConfiguration, vh: VirtualHost, index: int, _route: Route) -> str:

@@ -1,0 +1,40 @@
+"""Splitting witnesses across processes changes nothing but the time taken."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from verifier.rules import RULES
+
+from verifier import check, pipeline
+from verifier.mutate import mutants
+from verifier.registry import run
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _context(snapshot: object | None = None) -> check.Context:
+    scn = next(
+        s
+        for s in pipeline.discover([str(FIXTURES)], pipeline.CheckOptions())
+        if s.name == "httproute-header-matching"
+    )
+    ctx, _ = pipeline.prepare(scn, pipeline.CheckOptions())
+    assert ctx is not None
+    if snapshot is not None:
+        ctx = check.Context(ctx.res, snapshot, cases=ctx.cases)  # type: ignore[arg-type]
+    return ctx
+
+
+def test_parallel_and_serial_checks_find_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _context()
+    broken = [m for m in mutants(base.snapshot) if m.operator == "drop-header-matcher"][:3]
+    assert broken
+    for mutant in broken:
+        monkeypatch.setattr(check, "PARALLEL_MIN_WITNESSES", 10**9)
+        serial = run(RULES, _context(mutant.snapshot)).findings
+        monkeypatch.setattr(check, "PARALLEL_MIN_WITNESSES", 0)
+        parallel = run(RULES, _context(mutant.snapshot)).findings
+        assert serial, mutant.detail
+        assert [f.to_json() for f in parallel] == [f.to_json() for f in serial]
