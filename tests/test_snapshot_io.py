@@ -819,3 +819,24 @@ def test_envoy_rejections_come_back_with_envoy_text() -> None:
     assert "StatPrefix" in output or "stat_prefix" in output, output
     ok, output = envoy_validate(Snapshot(listeners=(_listener(_hcm("nope")),)))
     assert not ok and "nope" in output
+
+
+def test_binary_bootstrap_is_used_without_eds_or_tls_and_envoy_still_judges_it() -> None:
+    """The fast path (a .pb bootstrap) must give Envoy the same verdicts as the JSON one."""
+    import dataclasses
+
+    from verifier.gatewayapi.attach import build_graph
+    from verifier.gatewayapi.resources import load_resources
+    from verifier.translate import translate
+    from verifier.xds.snapshot import binary_bootstrap, bootstrap_for_validation, envoy_validate
+
+    if find_envoy() is None:
+        pytest.skip("no envoy binary")
+    res = load_resources(["fixtures/base", "fixtures/httproute-query-param-matching"])
+    snap = translate(res, build_graph(res))
+    assert binary_bootstrap(snap) is not None
+    assert bootstrap_for_validation(snap)  # the JSON path still exists for EDS/TLS
+    assert envoy_validate(snap)[0]
+    duplicate = dataclasses.replace(snap, clusters=(*snap.clusters, snap.clusters[0]))
+    ok, output = envoy_validate(duplicate)
+    assert not ok and "duplicate" in output.lower(), output

