@@ -12,10 +12,8 @@ checked here from the raw case.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import gc
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +24,10 @@ from conftest import BASE, scenario_params, valid_scenarios
 from verifier.gatewayapi.load import load_texts
 from verifier.gatewayapi.model import PathModifier, Redirect
 from verifier.gatewayapi.resources import Resources, build, load_resources
+from verifier.live.echo_model import spec_client_view
 from verifier.semantics import spec as spec_module
 from verifier.semantics.cases import Case, parse_cases, unmet
-from verifier.semantics.request import Outcome, Request, headers_from_mapping
+from verifier.semantics.request import Outcome, Request
 from verifier.semantics.spec import (
     NO_RESPONSE,
     SpecModel,
@@ -36,7 +35,6 @@ from verifier.semantics.spec import (
     index_for,
     spec_evaluate,
     spec_evaluate_scan,
-    spec_response_headers,
 )
 from verifier.semantics.spec_backends import duration_ms
 from verifier.semantics.spec_cors import origin_allowed
@@ -53,40 +51,6 @@ from verifier.semantics.witness import witnesses
 
 # ------------------------------------------------------------ echo-basic behaviour
 
-WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
-GO_UNITS_MS = {"h": 3_600_000.0, "m": 60_000.0, "s": 1_000.0, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
-
-
-def _go_duration_ms(text: str) -> float:
-    """echo-basic's ``?delay=`` is a Go duration ("2s", "100ms", "1m30s")."""
-    total, number, i = 0.0, "", 0
-    while i < len(text):
-        if text[i].isdigit() or text[i] == ".":
-            number += text[i]
-            i += 1
-            continue
-        unit = next(u for u in ("ms", "us", "ns", "h", "m", "s") if text.startswith(u, i))
-        total += float(number) * GO_UNITS_MS[unit]
-        number, i = "", i + len(unit)
-    return total
-
-
-def _echo_delay_ms(path: str) -> float | None:
-    query = path.partition("?")[2]
-    for part in query.split("&"):
-        name, _, value = part.partition("=")
-        if name == "delay":
-            return _go_duration_ms(value)
-    return None
-
-
-def _echo_response_headers(outcome: Outcome) -> tuple[tuple[str, str], ...]:
-    """``X-Echo-Set-Header: Name:value,Other:value`` as the backend receives it."""
-    fwd = outcome.request
-    raw = ",".join(dict(fwd.headers).get("x-echo-set-header", ())) if fwd else ""
-    pairs = (item.partition(":") for item in raw.split(",") if ":" in item)
-    return tuple((name.strip(), value.strip()) for name, _, value in pairs)
-
 
 def _app_protocol(res: Resources, outcome: Outcome) -> set[str | None]:
     found: set[str | None] = set()
@@ -97,32 +61,9 @@ def _app_protocol(res: Resources, outcome: Outcome) -> set[str | None]:
 
 
 def _client_view(res: Resources, gateway: tuple[str, str], req: Request, out: Outcome) -> Outcome:
-    """What the client sees: the model's outcome composed with echo-basic.
-
-    * a forwarded request whose ``?delay=`` exceeds the shortest configured
-      timeout (request or backendRequest; 0 disables) gets the gateway's 504;
-    * a WebSocket handshake forwarded to a ``kubernetes.io/ws`` backend port is
-      answered 101 with ``Sec-WebSocket-Accept`` (RFC 6455);
-    * response headers are the configured operations applied to what echo sets.
-    """
-    forwarded = out.request
-    if out.status != 200 or forwarded is None:
-        return out
-    upstream = headers_from_mapping(dict(_echo_response_headers(out)))
-    final = spec_response_headers(res, gateway, req, upstream)
-    out = dataclasses.replace(out, response_headers=final)
-    delay = _echo_delay_ms(forwarded.path)
-    deadlines = [t for t in (out.request_timeout_ms, out.backend_timeout_ms) if t]
-    if delay is not None and deadlines and delay > min(deadlines):
-        return Outcome(504)
-    fwd = dict(forwarded.headers)
-    upgrade = [v.lower() for v in fwd.get("upgrade", ())] == ["websocket"]
-    if upgrade and _app_protocol(res, out) == {"kubernetes.io/ws"}:
-        key = fwd["sec-websocket-key"][0]
-        accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
-        ws = headers_from_mapping({"Sec-WebSocket-Accept": accept, "Upgrade": "websocket"})
-        return dataclasses.replace(out, status=101, response_headers=ws)
-    return out
+    """What the client sees: the model's outcome composed with echo-basic (the
+    shared ``verifier.live.echo_model`` behaviour that check and explain use)."""
+    return spec_client_view(res, req, out)
 
 
 # ------------------------------------------------------------ raw-case checks
