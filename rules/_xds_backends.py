@@ -24,6 +24,7 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamT
 from envoy_data_plane.envoy.extensions.upstreams.http.v3 import HttpProtocolOptions
 from verifier.rules import _xds_walk as walk
 
+from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.xds.snapshot import Snapshot
@@ -194,3 +195,23 @@ def with_service(
             found = dialled(cluster, snap, directory)
             if found is not None:
                 yield cluster, found, routed[cluster.name]
+
+
+def backend_finding(
+    code: str, rule: str, cluster: Cluster, svc: m.Service, problem: str
+) -> Finding:
+    """A cluster that breaks the edge's backend contract, located at the Service."""
+    where = svc.meta.where()
+    service = f"{svc.meta.namespace}/{svc.meta.name}"
+    return new(
+        code,
+        rule,
+        file=where.file,
+        line=where.line,
+        resource=f"Service {service}",
+        xds_path=f"clusters[{cluster.name}]",
+        actual={"problem": problem},
+        cluster=cluster.name,
+        service=service,
+        problem=problem,
+    )

@@ -36,7 +36,7 @@ from verifier.rules import _xds_backends as bk
 from verifier.rules import _xds_spec as spec
 
 from verifier.check import Context
-from verifier.findings import Finding, new
+from verifier.findings import Finding
 from verifier.registry import Rule
 
 NAME = "aether-mesh-backend"
@@ -124,20 +124,8 @@ def check(ctx: Context) -> Iterable[Finding]:
             continue
         tls = bk.upstream_tls(cluster)
         common = (tls.common_tls_context or CommonTlsContext()) if tls is not None else None
-        where = svc.meta.where()
         for problem in problems(ctx, found, common):
-            yield new(
-                CODE,
-                NAME,
-                file=where.file,
-                line=where.line,
-                resource=f"Service {svc.meta.namespace}/{svc.meta.name}",
-                xds_path=f"clusters[{cluster.name}]",
-                actual={"problem": problem},
-                cluster=cluster.name,
-                service=f"{svc.meta.namespace}/{svc.meta.name}",
-                problem=problem,
-            )
+            yield bk.backend_finding(CODE, NAME, cluster, svc, problem)
 
 
 RULE = Rule(

@@ -26,7 +26,7 @@ from verifier.rules import _xds_backends as bk
 from verifier.rules import _xds_spec as spec
 
 from verifier.check import Context
-from verifier.findings import Finding, new
+from verifier.findings import Finding
 from verifier.registry import Rule
 
 NAME = "aether-non-mesh-backend"
@@ -60,20 +60,8 @@ def check(ctx: Context) -> Iterable[Finding]:
         svc = found.service
         if spec.is_mesh(ctx.res, svc.meta.namespace, svc.meta.name, registry):
             continue
-        where = svc.meta.where()
         for problem in problems(cluster, found):
-            yield new(
-                CODE,
-                NAME,
-                file=where.file,
-                line=where.line,
-                resource=f"Service {svc.meta.namespace}/{svc.meta.name}",
-                xds_path=f"clusters[{cluster.name}]",
-                actual={"problem": problem},
-                cluster=cluster.name,
-                service=f"{svc.meta.namespace}/{svc.meta.name}",
-                problem=problem,
-            )
+            yield bk.backend_finding(CODE, NAME, cluster, svc, problem)
 
 
 RULE = Rule(
