@@ -31,6 +31,7 @@ from functools import cache
 
 from envoy_data_plane.envoy.config.route.v3 import (
     Route,
+    RouteAction,
     RouteActionRequestMirrorPolicy,
     WeightedCluster,
     WeightedClusterClusterWeight,
@@ -163,6 +164,18 @@ def _only_action_field(a: Route, b: Route, name: str) -> bool:
     return ca == cb
 
 
+def _action_pair(
+    original: Snapshot, mutant: Mutant, name: str
+) -> tuple[RouteAction, RouteAction] | None:
+    """The route actions before and after, when the mutant changed only ``route.<name>``."""
+    pair = _changed_pair(original, mutant)
+    if pair is None or not _only_action_field(*pair, name):
+        return None
+    a, b = pair
+    assert a.route is not None and b.route is not None
+    return a.route, b.route
+
+
 def _changed_pair(original: Snapshot, mutant: Mutant) -> tuple[Route, Route] | None:
     found = _local(original, mutant)
     if found is None:
@@ -211,14 +224,10 @@ def same_shares(a: WeightedCluster, b: WeightedCluster) -> bool:
 def prove_weights(original: Snapshot, mutant: Mutant) -> bool:
     if prove_route_local(original, mutant):
         return True
-    pair = _changed_pair(original, mutant)
-    if pair is None:
+    actions = _action_pair(original, mutant, "weighted_clusters")
+    if actions is None:
         return False
-    a, b = pair
-    if not _only_action_field(a, b, "weighted_clusters"):
-        return False
-    assert a.route is not None and b.route is not None
-    wa, wb = a.route.weighted_clusters, b.route.weighted_clusters
+    wa, wb = actions[0].weighted_clusters, actions[1].weighted_clusters
     return wa is not None and wb is not None and same_shares(wa, wb)
 
 
@@ -304,16 +313,11 @@ def prove_retarget(original: Snapshot, mutant: Mutant) -> bool:
 def prove_drop_timeout(original: Snapshot, mutant: Mutant) -> bool:
     if prove_route_local(original, mutant):
         return True
-    pair = _changed_pair(original, mutant)
-    if pair is None:
-        return False
-    a, b = pair
+    actions = _action_pair(original, mutant, "timeout")
     return (
-        _only_action_field(a, b, "timeout")
-        and a.route is not None
-        and b.route is not None
-        and a.route.timeout == ENVOY_DEFAULT_ROUTE_TIMEOUT
-        and b.route.timeout is None
+        actions is not None
+        and actions[0].timeout == ENVOY_DEFAULT_ROUTE_TIMEOUT
+        and actions[1].timeout is None
     )
 
 
@@ -437,14 +441,12 @@ def prove_mirror(original: Snapshot, mutant: Mutant) -> bool:
     """A mirror change that cannot change what is mirrored (see ``mirrors_equivalent``)."""
     if prove_route_local(original, mutant):
         return True
-    pair = _changed_pair(original, mutant)
-    if pair is None:
+    actions = _action_pair(original, mutant, "request_mirror_policies")
+    if actions is None:
         return False
-    a, b = pair
-    if not _only_action_field(a, b, "request_mirror_policies"):
-        return False
-    assert a.route is not None and b.route is not None
-    return mirrors_equivalent(a.route.request_mirror_policies, b.route.request_mirror_policies)
+    return mirrors_equivalent(
+        actions[0].request_mirror_policies, actions[1].request_mirror_policies
+    )
 
 
 def prove_retarget_mirror(original: Snapshot, mutant: Mutant) -> bool:
