@@ -132,11 +132,11 @@ class Comparison:
         return self.witness.request
 
     def describe(self) -> str:
-        spec, envoy = _brief(self.spec.outcome), _brief(self.envoy.outcome)
+        spec, envoy = brief(self.spec.outcome), brief(self.envoy.outcome)
         return f"{self.request.line()}: spec {spec}; Envoy {envoy}"
 
 
-def _brief(o: Outcome) -> str:
+def brief(o: Outcome) -> str:
     if o.redirect is not None:
         r = o.redirect
         return f"{o.status} -> {r.scheme}://{r.host}:{r.port}{r.path}"
@@ -199,7 +199,7 @@ class Context:
         workers = min(os.cpu_count() or 1, MAX_WORKERS)
         forkable = "fork" in multiprocessing.get_all_start_methods()
         if len(witnesses) < PARALLEL_MIN_WITNESSES or workers < 2 or not forkable:
-            return self._compare(range(len(witnesses)))
+            return [c for c in map(self.compare, witnesses) if c is not None]
         # Build both models' indexes once, before the workers inherit them.
         self.envoy.evaluate(witnesses[0].request)
         self.spec(witnesses[0].gateway, witnesses[0].request)
@@ -213,16 +213,12 @@ class Context:
         found = sorted((c for part in parts for c in part), key=lambda ic: ic[0])
         return [c for _, c in found]
 
-    def _compare(self, indexes: range) -> list[Comparison]:
-        out = []
-        for i in indexes:
-            w = self.witnesses[i]
-            e = self.envoy.evaluate(w.request)
-            s = self.spec(w.gateway, w.request)
-            diffs = outcome_diff(s.outcome, e.outcome)
-            if diffs:
-                out.append(Comparison(w, s, e, diffs))
-        return out
+    def compare(self, w: wt.Witness) -> Comparison | None:
+        """Both models' answers to one witness, when they disagree."""
+        e = self.envoy.evaluate(w.request)
+        s = self.spec(w.gateway, w.request)
+        diffs = outcome_diff(s.outcome, e.outcome)
+        return Comparison(w, s, e, diffs) if diffs else None
 
     @cached_property
     def disagreements(self) -> dict[str, list[Comparison]]:
@@ -339,12 +335,8 @@ def _compare_slice(part: tuple[int, int]) -> list[tuple[int, Comparison]]:
     start, step = part
     ctx = _FORKED
     assert ctx is not None
-    out = []
-    for i in range(start, len(ctx.witnesses), step):
-        found = ctx._compare(range(i, i + 1))
-        if found:
-            out.append((i, found[0]))
-    return out
+    found = ((i, ctx.compare(ctx.witnesses[i])) for i in range(start, len(ctx.witnesses), step))
+    return [(i, c) for i, c in found if c is not None]
 
 
 def route_path(rc: RouteConfiguration, vh: VirtualHost, index: int, _route: Route) -> str:

@@ -190,7 +190,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     ctx = Context(res, snapshot, controller_name=args.controller_name)
     if args.cases:
         cases, _ = pipeline.load_cases(args.cases)
-        cases = pipeline._with_ports(res, cases, args.cases)
+        cases = pipeline.with_ports(res, cases, args.cases)
         results = [explain.explain_case(ctx, c) for c in cases]
         if args.format == "json":
             out = json.dumps([r.to_json() for r in results], indent=2, sort_keys=True)

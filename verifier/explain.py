@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from rich.table import Table
 
-from verifier.check import Context, outcome_diff
+from verifier.check import Context, brief, outcome_diff
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.cases import Case, unmet
@@ -189,6 +189,4 @@ def print_side_by_side(ex: Explanation, console: Console) -> None:
 
 
 def _short(ev: Evaluation) -> str:
-    from verifier.check import _brief
-
-    return _brief(ev.outcome)
+    return brief(ev.outcome)

@@ -14,7 +14,7 @@ import re
 import shlex
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,7 @@ def load_cases(path: str) -> tuple[list[Case], dict[str, tuple[str, int]]]:
     return cases, lines
 
 
-def _with_ports(res: Resources, cases: list[Case], path: str) -> list[Case]:
+def with_ports(res: Resources, cases: list[Case], path: str) -> list[Case]:
     """A case may omit the port when its Gateway has exactly one."""
     out = []
     for c in cases:
@@ -159,8 +159,6 @@ def _with_ports(res: Resources, cases: list[Case], path: str) -> list[Case]:
                     )
                 ]
             )
-        from dataclasses import replace
-
         out.append(replace(c, request=replace(c.request, port=ports[0])))
     return out
 
@@ -275,7 +273,7 @@ def prepare(
         locations: dict[str, tuple[str, int]] = {}
         for path in scn.cases:
             loaded, lines = load_cases(path)
-            cases.extend(_with_ports(res, loaded, path))
+            cases.extend(with_ports(res, loaded, path))
             locations.update(lines)
         if opts.xds:
             snapshot, notes = file_snapshot(opts.xds)
