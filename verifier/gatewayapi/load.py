@@ -23,6 +23,7 @@ YAML_SUFFIXES = (".yaml", ".yml")
 # libyaml's parser when PyYAML was built with it (10x faster on large inputs);
 # it gives the same nodes and marks.
 COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+STR_TAG = "tag:yaml.org,2002:str"
 # Files in a fixture folder that describe expectations, not cluster resources.
 NOT_RESOURCES = frozenset(
     {"cases.yaml", "expected-errors.yaml", "expected-status.yaml", "mesh-registry.yaml"}
@@ -151,15 +152,41 @@ class _Builder:
 
     def _scalar(self, node: yaml.Node) -> Any:
         if isinstance(node, yaml.ScalarNode):
-            return self._construct.construct_object(node, deep=True)
+            if node.tag == STR_TAG:
+                return node.value  # what SafeConstructor.construct_yaml_str returns
+            # The constructor would keep every node it built alive until the end of the
+            # file; a scalar has no identity to share, so let the node go.
+            value = self._construct.construct_object(node, deep=True)
+            del self._construct.constructed_objects[node]
+            return value
         # A complex key: rare in Kubernetes YAML; keep its text.
         return str(node.value)
+
+
+class _Composer(COMPOSER):  # type: ignore[misc,valid-type]
+    """COMPOSER remembering each plain scalar's implicit tag, which depends on its text only.
+
+    The resolver runs up to a dozen regular expressions per scalar, and Kubernetes YAML
+    repeats the same keys and values over and over.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._implicit_tags: dict[str, str] = {}
+
+    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+        if kind is not yaml.ScalarNode or not implicit[0] or self.yaml_path_resolvers:
+            return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
+        tag = self._implicit_tags.get(value)
+        if tag is None:
+            tag = self._implicit_tags[value] = super().resolve(kind, value, implicit)
+        return tag
 
 
 def _documents(text: str, file: str, errors: list[InputError]) -> Iterator[RawObject]:
     builder = _Builder(file, errors)
     try:
-        for node in yaml.compose_all(text, Loader=COMPOSER):
+        for node in yaml.compose_all(text, Loader=_Composer):
             if node is None:
                 continue
             lines: dict[str, int] = {}

@@ -1,0 +1,116 @@
+"""Tests for verifier.gatewayapi.load: values as PyYAML constructs them, and the line table."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+import yaml
+
+from verifier.gatewayapi import load
+from verifier.gatewayapi.load import load_texts
+
+# Plain scalars of every implicit type, the same texts quoted and tagged, and repeats
+# (the composer remembers tags per text: a repeat must resolve as the first one did).
+TRICKY = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: tricky
+data:
+  plain: [a, 1, -2, 0x1f, 0o17, 1_000, 1.5, .inf, -.Inf, .nan, true, False, yes, ~, null, '']
+  quoted: ['1', "true", '~', 'null', "1.5", '2024-01-02']
+  tagged: [!!str 1, !!str true, !!int "7", !!float "2", !!bool "true"]
+  again: [1, '1', true, 'true', ~, '~', 2024-01-02, '2024-01-02', 1.5, "1.5"]
+  when: 2024-01-02T03:04:05Z
+  day: 2024-01-02
+  blob: !!binary aGVsbG8=
+  2: integer key
+  true: boolean key
+  ~: null key
+  anchors: &a {x: 1, y: [2, three]}
+  alias: *a
+  multi: |
+    line one
+    line two
+  folded: >
+    folded
+    text
+---
+kind: Second
+n: 1
+s: '1'
+"""
+
+
+def test_values_are_what_safe_load_gives() -> None:
+    loaded = load_texts([("t.yaml", TRICKY)])
+    assert not loaded.errors
+    expected = list(yaml.safe_load_all(TRICKY))
+    # Non-string keys become strings, as Kubernetes reads them.
+    expected[0]["data"] = {str(k): v for k, v in expected[0]["data"].items()}
+    got = [obj.data for obj in loaded.objects]
+    assert repr(got) == repr(expected)  # repr: nan != nan, and bool vs int must match too
+    data = got[0]["data"]
+    day = datetime.date(2024, 1, 2)
+    assert data["again"] == [1, "1", True, "true", None, "~", day, "2024-01-02", 1.5, "1.5"]
+    assert data["blob"] == b"hello"
+
+
+def test_every_field_and_item_has_its_line() -> None:
+    obj = load_texts([("t.yaml", TRICKY)]).objects[0]
+    assert obj.lines[""] == 1
+    assert obj.lines["data.plain"] == 6
+    assert obj.lines["data.plain[3]"] == 6
+    assert obj.lines["data.alias"] == 17
+    assert obj.lines["data.alias.y[1]"] == 16  # an alias points at the anchored node
+    assert obj.lines["data.multi"] == 18
+    assert obj.line_of("data.folded.nothing[2]") == 21
+    second = load_texts([("t.yaml", TRICKY)]).objects[1]
+    assert (second.lines[""], second.lines["s"]) == (25, 27)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "code"),
+    [
+        ("kind: A\nkind: B\n", 2, "duplicate-key"),
+        ("kind: A\nx: [1,\n", 3, "yaml-syntax"),
+        ("kind: A\nx: !!python/name:os.system\n", 2, "yaml-syntax"),
+        ("- a\n- b\n", 1, "type"),
+    ],
+)
+def test_bad_input_is_reported_at_its_line(text: str, line: int, code: str) -> None:
+    errors = load_texts([("bad.yaml", text)]).errors
+    assert [(e.file, e.line, e.code) for e in errors] == [("bad.yaml", line, code)]
+
+
+def test_constructor_keeps_no_nodes_between_scalars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Non-string scalars go through PyYAML's constructor, which would otherwise keep
+    every node of a file alive (and the garbage collector busy) until the file ends."""
+    kept: list[int] = []
+    real = load._Builder._scalar
+
+    def spy(self: load._Builder, node: yaml.Node) -> object:
+        value = real(self, node)
+        kept.append(len(self._construct.constructed_objects))
+        return value
+
+    monkeypatch.setattr(load._Builder, "_scalar", spy)
+    load_texts([("t.yaml", TRICKY)])
+    assert kept and set(kept) == {0}
+
+
+def test_composer_resolves_tags_as_pyyaml_does() -> None:
+    def tags(loader: type) -> list[str]:
+        out = []
+        stack = list(yaml.compose_all(TRICKY, Loader=loader))
+        while stack:
+            node = stack.pop()
+            out.append(node.tag)
+            if isinstance(node, yaml.MappingNode):
+                stack.extend(n for pair in node.value for n in pair)
+            elif isinstance(node, yaml.SequenceNode):
+                stack.extend(node.value)
+        return out
+
+    assert tags(load._Composer) == tags(load.COMPOSER) == tags(yaml.SafeLoader)
