@@ -50,7 +50,7 @@ def _of(owner: object, base: str, route: walk.RouteRef | None) -> Iterator[Mutat
             path = f"{base}.{field}[{i}]"
             if isinstance(entry, HeaderValueOption):
                 header = entry.header
-                key, value = (header.key, header.value) if header else ("", "")
+                key, value = (header.key, header.value) if header is not None else ("", "")
                 yield Mutation(path, field, key, value, route)
             else:
                 yield Mutation(path, field, str(entry), None, route)
@@ -64,7 +64,8 @@ def mutations(snap: Snapshot) -> Iterator[Mutation]:
     for ref in walk.routes(snap):
         yield from _of(ref.route, ref.path, ref)
         act = walk.action(ref.route)
-        weighted = act.weighted_clusters.clusters if act and act.weighted_clusters else []
+        wc = act.weighted_clusters if act is not None else None
+        weighted = wc.clusters if wc is not None else []
         for i, cw in enumerate(weighted):
             yield from _of(cw, f"{ref.path}.route.weighted_clusters.clusters[{i}]", ref)
 

@@ -9,7 +9,6 @@ is 44 (UTF-8 mode: 164) and accepted, ``\\p{L}{30}`` is 214 (UTF-8 mode: 35884),
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import lru_cache
 
 import re2
@@ -54,9 +53,12 @@ def limit(matcher: RegexMatcher) -> int:
     return DEFAULT_LIMIT
 
 
-def regexes(snap: Snapshot) -> Iterator[tuple[str, RegexMatcher]]:
-    """Every RegexMatcher in the snapshot (routes, matchers, rewrites, CORS, SANs...)."""
-    for root, resource in walk.resources(snap):
-        for path, msg in walk.messages(resource, root):
-            if isinstance(msg, RegexMatcher):
-                yield path, msg
+@walk.per_snapshot
+def regexes(snap: Snapshot) -> list[tuple[str, RegexMatcher]]:
+    """Every RegexMatcher in the snapshot (routes, matchers, rewrites, CORS, SANs...),
+    found once per snapshot for the rules that all look at them."""
+    return [
+        found
+        for root, resource in walk.resources(snap)
+        for found in walk.instances(resource, root, RegexMatcher)
+    ]

@@ -8,10 +8,10 @@ the route fields that name it. Paths are ``xds_path`` strings in the form
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar
 
 import betterproto2
 from envoy_data_plane.envoy.config.listener.v3 import Listener
@@ -33,6 +33,9 @@ from verifier.xds.codec import XdsLoadError, unpack_any
 from verifier.xds.snapshot import Snapshot
 
 ROUTE_METADATA = "aether.io/route"
+MEMO_SIZE = 8  # snapshots remembered by ``per_snapshot``
+M = TypeVar("M", bound=betterproto2.Message)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,25 @@ class RouteRef:
     @property
     def label(self) -> str:
         return self.route.name or self.path
+
+
+def per_snapshot(compute: Callable[[Snapshot], T]) -> Callable[[Snapshot], T]:
+    """``compute``, remembered for the last few snapshots by identity: a snapshot is
+    immutable, and a mutant of it is another snapshot, so it never sees a stale answer."""
+    memo: dict[int, tuple[Snapshot, T]] = {}
+
+    @functools.wraps(compute)
+    def cached(snap: Snapshot) -> T:
+        hit = memo.get(id(snap))
+        if hit is not None and hit[0] is snap:
+            return hit[1]
+        result = compute(snap)
+        if len(memo) >= MEMO_SIZE:
+            memo.pop(next(iter(memo)))
+        memo[id(snap)] = (snap, result)
+        return result
+
+    return cached
 
 
 def unpack(value: PbAny | None) -> betterproto2.Message | None:
@@ -120,7 +142,7 @@ def dynamic_cluster_choice(snap: Snapshot) -> bool:
         if act is None:
             continue
         kind, _ = betterproto2.which_one_of(act, "cluster_specifier")
-        weighted = act.weighted_clusters.clusters if act.weighted_clusters else []
+        weighted = act.weighted_clusters.clusters if act.weighted_clusters is not None else []
         if kind not in ("", "cluster", "weighted_clusters") or any(
             c.cluster_header for c in weighted
         ):
@@ -130,31 +152,88 @@ def dynamic_cluster_choice(snap: Snapshot) -> bool:
     return False
 
 
-def messages(msg: betterproto2.Message, path: str) -> Iterator[tuple[str, betterproto2.Message]]:
-    """Every message nested in ``msg`` (``Any`` unpacked), depth first, with its path."""
-    yield path, msg
-    for f in dataclasses.fields(cast(Any, msg)):
-        value = getattr(msg, f.name, None)
-        if isinstance(value, list):
-            items = list(enumerate(value))
-            named = f.name == "virtual_hosts"
-            for i, item in items:
-                key = item.name if named else i
-                yield from _nested(item, f"{path}.{f.name}[{key}]")
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                yield from _nested(item, f"{path}.{f.name}[{key}]")
+# How a field holds messages: one, a list of them, or a map to them.
+_ONE, _LIST, _MAP = range(3)
+_Plan = tuple[tuple[str, int], ...]
+_plans: dict[tuple[type, type], _Plan] = {}
+
+
+def instances(msg: betterproto2.Message, path: str, cls: type[M]) -> list[tuple[str, M]]:
+    """Every ``cls`` message nested in ``msg`` (``Any`` unpacked), depth first, with its path.
+
+    Only fields whose message type can lead to ``cls`` (directly, or through an
+    ``Any``) are read; see ``_plan``.
+    """
+    found: list[tuple[str, M]] = []
+    _collect(msg, path, cls, found)
+    return found
+
+
+def _collect(
+    msg: betterproto2.Message, path: str, cls: type[M], found: list[tuple[str, M]]
+) -> None:
+    if isinstance(msg, cls):
+        found.append((path, msg))
+    plan = _plans.get((type(msg), cls))
+    if plan is None:
+        plan = _plans[type(msg), cls] = _plan(type(msg), cls)
+    for name, shape in plan:
+        value = getattr(msg, name, None)
+        if value is None:
+            continue
+        if shape == _ONE:
+            _visit(value, f"{path}.{name}", cls, found)
+        elif shape == _LIST:
+            named = name == "virtual_hosts"
+            for i, item in enumerate(value):
+                _visit(item, f"{path}.{name}[{item.name if named else i}]", cls, found)
         else:
-            yield from _nested(value, f"{path}.{f.name}")
+            for key, item in value.items():
+                _visit(item, f"{path}.{name}[{key}]", cls, found)
 
 
-def _nested(value: object, path: str) -> Iterator[tuple[str, betterproto2.Message]]:
+def _visit(value: object, path: str, cls: type[M], found: list[tuple[str, M]]) -> None:
     if isinstance(value, PbAny):
         inner = unpack(value)
         if inner is not None:
-            yield from messages(inner, path)
+            _collect(inner, path, cls, found)
     elif isinstance(value, betterproto2.Message):
-        yield from messages(value, path)
+        _collect(value, path, cls, found)
+
+
+def _fields(cls: type) -> list[tuple[str, int, type | None]]:
+    """(name, shape, message class or None if unknown) of each message-holding field."""
+    meta = cls._betterproto  # type: ignore[attr-defined]
+    out: list[tuple[str, int, type | None]] = []
+    for name, info in meta.meta_by_field_name.items():
+        if info.proto_type == betterproto2.TYPE_MAP:
+            if info.map_meta[1].proto_type == betterproto2.TYPE_MESSAGE:
+                out.append((name, _MAP, meta.cls_by_field.get(f"{name}.value")))
+        elif info.proto_type == betterproto2.TYPE_MESSAGE:
+            out.append((name, _LIST if info.repeated else _ONE, meta.cls_by_field.get(name)))
+    return out
+
+
+def _plan(cls: type, target: type) -> _Plan:
+    """The fields of ``cls`` worth reading to find ``target``: those whose message type
+    reaches ``target`` or an ``Any`` (which may hold anything) through its fields."""
+    return tuple(
+        (name, shape) for name, shape, sub in _fields(cls) if sub is None or _reaches(sub, target)
+    )
+
+
+@functools.cache
+def _reaches(cls: type, target: type) -> bool:
+    seen: set[type | None] = set()
+    todo: list[type | None] = [cls]
+    while todo:
+        here = todo.pop()
+        if here is target or here is PbAny or not isinstance(here, type):
+            return True  # None: a type we cannot see through, so maybe
+        if here not in seen and issubclass(here, betterproto2.Message):
+            seen.add(here)
+            todo.extend(sub for _name, _shape, sub in _fields(here))
+    return False
 
 
 def resources(snap: Snapshot) -> Iterator[tuple[str, betterproto2.Message]]:

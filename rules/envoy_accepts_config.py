@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from verifier.rules import _xds_walk as walk
+
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
@@ -35,8 +37,6 @@ CODE = "EV101"
 # findings are the same on every run.
 _PREFIX = re.compile(r"^.*?error initializing configuration '[^']*': ", re.DOTALL)
 _LOG_LINE = re.compile(r"^\[[^\]]*\]\[\d+\]\[\w+\]\[\w+\] (\[[^\]]*\] )?", re.MULTILINE)
-_CACHE_SIZE = 8
-_cache: dict[int, tuple[Snapshot, tuple[bool, str] | None]] = {}
 
 
 def _ask_envoy(snap: Snapshot) -> tuple[bool, str] | None:
@@ -52,16 +52,8 @@ def _ask_envoy(snap: Snapshot) -> tuple[bool, str] | None:
     return ok, output
 
 
-def _verdict(snap: Snapshot) -> tuple[bool, str] | None:
-    """``_ask_envoy``, cached by snapshot identity (a snapshot is immutable)."""
-    hit = _cache.get(id(snap))
-    if hit is not None and hit[0] is snap:
-        return hit[1]
-    result = _ask_envoy(snap)
-    if len(_cache) >= _CACHE_SIZE:
-        _cache.pop(next(iter(_cache)))
-    _cache[id(snap)] = (snap, result)
-    return result
+# Cached by snapshot identity (a snapshot is immutable).
+_verdict = walk.per_snapshot(_ask_envoy)
 
 
 def envoy_error(output: str) -> str:

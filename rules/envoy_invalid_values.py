@@ -64,7 +64,7 @@ def _weighted(ref: walk.RouteRef) -> Iterator[Problem]:
     act = walk.action(ref.route)
     if act is None or betterproto2.which_one_of(act, "cluster_specifier")[0] != "weighted_clusters":
         return
-    entries = act.weighted_clusters.clusters if act.weighted_clusters else []
+    entries = act.weighted_clusters.clusters if act.weighted_clusters is not None else []
     base = f"{ref.path}.route.weighted_clusters"
     if not entries:
         yield base, "weighted_clusters has no clusters"
