@@ -38,3 +38,33 @@ def test_parallel_and_serial_checks_find_the_same(monkeypatch: pytest.MonkeyPatc
         parallel = run(RULES, _context(mutant.snapshot)).findings
         assert serial, mutant.detail
         assert [f.to_json() for f in parallel] == [f.to_json() for f in serial]
+
+
+def _all_contexts() -> list[check.Context]:
+    out = []
+    for scn in pipeline.discover([str(FIXTURES)], pipeline.CheckOptions()):
+        ctx, _ = pipeline.prepare(scn, pipeline.CheckOptions())
+        if ctx is not None:
+            out.append(ctx)
+    return out
+
+
+def test_untraced_evaluations_decide_the_same() -> None:
+    """check asks both models without traces; only the trace may differ."""
+    contexts = _all_contexts()
+    assert len(contexts) > 40
+    asked = 0
+    for ctx in contexts:
+        for w in ctx.witnesses:
+            full_e, short_e = (
+                ctx.envoy.evaluate(w.request),
+                ctx.envoy.evaluate(w.request, trace=False),
+            )
+            assert short_e.outcome == full_e.outcome, w
+            assert len(short_e.trace) <= len(full_e.trace)
+            full_s = ctx.spec(w.gateway, w.request)
+            short_s = ctx.spec(w.gateway, w.request, trace=False)
+            assert short_s.outcome == full_s.outcome, w
+            assert len(short_s.trace) <= len(full_s.trace)
+            asked += 1
+    assert asked > 4000

@@ -172,13 +172,19 @@ class Context:
     def envoy(self) -> EnvoyModel:
         return EnvoyModel(self.snapshot, backend_directory_from(self.res))
 
-    def spec(self, gateway: tuple[str, str], request: Request) -> Evaluation:
-        if self.spec_cache is None:
-            return spec_evaluate(self.res, gateway, request, controller_name=self.controller_name)
+    def spec(self, gateway: tuple[str, str], request: Request, *, trace: bool = True) -> Evaluation:
+        """The spec's answer; with ``trace=False`` (outcomes only) it may come
+        from ``spec_cache``."""
+        if trace or self.spec_cache is None:
+            return spec_evaluate(
+                self.res, gateway, request, controller_name=self.controller_name, trace=trace
+            )
         key = (gateway, request)
         found = self.spec_cache.get(key)
         if found is None:
-            found = spec_evaluate(self.res, gateway, request, controller_name=self.controller_name)
+            found = spec_evaluate(
+                self.res, gateway, request, controller_name=self.controller_name, trace=False
+            )
             self.spec_cache[key] = found
         return found
 
@@ -201,8 +207,7 @@ class Context:
         if len(witnesses) < PARALLEL_MIN_WITNESSES or workers < 2 or not forkable:
             return [c for c in map(self.compare, witnesses) if c is not None]
         # Build both models' indexes once, before the workers inherit them.
-        self.envoy.evaluate(witnesses[0].request)
-        self.spec(witnesses[0].gateway, witnesses[0].request)
+        self.compare(witnesses[0])
         global _FORKED
         _FORKED = self
         try:
@@ -215,8 +220,8 @@ class Context:
 
     def compare(self, w: wt.Witness) -> Comparison | None:
         """Both models' answers to one witness, when they disagree."""
-        e = self.envoy.evaluate(w.request)
-        s = self.spec(w.gateway, w.request)
+        e = self.envoy.evaluate(w.request, trace=False)
+        s = self.spec(w.gateway, w.request, trace=False)
         diffs = outcome_diff(s.outcome, e.outcome)
         return Comparison(w, s, e, diffs) if diffs else None
 

@@ -53,11 +53,25 @@ class _Run:
 
     trace: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Off when only the outcome matters (check answers ~18 witnesses a rule):
+    # the costliest lines (the HCM summary, why every earlier route missed)
+    # are then not written.
+    tracing: bool = True
 
     def done(self, outcome: Outcome) -> Evaluation:
         notes = tuple(dict.fromkeys([*outcome.notes, *self.notes]))
         final = Outcome(**{**outcome.__dict__, "notes": notes})
         return Evaluation(final, tuple(self.trace))
+
+
+def _hcm_summary(hcm: Hcm, rc: CompiledRouteConfig) -> str:
+    return (
+        f"HCM: route configuration {rc.config.name!r}; normalize_path={hcm.normalize_path}, "
+        f"merge_slashes={hcm.merge_slashes}, escaped slashes {hcm.escaped_slashes.name}, "
+        f"strip port {hcm.strip_port or 'no'}, ignore_port_in_host_matching={rc.ignore_port}, "
+        f"upgrades {sorted(k for k, v in hcm.upgrades.items() if v) or 'none'}, "
+        f"CORS filter {'yes' if hcm.cors_filter else 'no'}"
+    )
 
 
 class EnvoyModel:
@@ -79,10 +93,14 @@ class EnvoyModel:
             found = self._configs[key] = CompiledRouteConfig.build(rc)
         return found
 
-    def evaluate(self, request: Request, reply: BackendReply | None = None) -> Evaluation:
+    def evaluate(
+        self, request: Request, reply: BackendReply | None = None, *, trace: bool = True
+    ) -> Evaluation:
         """What Envoy does with ``request``; ``reply`` says how the backend would answer
-        (its response headers and latency), by default at once and without headers."""
-        run = _Run()
+        (its response headers and latency), by default at once and without headers.
+        ``trace=False``: the same outcome with a shorter trace (no HCM summary, no
+        reasons for the routes that did not match)."""
+        run = _Run(tracing=trace)
         tls = request.scheme.lower() == "https"
         sni = (request.sni or request.hostname).lower() if tls else ""
         chain, notes = self.listeners.select(request.port, tls, sni, run.trace)
@@ -115,13 +133,8 @@ class EnvoyModel:
         run: _Run,
     ) -> Evaluation:
         run.notes += rc.notes
-        run.trace.append(
-            f"HCM: route configuration {rc.config.name!r}; normalize_path={hcm.normalize_path}, "
-            f"merge_slashes={hcm.merge_slashes}, escaped slashes {hcm.escaped_slashes.name}, "
-            f"strip port {hcm.strip_port or 'no'}, ignore_port_in_host_matching={rc.ignore_port}, "
-            f"upgrades {sorted(k for k, v in hcm.upgrades.items() if v) or 'none'}, "
-            f"CORS filter {'yes' if hcm.cors_filter else 'no'}"
-        )
+        if run.tracing:
+            run.trace.append(_hcm_summary(hcm, rc))
         if "#" in request.path:
             run.trace.append("a fragment in the request target is rejected by the codec (400)")
             return run.done(Outcome(400))
@@ -175,8 +188,9 @@ class EnvoyModel:
             full_path, path_for_match, view, {k: tuple(v) for k, v in joined.items()}
         )
         route = vhost.table.find(ctx)
-        upto = route.index if route is not None else len(vhost.table.routes)
-        run.trace += vhost.table.explain_misses(ctx, upto)
+        if run.tracing:
+            upto = route.index if route is not None else len(vhost.table.routes)
+            run.trace += vhost.table.explain_misses(ctx, upto)
         if route is None:
             run.trace.append(f"no route of virtual host {vhost.name!r} matches: 404")
             return run.done(Outcome(404))

@@ -91,15 +91,19 @@ def spec_evaluate(
     request: Request,
     *,
     controller_name: str = DEFAULT_CONTROLLER,
+    trace: bool = True,
 ) -> Evaluation:
     """The outcome the spec requires for ``request`` sent to ``gateway``
     (namespace, name) on ``request.port``, and the steps that decided it.
 
     ``Outcome.status`` is ``NO_RESPONSE`` (0) when no HTTP response can come
     back at all: the Gateway is not ours, no programmed Listener serves the
-    port, or the TLS handshake cannot complete.
+    port, or the TLS handshake cannot complete. ``trace=False``: the same
+    outcome with a shorter trace (no line per Route examined), for callers
+    that only compare outcomes.
     """
-    return _decide(res, gateway, request, controller_name, index_for(res)).evaluation
+    index = index_for(res)
+    return _decide(res, gateway, request, controller_name, index, trace).evaluation
 
 
 def spec_evaluate_scan(
@@ -206,8 +210,9 @@ def _decide(
     request: Request,
     controller_name: str,
     index: SpecIndex | None,
+    tracing: bool = True,
 ) -> _Decision:
-    trace = [f"request: {request.line()}"]
+    trace = [f"request: {request.line()}"] if tracing else []
     gw = res.gateways.get(gateway)
     if gw is None:
         trace.append(f"Gateway {gateway[0]}/{gateway[1]} does not exist: no response")
@@ -224,13 +229,15 @@ def _decide(
     if index is None:
         candidates = _candidates_scan(res, gw, lst, request, trace)
     else:
-        candidates = _candidates_indexed(index.listener(res, gw, lst), request, trace)
+        candidates = _candidates_indexed(index.listener(res, gw, lst), request, trace, tracing)
     if not candidates:
         trace.append(f"no attached rule matches: {NO_MATCH_STATUS}")
         return _answer(NO_MATCH_STATUS, trace)
     ranked = sorted(candidates, key=precedence_key)
     winner = ranked[0]
-    if len(ranked) > 1:
+    if not tracing:
+        pass
+    elif len(ranked) > 1:
         trace.append(
             f"winner {winner.describe()}; beats {ranked[1].describe()} "
             f"on {deciding_criterion(winner, ranked[1])}"
@@ -243,12 +250,15 @@ def _decide(
     return _Decision(Evaluation(action.outcome, tuple(trace)), action.response_plan)
 
 
-def _candidates_indexed(lr: ListenerRoutes, request: Request, trace: list[str]) -> list[Candidate]:
+def _candidates_indexed(
+    lr: ListenerRoutes, request: Request, trace: list[str], tracing: bool = True
+) -> list[Candidate]:
     """``_candidates_scan`` over the index: the same Candidates (the same
     hostname keys and match decisions), from the matches filed under the
     request's host and first path segment only."""
     host, segment = request.hostname, path_segment(request.path_only)
-    trace.extend(lr.refused_trace())
+    if tracing:
+        trace.extend(lr.refused_trace())
     plausible: dict[int, list[IndexedMatch]] = {}
     seen: set[int] = set()
     noted: dict[int, ServedRoute] = {}
@@ -265,14 +275,18 @@ def _candidates_indexed(lr: ListenerRoutes, request: Request, trace: list[str]) 
         sr = noted[order]
         hostname_key = route_hostname_key(sr.effective, host)
         if hostname_key is None:
-            trace.append(
-                f"{sr.name}: hostnames {list(sr.route.hostnames)} do not match host {host!r}"
-            )
+            if tracing:
+                trace.append(
+                    f"{sr.name}: hostnames {list(sr.route.hostnames)} do not match host {host!r}"
+                )
             continue
-        trace.extend(sr.dropped)
+        if tracing:
+            trace.extend(sr.dropped)
         matches = plausible.get(order)
         if matches:
-            found.extend(_indexed_candidates(sr, matches, request, hostname_key, trace))
+            found.extend(_indexed_candidates(sr, matches, request, hostname_key, trace, tracing))
+    if not tracing:
+        return found
     skipped = lr.served - len(plausible)
     if skipped:
         trace.append(
@@ -290,13 +304,16 @@ def _indexed_candidates(
     request: Request,
     hostname_key: tuple[int, int],
     trace: list[str],
+    tracing: bool = True,
 ) -> list[Candidate]:
     out = [
         Candidate(sr.route, im.rule, im.match_index, im.match, hostname_key)
         for im in matches
         if match_accepts(im.match, request)
     ]
-    if out:
+    if not tracing:
+        pass
+    elif out:
         trace.append(f"{sr.name} serves host {request.hostname!r}: {len(out)} matching match(es)")
     else:
         trace.append(f"{sr.name} serves host {request.hostname!r}: no plausible match accepts it")
