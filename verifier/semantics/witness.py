@@ -217,7 +217,12 @@ def match_witnesses(
     rule: m.RouteRule,
     mi: int,
     match: m.RouteMatch,
+    host_probes: bool = True,
 ) -> Iterator[Witness]:
+    """Witnesses for one match on one host. ``host_probes``: also the Host
+    spellings (with the port, in upper case), which virtual host selection
+    decides for the whole host, so once per host is enough, unless the
+    match itself reads the Host header."""
     method = match.method or "GET"
     headers = _base_headers(match)
     query = _query(match)
@@ -244,8 +249,9 @@ def match_witnesses(
         yield w(PATH, note, _with_query(path, query), headers)
     base_path = path_variants(match.path)[0][0]
     full = _with_query(base_path, query)
-    yield w(HOST, "port in Host", full, headers, h=f"{host}:{port}")
-    yield w(HOST, "Host case", full, headers, h=host.upper())
+    if host_probes or any(h.name.lower() in ("host", ":authority") for h in match.headers):
+        yield w(HOST, "port in Host", full, headers, h=f"{host}:{port}")
+        yield w(HOST, "Host case", full, headers, h=host.upper())
     for i, (name, value) in enumerate(headers):
         others = headers[:i] + headers[i + 1 :]
         yield w(HEADER, f"without {name}", full, others)
@@ -311,6 +317,7 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
     """Every witness for every route on every Gateway of ``controller_name``, deduplicated."""
     ours = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller_name}
     out: dict[tuple[tuple[str, str], Request], Witness] = {}
+    probed: set[tuple[tuple[str, str], int, str]] = set()  # (gateway, port, host)
     for gkey in sorted(res.gateways):
         gateway = res.gateways[gkey]
         if gateway.class_name not in ours:
@@ -324,8 +331,10 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
                 for host in _hosts_for(route, listener):
                     for rule in route.rules:
                         for mi, match in enumerate(rule.matches):
+                            first = (gkey, listener.port, host) not in probed
+                            probed.add((gkey, listener.port, host))
                             for wit in match_witnesses(
-                                gkey, listener.port, scheme, host, route, rule, mi, match
+                                gkey, listener.port, scheme, host, route, rule, mi, match, first
                             ):
                                 out.setdefault((wit.gateway, wit.request), wit)
                 stray = Request(scheme=scheme, host="unmatched.invalid", port=listener.port)

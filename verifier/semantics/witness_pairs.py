@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 import re2
 
@@ -31,11 +32,42 @@ class Served:
     match: m.RouteMatch
 
 
+_REGEX_SPECIAL = frozenset("\\.[](){}*+?|^$")
+
+
+def _regex_segment(pattern: str) -> str:
+    """The first path segment every full match of ``pattern`` has, or ROOT when
+    the pattern does not spell one out before its first special character
+    (`/r5/re4/[0-9]+` -> `r5`; `/r5[0-9]/x`, `(?i)/r5/x`, `/a|/b` -> ROOT).
+    Filing regexes under their segment keeps them from pairing with every
+    other match of the host."""
+    if "|" in pattern:
+        return ROOT
+    end = 0
+    while end < len(pattern) and pattern[end] not in _REGEX_SPECIAL:
+        end += 1
+    if end < len(pattern) and pattern[end] in "*+?{":
+        end -= 1  # the quantifier makes the last literal optional or repeated
+    literal = pattern[:end]
+    second = literal.find("/", 1)
+    if not literal.startswith("/") or second <= 1:
+        return ROOT
+    return literal[1:second]
+
+
 def _segment(match: m.PathMatch) -> str:
     if match.type == "RegularExpression":
-        return ROOT
+        return _regex_segment(match.value)
     parts = match.value.strip("/").split("/", 1)
     return parts[0] if parts[0] else ROOT
+
+
+@lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> re2._Regexp | None:
+    try:
+        return re2.compile(pattern)
+    except re2.error:
+        return None
 
 
 def _path_for(a: m.PathMatch, b: m.PathMatch) -> str | None:
@@ -45,10 +77,8 @@ def _path_for(a: m.PathMatch, b: m.PathMatch) -> str | None:
             return None
         regex, other = (a, b) if a.type == "RegularExpression" else (b, a)
         base = other.value if other.type == "Exact" else (other.value.rstrip("/") or "") + "/x"
-        try:
-            return base if re2.fullmatch(regex.value, base) else None
-        except re2.error:
-            return None
+        compiled = _compiled(regex.value)
+        return base if compiled is not None and compiled.fullmatch(base) else None
     if a.type == "Exact" and b.type == "Exact":
         return a.value if a.value == b.value else None
     if a.type == "Exact" or b.type == "Exact":
