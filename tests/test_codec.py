@@ -127,15 +127,24 @@ def _submessages(msg: betterproto2.Message) -> Iterator[betterproto2.Message]:
 # --- validator cache -------------------------------------------------------------------
 
 
-def test_cache_is_installed_once() -> None:
-    patched = betterproto2.Message._validate
-    original = codec.original_validate()
-    codec.install_validator_cache()
-    codec.install_validator_cache()
-    assert betterproto2.Message._validate is patched
-    assert codec.original_validate() is original
+@pytest.mark.parametrize(
+    ("name", "install", "original_of"),
+    [
+        ("_validate", codec.install_validator_cache, codec.original_validate),
+        ("_get_field_default", codec.install_default_cache, codec.original_field_default),
+    ],
+)
+def test_cache_is_installed_once(
+    name: str, install: Callable[[], None], original_of: Callable[[], Any]
+) -> None:
+    patched = getattr(betterproto2.Message, name)
+    original = original_of()
+    install()
+    install()
+    assert getattr(betterproto2.Message, name) is patched
+    assert original_of() is original
     assert original is not patched
-    assert original.__qualname__ == "Message._validate"
+    assert original.__qualname__ == f"Message.{name}"
 
 
 def _break_port(m: Any) -> None:

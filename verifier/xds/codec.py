@@ -16,6 +16,7 @@ import binascii
 import contextlib
 import dataclasses
 import datetime
+import enum
 import importlib
 import json
 import keyword
@@ -77,24 +78,88 @@ def _cached_validate(self: betterproto2.Message) -> None:
     entry[1].validate_python(fields)
 
 
+def _install(name: str, replacement: Callable[..., Any]) -> None:
+    """Put ``replacement`` in place of ``Message.<name>``, remembering the original once."""
+    current = getattr(betterproto2.Message, name)
+    if getattr(current, "_verifier_original", None) is None:
+        replacement._verifier_original = current  # type: ignore[attr-defined]
+        setattr(betterproto2.Message, name, replacement)
+
+
+def _original(name: str) -> Any:
+    current = getattr(betterproto2.Message, name)
+    return getattr(current, "_verifier_original", current)
+
+
 def install_validator_cache() -> None:
     """Patch betterproto2; done on import of this module, repeated calls are no-ops."""
-    current = betterproto2.Message._validate
-    if getattr(current, "_verifier_original", None) is None:
-        _cached_validate._verifier_original = current  # type: ignore[attr-defined]
-        betterproto2.Message._validate = _cached_validate  # type: ignore[method-assign]
+    _install("_validate", _cached_validate)
 
 
 def original_validate() -> Callable[[betterproto2.Message], None]:
     """The unpatched validator, so tests can hold both to the same messages."""
-    current = betterproto2.Message._validate
-    original: Callable[[betterproto2.Message], None] = getattr(
-        current, "_verifier_original", current
-    )
+    original: Callable[[betterproto2.Message], None] = _original("_validate")
     return original
 
 
 install_validator_cache()
+
+# --- field default cache -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Fresh:
+    """A default that is mutable, so every call must get its own: ``[]`` or ``{}``."""
+
+    make: Callable[[], Any]
+
+
+# Defaults betterproto2's factories give that can be shared: nobody can change them.
+_SHAREABLE: Final = (type(None), bool, int, float, str, bytes, enum.Enum)
+_DEFAULTS: dict[type, dict[str, Any]] = {}
+
+
+def _cached_field_default(self: betterproto2.Message, field_name: str) -> Any:
+    """betterproto2's ``Message._get_field_default``, but each factory runs once per field.
+
+    The original enters ``warnings.catch_warnings()`` on every call, and ``bytes()``,
+    ``is_set`` (every ``__post_init__`` of a message with deprecated fields) and ``bool()``
+    call it for every field of every message. The first call goes through the original,
+    warnings suppression included; immutable defaults are kept, and ``list``/``dict``
+    defaults are rebuilt by their builtin factory, which cannot warn.
+    """
+    cls = type(self)
+    try:
+        value = _DEFAULTS[cls][field_name]
+    except KeyError:
+        value = _remember_default(self, field_name)
+    return value.make() if type(value) is _Fresh else value
+
+
+def _remember_default(self: betterproto2.Message, field_name: str) -> Any:
+    original = original_field_default()
+    value = original(self, field_name)
+    factory = self._betterproto.default_gen[field_name]  # type: ignore[arg-type]
+    if factory in (list, dict):
+        value = _Fresh(factory)
+    elif not isinstance(value, _SHAREABLE):  # not made by betterproto2 itself: never shared
+        value = _Fresh(lambda: original(self, field_name))
+    _DEFAULTS.setdefault(type(self), {})[field_name] = value
+    return value
+
+
+def install_default_cache() -> None:
+    """Patch betterproto2; done on import of this module, repeated calls are no-ops."""
+    _install("_get_field_default", _cached_field_default)
+
+
+def original_field_default() -> Callable[[betterproto2.Message, str], Any]:
+    """The unpatched ``_get_field_default``, so tests can hold both to the same messages."""
+    original: Callable[[betterproto2.Message, str], Any] = _original("_get_field_default")
+    return original
+
+
+install_default_cache()
 
 # --- types and Any -------------------------------------------------------------------------
 
