@@ -186,6 +186,11 @@ class ListenerIndex:
     by_port: dict[int, list[tuple[Listener, list[Chain], Chain | None]]] = field(
         default_factory=dict
     )
+    # (port, tls, sni) -> what select decided, its notes and trace: the answer
+    # depends on nothing else, and check asks it for every witness.
+    _selected: dict[tuple[int, bool, str], tuple[Chain | None, list[str], list[str]]] = field(
+        default_factory=dict
+    )
 
     @classmethod
     def build(
@@ -208,6 +213,20 @@ class ListenerIndex:
         return index
 
     def select(
+        self, port: int, tls: bool, sni: str, trace: list[str]
+    ) -> tuple[Chain | None, list[str]]:
+        """The filter chain for a connection to ``port``, and notes on what the model
+        cannot judge; the steps go to ``trace``."""
+        key = (port, tls, sni)
+        known = self._selected.get(key)
+        if known is None:
+            steps: list[str] = []
+            chain, notes = self._select(port, tls, sni, steps)
+            known = self._selected[key] = (chain, notes, steps)
+        trace += known[2]
+        return known[0], list(known[1])
+
+    def _select(
         self, port: int, tls: bool, sni: str, trace: list[str]
     ) -> tuple[Chain | None, list[str]]:
         found = self.by_port.get(port)

@@ -33,7 +33,12 @@ def split_target(target: str) -> tuple[str, str]:
     return target[:cut], target[cut:]
 
 
+_DECODED_ALREADY = ESCAPED_IN_PATH | {"%", "\\"}
+
+
 def _decode_unreserved(path: str) -> str:
+    if _DECODED_ALREADY.isdisjoint(path):
+        return path  # the common case: nothing to decode or escape
     out: list[str] = []
     i = 0
     while i < len(path):
