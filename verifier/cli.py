@@ -21,6 +21,7 @@ from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.attach import DEFAULT_CONTROLLER, build_graph
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
+from verifier.heap import fewer_collections
 from verifier.report import status as report
 
 EXIT_OK = 0
@@ -399,7 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run: Command = args.run
     try:
-        return run(args)
+        with fewer_collections():
+            return run(args)
     except InputErrors as exc:
         return _report(exc.errors)
     except BrokenPipeError:

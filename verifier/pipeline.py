@@ -26,6 +26,7 @@ from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
+from verifier.heap import loaded_objects_frozen
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.xds.codec import XdsLoadError
@@ -303,7 +304,8 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
     ctx, result = prepare(scn, opts)
     if ctx is None:
         return result
-    ran = run(rules, ctx)
+    with loaded_objects_frozen():
+        ran = run(rules, ctx)
     result.findings, result.ran, result.skipped = ran.findings, ran.rules_run, ran.rules_skipped
     return result
 
