@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import gc
 
 import pytest
 import yaml
@@ -115,23 +114,3 @@ def test_composer_resolves_tags_as_pyyaml_does() -> None:
         return out
 
     assert tags(load._Composer) == tags(load.COMPOSER) == tags(yaml.SafeLoader)
-
-
-def test_paused_gc_restores_collection_as_it_found_it() -> None:
-    assert gc.isenabled()
-    with load.paused_gc():
-        assert not gc.isenabled()
-        with load.paused_gc():
-            assert not gc.isenabled()
-        assert not gc.isenabled()  # an inner block does not turn it back on early
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), load.paused_gc():
-        raise RuntimeError
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with load.paused_gc():
-            pass
-        assert not gc.isenabled()  # off before, off after
-    finally:
-        gc.enable()

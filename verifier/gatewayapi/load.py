@@ -8,8 +8,6 @@ validation) happens later, on these raw objects.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,24 +28,6 @@ STR_TAG = "tag:yaml.org,2002:str"
 NOT_RESOURCES = frozenset(
     {"cases.yaml", "expected-errors.yaml", "expected-status.yaml", "mesh-registry.yaml"}
 )
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """No automatic garbage collection while a large input is turned into objects.
-
-    Loading builds hundreds of thousands of objects that all stay alive, and next to no
-    garbage cycles; every collection of the oldest generation would walk all of them, and
-    all that was imported before, again and again. Collection resumes when the block
-    ends (if it was on); nothing is frozen or lost.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def is_resource_file(name: str) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi import model as m
-from verifier.gatewayapi.load import LoadResult, RawObject, load_paths, paused_gc
+from verifier.gatewayapi.load import LoadResult, RawObject, load_paths
 from verifier.gatewayapi.validate import validate_object
 
 GATEWAY_GROUP = m.GATEWAY_GROUP
@@ -124,5 +124,4 @@ def build(loaded: LoadResult) -> Resources:
 
 
 def load_resources(paths: Sequence[str]) -> Resources:
-    with paused_gc():
-        return build(load_paths(paths))
+    return build(load_paths(paths))

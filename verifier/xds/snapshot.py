@@ -25,7 +25,6 @@ from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
 from envoy_data_plane.envoy.config.listener.v3 import Listener
 from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
 
-from verifier.gatewayapi.load import paused_gc
 from verifier.xds.codec import (
     Json,
     Skipped,
@@ -324,8 +323,7 @@ def from_config_dump(doc: Json, source_name: str = "<input>") -> tuple[Snapshot,
     Only active resources of the four types are taken; everything else is noted as skipped.
     """
     loader = _Loader()
-    with paused_gc():
-        loader.document(doc, f"{source_name}:$")
+    loader.document(doc, f"{source_name}:$")
     return loader.snapshot(), loader.notes
 
 
@@ -340,11 +338,7 @@ def _read_json(path: Path) -> Json:
 
 def load_path(path: str | os.PathLike[str]) -> tuple[Snapshot, list[Skipped]]:
     """Load a config_dump file, or a directory of ``xds.<type>[.golden].json`` files."""
-    with paused_gc():
-        return _load_path(Path(path))
-
-
-def _load_path(p: Path) -> tuple[Snapshot, list[Skipped]]:
+    p = Path(path)
     if not p.is_dir():
         return from_config_dump(_read_json(p), str(p))
     loader = _Loader()
@@ -435,11 +429,6 @@ def binary_bootstrap(snap: Snapshot) -> bytes | None:
     transport sockets (where SDS sources must be rewritten) return None and
     take the JSON path.
     """
-    with paused_gc():
-        return _binary_bootstrap(snap)
-
-
-def _binary_bootstrap(snap: Snapshot) -> bytes | None:
     from envoy_data_plane.envoy.config.bootstrap.v3 import Bootstrap, BootstrapStaticResources
     from envoy_data_plane.envoy.config.cluster.v3 import ClusterDiscoveryType
     from envoy_data_plane.envoy.config.listener.v3 import Filter
