@@ -53,7 +53,7 @@ def limit(matcher: RegexMatcher) -> int:
     return DEFAULT_LIMIT
 
 
-@walk.per_snapshot
+@walk.PerSnapshot
 def regexes(snap: Snapshot) -> list[tuple[str, RegexMatcher]]:
     """Every RegexMatcher in the snapshot (routes, matchers, rewrites, CORS, SANs...),
     found once per snapshot for the rules that all look at them."""

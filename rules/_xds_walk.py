@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import betterproto2
 from envoy_data_plane.envoy.config.listener.v3 import Listener
@@ -33,7 +33,7 @@ from verifier.xds.codec import XdsLoadError, unpack_any
 from verifier.xds.snapshot import Snapshot
 
 ROUTE_METADATA = "aether.io/route"
-MEMO_SIZE = 8  # snapshots remembered by ``per_snapshot``
+MEMO_SIZE = 8  # snapshots remembered by ``PerSnapshot``
 M = TypeVar("M", bound=betterproto2.Message)
 T = TypeVar("T")
 
@@ -51,23 +51,26 @@ class RouteRef:
         return self.route.name or self.path
 
 
-def per_snapshot(compute: Callable[[Snapshot], T]) -> Callable[[Snapshot], T]:
+class PerSnapshot(Generic[T]):
     """``compute``, remembered for the last few snapshots by identity: a snapshot is
     immutable, and a mutant of it is another snapshot, so it never sees a stale answer."""
-    memo: dict[int, tuple[Snapshot, T]] = {}
 
-    @functools.wraps(compute)
-    def cached(snap: Snapshot) -> T:
-        hit = memo.get(id(snap))
-        if hit is not None and hit[0] is snap:
-            return hit[1]
-        result = compute(snap)
-        if len(memo) >= MEMO_SIZE:
-            memo.pop(next(iter(memo)))
-        memo[id(snap)] = (snap, result)
+    def __init__(self, compute: Callable[[Snapshot], T]) -> None:
+        self.compute = compute
+        self._memo: dict[int, tuple[Snapshot, T]] = {}
+
+    def known(self, snap: Snapshot) -> bool:
+        hit = self._memo.get(id(snap))
+        return hit is not None and hit[0] is snap
+
+    def __call__(self, snap: Snapshot) -> T:
+        if self.known(snap):
+            return self._memo[id(snap)][1]
+        result = self.compute(snap)
+        if len(self._memo) >= MEMO_SIZE:
+            self._memo.pop(next(iter(self._memo)))
+        self._memo[id(snap)] = (snap, result)
         return result
-
-    return cached
 
 
 def unpack(value: PbAny | None) -> betterproto2.Message | None:

@@ -8,6 +8,7 @@ meta-tests can check every rule's code, docs, features and fixtures.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,12 @@ class Rule:
     spec_ref: str
     doc: str
     check: Callable[[Context], Iterable[Finding]] = field(compare=False)
+    # Slow work ``check`` will need, started before the first rule runs so that it
+    # overlaps with the others (e.g. in a child process); the run leaves the context
+    # after the last rule, also on errors, so nothing outlives it.
+    background: Callable[[Context], AbstractContextManager[object]] | None = field(
+        default=None, compare=False
+    )
 
     def claimed_by(self, profile: str) -> bool:
         return all(f in PROFILES[profile] for f in self.features)
@@ -41,8 +48,7 @@ class RunResult:
 
 
 def run(rules: Iterable[Rule], ctx: Context) -> RunResult:
-    findings: list[Finding] = []
-    ran: list[str] = []
+    claimed: list[Rule] = []
     skipped: list[tuple[str, str]] = []
     for rule in sorted(rules, key=lambda r: r.name):
         if not rule.claimed_by(ctx.profile):
@@ -51,6 +57,12 @@ def run(rules: Iterable[Rule], ctx: Context) -> RunResult:
                 (rule.name, f"profile {ctx.profile} does not claim {', '.join(missing)}")
             )
             continue
-        ran.append(rule.name)
-        findings.extend(rule.check(ctx))
-    return RunResult(sorted(set(findings)), ran, skipped)
+        claimed.append(rule)
+    findings: list[Finding] = []
+    with ExitStack() as started:
+        for rule in claimed:
+            if rule.background is not None:
+                started.enter_context(rule.background(ctx))
+        for rule in claimed:
+            findings.extend(rule.check(ctx))
+    return RunResult(sorted(set(findings)), [r.name for r in claimed], skipped)
