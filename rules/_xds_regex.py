@@ -53,12 +53,14 @@ def limit(matcher: RegexMatcher) -> int:
     return DEFAULT_LIMIT
 
 
-@walk.PerSnapshot
-def regexes(snap: Snapshot) -> list[tuple[str, RegexMatcher]]:
-    """Every RegexMatcher in the snapshot (routes, matchers, rewrites, CORS, SANs...),
-    found once per snapshot for the rules that all look at them."""
+def _regexes(snap: Snapshot) -> list[tuple[str, RegexMatcher]]:
     return [
         found
         for root, resource in walk.resources(snap)
         for found in walk.instances(resource, root, RegexMatcher)
     ]
+
+
+# Every RegexMatcher in the snapshot (routes, matchers, rewrites, CORS, SANs...),
+# found once per snapshot for the rules that all look at them.
+regexes = walk.PerSnapshot(_regexes)

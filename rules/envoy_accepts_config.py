@@ -147,8 +147,7 @@ def in_background(ctx: Context) -> Iterator[None]:
         child.close()
 
 
-@walk.PerSnapshot
-def _verdict(snap: Snapshot) -> _Verdict:
+def _collect(snap: Snapshot) -> _Verdict:
     """``_ask_envoy``, answered by the child process when one was started."""
     child = _pending.pop(id(snap), None)
     if child is not None and child.snap is snap:
@@ -156,6 +155,9 @@ def _verdict(snap: Snapshot) -> _Verdict:
         if answered:
             return verdict
     return _ask_envoy(snap)  # also when the child failed: any error is raised here
+
+
+_verdict = walk.PerSnapshot(_collect)
 
 
 def envoy_error(output: str) -> str:
