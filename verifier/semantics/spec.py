@@ -221,7 +221,9 @@ def _decide(
     if problem:
         trace.append(f"Gateway {gateway[0]}/{gateway[1]} not programmed: {problem}")
         return _answer(NO_RESPONSE, trace)
-    selection = select_listener(res, gw, request)
+    selection = (
+        select_listener(res, gw, request) if index is None else index.selection(res, gw, request)
+    )
     trace.extend(selection.trace)
     lst = selection.listener
     if lst is None:

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 
 from verifier.gatewayapi.model import Gateway, GatewayListener, HTTPRoute, RouteMatch, RouteRule
 from verifier.gatewayapi.resources import Resources
+from verifier.semantics.request import Request
 from verifier.semantics.spec_attach import attachment_problem, refers_to_gateway
 from verifier.semantics.spec_hostnames import effective_hostnames, is_wildcard, normalize_host
-from verifier.semantics.spec_listeners import describe
+from verifier.semantics.spec_listeners import ListenerSelection, describe, select_listener
 from verifier.semantics.spec_match import rule_problem
 
 # How many request-independent "does not serve" lines a trace lists before a count.
@@ -197,6 +198,16 @@ class SpecIndex:
     def __init__(self) -> None:
         self._referencing: dict[tuple[str, str], list[_Numbered]] | None = None
         self._listeners: dict[int, ListenerRoutes] = {}
+        self._selections: dict[tuple[object, ...], ListenerSelection] = {}
+
+    def selection(self, res: Resources, gw: Gateway, request: Request) -> ListenerSelection:
+        """``select_listener``, remembered: it reads only the request's port,
+        scheme, hostname and SNI, and witnesses share them by the thousand."""
+        key = (id(gw), request.port, request.scheme, request.hostname, request.sni)
+        found = self._selections.get(key)
+        if found is None:
+            found = self._selections[key] = select_listener(res, gw, request)
+        return found
 
     def listener(self, res: Resources, gw: Gateway, lst: GatewayListener) -> ListenerRoutes:
         """The Routes of ``res`` as seen from ``lst`` (a Listener of ``gw``)."""
