@@ -129,11 +129,13 @@ def in_background(ctx: Context) -> Iterator[None]:
     """Ask Envoy in a child process while the other rules run; ``check`` collects it.
 
     Forking is only safe with no other thread alive (one could hold a lock the child
-    needs); otherwise, or without fork or an Envoy binary, ``check`` asks in-process.
+    needs), and a daemonic process (a pool worker) may not have children; then, or
+    without fork or an Envoy binary, ``check`` asks in-process.
     """
     snap = ctx.snapshot
     forkable = "fork" in multiprocessing.get_all_start_methods()
-    start = forkable and threading.active_count() == 1 and not _verdict.known(snap)
+    alone = threading.active_count() == 1 and not multiprocessing.current_process().daemon
+    start = forkable and alone and not _verdict.known(snap)
     child = _Child(snap) if start and find_envoy() is not None else None
     if child is None:
         yield

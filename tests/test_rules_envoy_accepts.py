@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -78,6 +79,24 @@ def test_envoy_is_asked_in_a_child_with_the_same_verdict(
     again = list(envoy_accepts_config.check(fresh))
     assert int(marker.read_text(encoding="utf-8")) == os.getpid()
     assert [(f.code, f.actual) for f in again] == [("EV101", {"envoy": f"asked by {os.getpid()}"})]
+
+
+def test_with_another_thread_alive_envoy_is_asked_in_process(
+    context: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forking while another thread may hold a lock could hang the child."""
+    marker = fake_envoy(monkeypatch, tmp_path, REJECTING)
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        findings = run([envoy_accepts_config.RULE], context).findings
+    finally:
+        release.set()
+        other.join()
+    assert int(marker.read_text(encoding="utf-8")) == os.getpid()
+    assert [f.code for f in findings] == ["EV101"]
+    assert_nothing_left(tmp_path)
 
 
 def _failing_rule(marker: Path) -> Rule:
