@@ -18,6 +18,7 @@ import dataclasses
 import datetime
 import enum
 import importlib
+import inspect
 import json
 import keyword
 import math
@@ -55,13 +56,15 @@ class XdsLoadError(ValueError):
         self.message = message
 
 
-# --- pydantic validator cache ------------------------------------------------------------
+# --- betterproto2, made fast ----------------------------------------------------------------
+# Each replacement computes what the original computes, with what depends only on the class
+# worked out once per class; ``original(name)`` gives the unpatched one, for tests.
 
 _VALIDATORS: dict[type, tuple[object, pydantic_core.SchemaValidator]] = {}
 
 
 def _cached_validate(self: betterproto2.Message) -> None:
-    """betterproto2's ``Message._validate``, but the SchemaValidator is built once per class.
+    """``Message._validate``, but the SchemaValidator is built once per class.
 
     Same schema, same data. The entry remembers the schema object because pydantic swaps a
     class's placeholder schema for the real one when it first builds the class.
@@ -78,35 +81,6 @@ def _cached_validate(self: betterproto2.Message) -> None:
     entry[1].validate_python(fields)
 
 
-def _install(name: str, replacement: Callable[..., Any]) -> None:
-    """Put ``replacement`` in place of ``Message.<name>``, remembering the original once."""
-    current = getattr(betterproto2.Message, name)
-    if getattr(current, "_verifier_original", None) is None:
-        replacement._verifier_original = current  # type: ignore[attr-defined]
-        setattr(betterproto2.Message, name, replacement)
-
-
-def _original(name: str) -> Any:
-    current = getattr(betterproto2.Message, name)
-    return getattr(current, "_verifier_original", current)
-
-
-def install_validator_cache() -> None:
-    """Patch betterproto2; done on import of this module, repeated calls are no-ops."""
-    _install("_validate", _cached_validate)
-
-
-def original_validate() -> Callable[[betterproto2.Message], None]:
-    """The unpatched validator, so tests can hold both to the same messages."""
-    original: Callable[[betterproto2.Message], None] = _original("_validate")
-    return original
-
-
-install_validator_cache()
-
-# --- field default cache -------------------------------------------------------------------
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Fresh:
     """A default that is mutable, so every call must get its own: ``[]`` or ``{}``."""
@@ -120,7 +94,7 @@ _DEFAULTS: dict[type, dict[str, Any]] = {}
 
 
 def _cached_field_default(self: betterproto2.Message, field_name: str) -> Any:
-    """betterproto2's ``Message._get_field_default``, but each factory runs once per field.
+    """``Message._get_field_default``, but each factory runs once per class and field.
 
     The original enters ``warnings.catch_warnings()`` on every call, and ``bytes()``,
     ``is_set`` (every ``__post_init__`` of a message with deprecated fields) and ``bool()``
@@ -128,38 +102,101 @@ def _cached_field_default(self: betterproto2.Message, field_name: str) -> Any:
     warnings suppression included; immutable defaults are kept, and ``list``/``dict``
     defaults are rebuilt by their builtin factory, which cannot warn.
     """
-    cls = type(self)
     try:
-        value = _DEFAULTS[cls][field_name]
+        value = _DEFAULTS[type(self)][field_name]
     except KeyError:
         value = _remember_default(self, field_name)
     return value.make() if type(value) is _Fresh else value
 
 
 def _remember_default(self: betterproto2.Message, field_name: str) -> Any:
-    original = original_field_default()
-    value = original(self, field_name)
+    make = original("_get_field_default")
+    value = make(self, field_name)
     factory = self._betterproto.default_gen[field_name]  # type: ignore[arg-type]
     if factory in (list, dict):
         value = _Fresh(factory)
     elif not isinstance(value, _SHAREABLE):  # not made by betterproto2 itself: never shared
-        value = _Fresh(lambda: original(self, field_name))
+        value = _Fresh(lambda: make(self, field_name))
     _DEFAULTS.setdefault(type(self), {})[field_name] = value
     return value
 
 
-def install_default_cache() -> None:
+_GROUPS: dict[type, tuple[tuple[str, ...], ...]] = {}
+
+
+def _checked_field_groups(cls: type[betterproto2.Message], values: Any) -> Any:
+    """``Message._validate_field_groups`` (run by every message with a oneof, on construction
+    and on validation), with the groups to check listed once per class.
+
+    Values that break a group go to the original, so the error is exactly its error.
+    """
+    groups = _GROUPS.get(cls)
+    if groups is None:
+        groups = _GROUPS[cls] = _oneof_groups(cls)
+    for names in groups:
+        found = False
+        for name in names:
+            if getattr(values, name, None) is not None:
+                if found:
+                    return original("_validate_field_groups")(cls, values)
+                found = True
+    return values
+
+
+def _oneof_groups(cls: type[betterproto2.Message]) -> tuple[tuple[str, ...], ...]:
+    """Field names per oneof, as the original walks them; proto3 ``optional`` is not a oneof."""
+    proto = cls._betterproto  # type: ignore[arg-type]
+    return tuple(
+        tuple(f.name for f in fields)
+        for fields in proto.oneof_field_by_group.values()
+        if len(fields) > 1 or not proto.meta_by_field_name[next(iter(fields)).name].optional
+    )
+
+
+_PYDANTIC: dict[type, bool] = {}
+
+
+def _cached_is_pydantic(self: betterproto2.Message) -> bool:
+    """``Message._is_pydantic``, asked once per class: ``bytes()``, validation and JSON ask
+    it of every message, and a class does not stop being a pydantic dataclass."""
+    cls = type(self)
+    found = _PYDANTIC.get(cls)
+    if found is None:
+        found = _PYDANTIC[cls] = bool(original("_is_pydantic")(self))
+    return found
+
+
+PATCHES: Final[dict[str, Callable[..., Any]]] = {
+    "_validate": _cached_validate,
+    "_get_field_default": _cached_field_default,
+    "_validate_field_groups": _checked_field_groups,
+    "_is_pydantic": _cached_is_pydantic,
+}
+
+
+def _unbound(name: str) -> tuple[Any, bool]:
+    """``Message.<name>`` as a plain function (a classmethod's too), and if it is a classmethod."""
+    found = inspect.getattr_static(betterproto2.Message, name)
+    return (found.__func__, True) if isinstance(found, classmethod) else (found, False)
+
+
+def install_patches() -> None:
     """Patch betterproto2; done on import of this module, repeated calls are no-ops."""
-    _install("_get_field_default", _cached_field_default)
+    for name, replacement in PATCHES.items():
+        current, is_classmethod = _unbound(name)
+        if getattr(current, "_verifier_original", None) is None:
+            replacement._verifier_original = current  # type: ignore[attr-defined]
+            patched = classmethod(replacement) if is_classmethod else replacement
+            setattr(betterproto2.Message, name, patched)
 
 
-def original_field_default() -> Callable[[betterproto2.Message, str], Any]:
-    """The unpatched ``_get_field_default``, so tests can hold both to the same messages."""
-    original: Callable[[betterproto2.Message, str], Any] = _original("_get_field_default")
-    return original
+def original(name: str) -> Any:
+    """The unpatched ``Message.<name>`` as a plain function (a classmethod takes the class)."""
+    current = _unbound(name)[0]
+    return getattr(current, "_verifier_original", current)
 
 
-install_default_cache()
+install_patches()
 
 # --- types and Any -------------------------------------------------------------------------
 

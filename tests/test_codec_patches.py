@@ -1,12 +1,15 @@
-"""The field default cache in verifier.xds.codec gives what betterproto2's original gives."""
+"""verifier.xds.codec's betterproto2 patches give what betterproto2's originals give."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import inspect
 import warnings
 from typing import Any
 
 import betterproto2
+import pydantic
 import pytest
 from conftest import FIXTURES
 from envoy_data_plane.envoy.config.route.v3 import RouteAction, RouteMatch
@@ -25,7 +28,7 @@ def _fixture_messages(scenario: str) -> list[betterproto2.Message]:
 
 @pytest.mark.parametrize("scenario", SCENARIOS[:: max(1, len(SCENARIOS) // 6)])
 def test_defaults_equal_the_originals(scenario: str) -> None:
-    original = codec.original_field_default()
+    original = codec.original("_get_field_default")
     seen = 0
     for msg in _fixture_messages(scenario):
         for name in msg._betterproto.meta_by_field_name:
@@ -43,22 +46,66 @@ def test_defaults_equal_the_originals(scenario: str) -> None:
     assert seen > 100
 
 
+def _unpatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in codec.PATCHES:
+        unpatched = codec.original(name)
+        if isinstance(inspect.getattr_static(betterproto2.Message, name), classmethod):
+            unpatched = classmethod(unpatched)
+        monkeypatch.setattr(betterproto2.Message, name, unpatched)
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS[1 :: max(1, len(SCENARIOS) // 6)])
-def test_bytes_bool_repr_and_is_set_equal_the_originals(
-    scenario: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_messages_behave_as_unpatched(scenario: str, monkeypatch: pytest.MonkeyPatch) -> None:
     messages = _fixture_messages(scenario)
 
     def observe() -> list[Any]:
         return [
-            (bytes(m), bool(m), repr(m), [m.is_set(f) for f in m._betterproto.sorted_field_names])
+            (
+                bytes(m),
+                bool(m),
+                repr(m),
+                [m.is_set(f) for f in m._betterproto.sorted_field_names],
+                m._is_pydantic(),
+                copy.copy(m) == m,  # construction runs the oneof check
+                type(m)._validate_field_groups(m) is m,
+            )
             for m in messages
         ]
 
-    cached = observe()
-    monkeypatch.setattr(betterproto2.Message, "_get_field_default", codec.original_field_default())
-    assert observe() == cached
-    assert len(cached) > 20
+    patched = observe()
+    _unpatch(monkeypatch)
+    assert observe() == patched
+    assert len(patched) > 20
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RouteMatch(prefix="/", path="/x"),
+        lambda: RouteMatch(prefix="/", path="/x", safe_regex=None),
+        lambda: RouteAction(cluster="a", cluster_header="b"),
+    ],
+)
+def test_a_broken_oneof_fails_as_unpatched(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(pydantic.ValidationError) as patched:
+        make()
+    _unpatch(monkeypatch)
+    with pytest.raises(pydantic.ValidationError) as unpatched:
+        make()
+    flags: dict[str, bool] = {"include_url": False, "include_context": False}
+    assert patched.value.errors(**flags) == unpatched.value.errors(**flags)
+    assert "more than one value" in str(patched.value)
+
+
+def test_a_broken_oneof_found_by_validate_fails_as_unpatched() -> None:
+    match = RouteMatch(prefix="/")
+    assert RouteMatch._validate_field_groups(match) is match
+    match.path = "/both"
+    with pytest.raises(ValueError, match="more than one value") as patched:
+        RouteMatch._validate_field_groups(match)
+    with pytest.raises(ValueError) as unpatched:
+        codec.original("_validate_field_groups")(RouteMatch, match)
+    assert str(patched.value) == str(unpatched.value)
 
 
 def test_deprecated_fields_still_warn_from_post_init() -> None:
