@@ -23,6 +23,7 @@ import json
 import keyword
 import math
 import re
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
@@ -102,11 +103,16 @@ def _cached_field_default(self: betterproto2.Message, field_name: str) -> Any:
     warnings suppression included; immutable defaults are kept, and ``list``/``dict``
     defaults are rebuilt by their builtin factory, which cannot warn.
     """
-    try:
-        value = _DEFAULTS[type(self)][field_name]
-    except KeyError:
-        value = _remember_default(self, field_name)
+    value = _default_entry(self, field_name)
     return value.make() if type(value) is _Fresh else value
+
+
+def _default_entry(self: betterproto2.Message, field_name: str) -> Any:
+    """The remembered default of a field: the value itself, or ``_Fresh`` to make one."""
+    try:
+        return _DEFAULTS[type(self)][field_name]
+    except KeyError:
+        return _remember_default(self, field_name)
 
 
 def _remember_default(self: betterproto2.Message, field_name: str) -> Any:
@@ -166,11 +172,137 @@ def _cached_is_pydantic(self: betterproto2.Message) -> bool:
     return found
 
 
+# Binary encoding. betterproto2 builds every field through three layers of helpers and a
+# BytesIO per varint; a field's key bytes, wire type and encoder depend on its class only.
+
+_ONE_BYTE: Final = tuple(bytes((i,)) for i in range(0x80))
+_VARINT_KINDS: Final = frozenset(betterproto2.WIRE_VARINT_TYPES) - {
+    betterproto2.TYPE_SINT32,
+    betterproto2.TYPE_SINT64,
+}
+_WIRES: Final = (
+    (betterproto2.WIRE_VARINT, betterproto2.WIRE_VARINT_TYPES),
+    (betterproto2.WIRE_FIXED_32, betterproto2.WIRE_FIXED_32_TYPES),
+    (betterproto2.WIRE_FIXED_64, betterproto2.WIRE_FIXED_64_TYPES),
+)
+
+
+def _varint(value: Any) -> bytes:
+    """``betterproto2.encode_varint``; non-negative ints without its BytesIO."""
+    if type(value) is not int or value < 0:
+        return betterproto2.encode_varint(value)  # bools, enums, negatives: as it does them
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out = bytearray()
+    while value > 0x7F:
+        out.append(0x80 | (value & 0x7F))
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _payload(meta: betterproto2.FieldMetadata, proto_type: str) -> Callable[[Any], bytes] | None:
+    """The value's bytes as ``betterproto2._preprocess_single`` makes them; None if unknown."""
+    if proto_type in _VARINT_KINDS:
+        return _varint
+    if proto_type in (betterproto2.TYPE_SINT32, betterproto2.TYPE_SINT64):
+        return lambda v: _varint(v << 1 if v >= 0 else (v << 1) ^ (~0))
+    if proto_type in betterproto2.FIXED_TYPES:
+        return struct.Struct(betterproto2._pack_fmt(proto_type)).pack
+    if proto_type == betterproto2.TYPE_STRING:
+        return lambda v: v.encode("utf-8")
+    if proto_type == betterproto2.TYPE_MESSAGE:
+        unwrap: Any = meta.unwrap
+        return (lambda v: bytes(unwrap().from_wrapped(v))) if unwrap else bytes
+    if proto_type in (betterproto2.TYPE_BYTES, betterproto2.TYPE_MAP):
+        return lambda v: v  # already bytes
+    return None
+
+
+def _single(
+    meta: betterproto2.FieldMetadata, number: int, proto_type: str
+) -> Callable[[Any], bytes] | None:
+    """``betterproto2._serialize_single`` for one field: key, then the (length-prefixed) value."""
+    payload = _payload(meta, proto_type)
+    if payload is None:
+        return None
+    if proto_type in betterproto2.WIRE_LEN_DELIM_TYPES:
+        delimited = _varint((number << 3) | betterproto2.WIRE_LEN_DELIM)
+        return lambda v: b"".join((delimited, _varint(len(b := payload(v))), b))
+    wire = next((w for w, kinds in _WIRES if proto_type in kinds), None)
+    if wire is None:
+        return None
+    key = _varint((number << 3) | wire)
+    return lambda v: key + payload(v)
+
+
+def _field_encoder(meta: betterproto2.FieldMetadata) -> Callable[[Any], bytes] | None:
+    """All of one field's bytes, as ``Message.__bytes__`` writes a non-default value."""
+    if meta.repeated and meta.proto_type in betterproto2.PACKED_TYPES:
+        item, packed = (
+            _payload(meta, meta.proto_type),
+            _single(meta, meta.number, betterproto2.TYPE_BYTES),
+        )
+        if item is None or packed is None:
+            return None
+        return lambda v: packed(b"".join(map(item, v)))
+    if meta.repeated:
+        single = _single(meta, meta.number, meta.proto_type)
+        return None if single is None else lambda v: b"".join(map(single, v))
+    if meta.map_meta:
+        (k_meta, v_meta), entry = meta.map_meta, _single(meta, meta.number, meta.proto_type)
+        key, value = _single(k_meta, 1, k_meta.proto_type), _single(v_meta, 2, v_meta.proto_type)
+        if key is None or value is None or entry is None:
+            return None
+        return lambda v: b"".join(entry(key(k) + value(x)) for k, x in v.items())
+    return _single(meta, meta.number, meta.proto_type)
+
+
+_Plan = tuple[tuple[str, Any, Callable[[Any], bytes]], ...]
+_PLANS: dict[type, _Plan | None] = {}
+
+
+def _encoding_plan(msg: betterproto2.Message) -> _Plan | None:
+    """(attribute, default, encoder) per field in ``Message.__bytes__`` order; None when a
+    field is of a kind this does not know, or has a default betterproto2 would not give."""
+    plan = []
+    for name, meta in msg._betterproto.meta_by_field_name.items():  # type: ignore[arg-type]
+        default = _default_entry(msg, name)
+        if type(default) is _Fresh:
+            if default.make not in (list, dict):
+                return None
+            default = default.make()  # compared with, never handed out
+        encode = _field_encoder(meta)
+        if encode is None:
+            return None
+        plan.append((name, default, encode))
+    return tuple(plan)
+
+
+def _fast_bytes(self: betterproto2.Message) -> bytes:
+    """``Message.__bytes__``: validation first, then the same bytes, field by field."""
+    cls = type(self)
+    plan = _PLANS[cls] if cls in _PLANS else _PLANS.setdefault(cls, _encoding_plan(self))
+    if plan is None:
+        return original("__bytes__")(self)  # type: ignore[no-any-return]
+    if self._is_pydantic():
+        self._validate()
+    parts = []
+    for name, default, encode in plan:
+        value = getattr(self, name)
+        if value is None or (default is not None and value == default):
+            continue  # unset optionals and default (zero) values are not written
+        parts.append(encode(value))
+    parts.append(self._unknown_fields)
+    return b"".join(parts)
+
+
 PATCHES: Final[dict[str, Callable[..., Any]]] = {
     "_validate": _cached_validate,
     "_get_field_default": _cached_field_default,
     "_validate_field_groups": _checked_field_groups,
     "_is_pydantic": _cached_is_pydantic,
+    "__bytes__": _fast_bytes,
 }
 
 
