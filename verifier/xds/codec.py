@@ -358,12 +358,17 @@ def ensure_type(type_url: str) -> type[betterproto2.Message] | None:
     return found
 
 
+_JSON_LEAVES: Final = frozenset({str, int, float, bool, type(None)})
+
+
 def preload_types(doc: Json) -> set[str]:
     """Import every type an ``@type`` in ``doc`` names; return the URLs that are unknown."""
     unknown: set[str] = set()
     stack = [doc]
     while stack:
         node = stack.pop()
+        if type(node) in _JSON_LEAVES:
+            continue  # most of a document, and never a Mapping: spare the ABC check
         if isinstance(node, Mapping):
             url = node.get("@type")
             if isinstance(url, str) and url and ensure_type(url) is None:
@@ -673,14 +678,18 @@ def _field_from_json(field: _Field, raw: Json, path: str, notes: list[Skipped]) 
             except _PARSE_ERRORS:
                 notes.append(Skipped(here, "invalid map key"))
                 continue
-            with contextlib.suppress(_Drop):
+            try:  # not contextlib.suppress: this runs for every map entry
                 out[k] = _value_from_json(field, item, here, notes)
+            except _Drop:
+                continue
         return out
     if field.meta.repeated:
         items = []
         for i, item in enumerate(raw):
-            with contextlib.suppress(_Drop):
+            try:
                 items.append(_value_from_json(field, item, f"{path}[{i}]", notes))
+            except _Drop:
+                continue
         return items
     return _value_from_json(field, raw, path, notes)
 
@@ -718,12 +727,16 @@ def _any_from_json(raw: Json, path: str, notes: list[Skipped]) -> pb.Any | None:
     return None if msg is None else pb.Any(type_url=url, value=bytes(msg))
 
 
+def _name(cls: type) -> str:
+    """The proto name of a message class, for notes."""
+    return default_message_pool.type_to_url.get(cls, cls.__name__).rsplit("/", 1)[-1]
+
+
 def _message_from_json(cls: type, raw: Json, path: str, notes: list[Skipped]) -> Any:
     if cls in _SPECIAL:
         return _special_from_json(cls, raw, path, notes)
-    name = default_message_pool.type_to_url.get(cls, cls.__name__).rsplit("/", 1)[-1]
-    if not isinstance(raw, Mapping):
-        notes.append(Skipped(path, f"expected a JSON object for {name}"))
+    if type(raw) is not dict and not isinstance(raw, Mapping):
+        notes.append(Skipped(path, f"expected a JSON object for {_name(cls)}"))
         return None
     by_key = _table(cls)[1]
     kwargs: dict[str, Any] = {}
@@ -733,7 +746,7 @@ def _message_from_json(cls: type, raw: Json, path: str, notes: list[Skipped]) ->
         here = f"{path}.{key}"
         field = by_key.get(key) if isinstance(key, str) else None
         if field is None:
-            notes.append(Skipped(here, f"unknown field of {name}"))
+            notes.append(Skipped(here, f"unknown field of {_name(cls)}"))
         elif value is None and field.cls is not pb.Value:
             pass  # proto-JSON null means "not set"
         elif field.attr in keys:
@@ -741,11 +754,13 @@ def _message_from_json(cls: type, raw: Json, path: str, notes: list[Skipped]) ->
         elif field.meta.group and field.meta.group in groups:
             notes.append(Skipped(here, f"oneof already set by {groups[field.meta.group]}"))
         else:
-            with contextlib.suppress(_Drop):
+            try:
                 kwargs[field.attr] = _field_from_json(field, value, here, notes)
-                keys[field.attr] = key
-                if field.meta.group:
-                    groups[field.meta.group] = key
+            except _Drop:
+                continue
+            keys[field.attr] = key
+            if field.meta.group:
+                groups[field.meta.group] = key
     while True:  # drop fields pydantic rejects (ranges, UTF-8, ...), keep the rest
         try:
             return cls(**kwargs)
@@ -753,7 +768,7 @@ def _message_from_json(cls: type, raw: Json, path: str, notes: list[Skipped]) ->
             errors = exc.errors()
             bad = {str(e["loc"][0]): e["msg"] for e in errors if e["loc"] and e["loc"][0] in kwargs}
             if not bad:
-                notes.append(Skipped(path, f"invalid {name}: {errors[0]['msg']}"))
+                notes.append(Skipped(path, f"invalid {_name(cls)}: {errors[0]['msg']}"))
                 return None
             for attr, reason in bad.items():
                 notes.append(Skipped(f"{path}.{keys[attr]}", reason))
