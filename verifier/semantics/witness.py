@@ -245,9 +245,10 @@ def match_witnesses(
         )
         return Witness(gw, request, feature, route.meta.key, rule.index, mi, note)
 
-    for path, note in path_variants(match.path):
+    variants = path_variants(match.path)
+    for path, note in variants:
         yield w(PATH, note, _with_query(path, query), headers)
-    base_path = path_variants(match.path)[0][0]
+    base_path = variants[0][0]
     full = _with_query(base_path, query)
     if host_probes or any(h.name.lower() in ("host", ":authority") for h in match.headers):
         yield w(HOST, "port in Host", full, headers, h=f"{host}:{port}")
@@ -273,7 +274,7 @@ def match_witnesses(
             cased = full.replace(f"{q.name}={q.value}", f"{q.name}={q.value.swapcase()}", 1)
             yield w(QUERY, f"{q.name} value case", cased, headers)
     if any(f.cors is not None for f in rule.filters):
-        below = [p for p, note in path_variants(match.path) if note in ("below", "case")]
+        below = [p for p, note in variants if note in ("below", "case")]
         yield from _cors_witnesses(w, rule, [full, *below], headers)
     touched = _touched_request_headers(rule)
     if touched:
