@@ -8,6 +8,7 @@ import pytest
 
 from verifier.errors import InputError
 from verifier.gatewayapi.load import load_texts
+from verifier.gatewayapi.schema_core import matches
 from verifier.gatewayapi.validate import validate_object
 
 Found = list[tuple[int, str, str]]
@@ -821,3 +822,18 @@ stringData:
   tls.key: y
 """
     assert found(text) == [(6, "data.tls.key", "tls-secret-missing-key")]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "expected"),
+    [
+        (r"^[a-z]+$", "abc", True),
+        (r"^[a-z]+$", "abc\n", False),  # RE2: "$" does not match before a trailing newline
+        (r"^[a-z]+$", "ab1", False),
+        (r"[0-9]", "ab1", True),  # unanchored search
+    ],
+)
+def test_remembered_pattern_results_are_re2s(pattern: str, text: str, expected: bool) -> None:
+    assert matches.__wrapped__(pattern, text) is expected
+    assert matches(pattern, text) is expected
+    assert matches(pattern, text) is expected  # the remembered answer

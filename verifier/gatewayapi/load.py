@@ -106,10 +106,6 @@ class LoadResult:
     files: list[str] = field(default_factory=list)
 
 
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else key
-
-
 class _Builder:
     """Turns a composed YAML node tree into plain data plus a line table."""
 
@@ -120,13 +116,20 @@ class _Builder:
 
     def build(self, node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
         lines.setdefault(path, node.start_mark.line + 1)
+        return self._value(node, path, lines)
+
+    def _value(self, node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
+        """``build`` below the top: the caller has just recorded ``path``'s line."""
+        if type(node) is yaml.ScalarNode and node.tag == STR_TAG:
+            return node.value  # most nodes: what SafeConstructor.construct_yaml_str returns
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
+            prefix = f"{path}." if path else ""
             for knode, vnode in node.value:
                 key = self._scalar(knode)
                 if not isinstance(key, str):
                     key = str(key)
-                child = _join(path, key)
+                child = prefix + key
                 if key in out:
                     self.errors.append(
                         InputError(
@@ -139,14 +142,14 @@ class _Builder:
                     )
                     continue
                 lines[child] = knode.start_mark.line + 1
-                out[key] = self.build(vnode, child, lines)
+                out[key] = self._value(vnode, child, lines)
             return out
         if isinstance(node, yaml.SequenceNode):
             items = []
             for i, item in enumerate(node.value):
                 child = f"{path}[{i}]"
                 lines[child] = item.start_mark.line + 1
-                items.append(self.build(item, child, lines))
+                items.append(self._value(item, child, lines))
             return items
         return self._scalar(node)
 
