@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 
@@ -415,5 +416,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report([InputError(where, 0, "", "os-error", exc.strerror or str(exc))])
 
 
+def entry() -> NoReturn:
+    """The console script: ``main``, then exit without tearing the heap down.
+
+    After a check at 10,000 rules the interpreter spends ~0.9 s freeing
+    millions of objects one by one at exit, after everything is written.
+    Output is flushed and every file, child process and temporary directory
+    is closed by ``main`` itself (nothing here registers ``atexit`` work), so
+    the process can end at once, as mypy's does. Tests call ``main``.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        code = code or 1  # the reader went away before the end of the output
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
