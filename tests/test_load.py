@@ -77,11 +77,23 @@ def test_every_field_and_item_has_its_line() -> None:
         ("kind: A\nx: [1,\n", 3, "yaml-syntax"),
         ("kind: A\nx: !!python/name:os.system\n", 2, "yaml-syntax"),
         ("- a\n- b\n", 1, "type"),
+        # An explicit tag the text does not fit: PyYAML raises a plain exception.
+        ("kind: A\nport: !!int nope\n", 2, "yaml-syntax"),
+        ("kind: A\nx:\n  when: !!timestamp zz\n", 3, "yaml-syntax"),
+        ("kind: A\nx: [!!float one]\n", 2, "yaml-syntax"),
     ],
 )
 def test_bad_input_is_reported_at_its_line(text: str, line: int, code: str) -> None:
     errors = load_texts([("bad.yaml", text)]).errors
     assert [(e.file, e.line, e.code) for e in errors] == [("bad.yaml", line, code)]
+
+
+def test_a_badly_tagged_scalar_names_its_field_and_drops_its_document() -> None:
+    result = load_texts([("bad.yaml", "kind: A\nspec:\n  port: !!int nope\n---\nkind: B\n")])
+    assert [(e.line, e.field, e.message) for e in result.errors] == [
+        (3, "spec.port", "invalid YAML: 'nope' is not a valid !!int")
+    ]
+    assert [o.kind for o in result.objects] == ["B"]
 
 
 def test_constructor_keeps_no_nodes_between_scalars(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,8 +102,8 @@ def test_constructor_keeps_no_nodes_between_scalars(monkeypatch: pytest.MonkeyPa
     kept: list[int] = []
     real = load._Builder._scalar
 
-    def spy(self: load._Builder, node: yaml.Node) -> object:
-        value = real(self, node)
+    def spy(self: load._Builder, node: yaml.Node, path: str) -> object:
+        value = real(self, node, path)
         kept.append(len(self._construct.constructed_objects))
         return value
 

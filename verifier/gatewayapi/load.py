@@ -113,6 +113,9 @@ class _Builder:
         self.file = file
         self.errors = errors
         self._construct = yaml.SafeLoader(stream="")
+        # Set when a scalar could not be read: the document is then reported,
+        # not checked (its fields would raise follow-on "missing" errors).
+        self.broken = False
 
     def build(self, node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
         lines.setdefault(path, node.start_mark.line + 1)
@@ -126,7 +129,7 @@ class _Builder:
             out: dict[str, Any] = {}
             prefix = f"{path}." if path else ""
             for knode, vnode in node.value:
-                key = self._scalar(knode)
+                key = self._scalar(knode, prefix + str(knode.value))
                 if not isinstance(key, str):
                     key = str(key)
                 child = prefix + key
@@ -151,15 +154,33 @@ class _Builder:
                 lines[child] = item.start_mark.line + 1
                 items.append(self._value(item, child, lines))
             return items
-        return self._scalar(node)
+        return self._scalar(node, path)
 
-    def _scalar(self, node: yaml.Node) -> Any:
+    def _scalar(self, node: yaml.Node, path: str) -> Any:
         if isinstance(node, yaml.ScalarNode):
             if node.tag == STR_TAG:
                 return node.value  # what SafeConstructor.construct_yaml_str returns
             # The constructor would keep every node it built alive until the end of the
             # file; a scalar has no identity to share, so let the node go.
-            value = self._construct.construct_object(node, deep=True)
+            try:
+                value = self._construct.construct_object(node, deep=True)
+            except Exception:
+                # An explicit tag the text does not fit (`!!int nope`, `!!timestamp zz`):
+                # PyYAML's constructors raise ValueError, AttributeError..., not YAMLError.
+                self.broken = True
+                self._construct.constructed_objects.pop(node, None)
+                self._construct.recursive_objects.pop(node, None)
+                tag = node.tag.rsplit(":", 1)[-1]
+                self.errors.append(
+                    InputError(
+                        self.file,
+                        node.start_mark.line + 1,
+                        path,
+                        "yaml-syntax",
+                        f"invalid YAML: {node.value!r} is not a valid !!{tag}",
+                    )
+                )
+                return None
             del self._construct.constructed_objects[node]
             return value
         # A complex key: rare in Kubernetes YAML; keep its text.
@@ -193,8 +214,9 @@ def _documents(text: str, file: str, errors: list[InputError]) -> Iterator[RawOb
             if node is None:
                 continue
             lines: dict[str, int] = {}
+            builder.broken = False
             data = builder.build(node, "", lines)
-            if data is None:
+            if data is None or builder.broken:
                 continue
             if not isinstance(data, dict):
                 errors.append(
