@@ -479,3 +479,14 @@ def test_from_json_rejects_malformed_top_level(data: Any, match: str) -> None:
     with pytest.raises(XdsLoadError, match=match) as info:
         from_json_dict(Cluster, data, "f.json:$")
     assert info.value.path == "f.json:$"
+
+
+def test_an_enum_number_the_enum_lacks_round_trips_as_a_number() -> None:
+    """Open enums keep unknown numbers (Envoy then rejects them in validation);
+    writing one back must not crash, and proto3 JSON writes it as the number."""
+    doc = to_json_dict(_cluster())
+    doc["type"] = 5
+    cluster, notes = from_json_dict(Cluster, doc)
+    assert not notes
+    assert to_json_dict(cluster)["type"] == 5
+    assert to_json_dict(_cluster())["type"] == "STRICT_DNS"

@@ -545,6 +545,10 @@ def _value_to_json(field: _Field, value: Any) -> Json:
         return _NATIVE[unwrap()][0](value) if unwrap else _message_to_json(value)
     if kind == betterproto2.TYPE_ENUM:
         member = field.cls(value)
+        if not member.name:
+            # A number the enum does not define (open enums keep them): proto3
+            # JSON writes it as the number; betterproto2's proto_name would raise.
+            return int(member.value)
         return member.proto_name or member.name or member.value
     if kind in betterproto2.INT_64_TYPES:
         return str(value)
