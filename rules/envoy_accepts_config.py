@@ -21,18 +21,15 @@ finding quotes that error.
 
 from __future__ import annotations
 
-import multiprocessing
 import re
-import signal
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from multiprocessing.connection import Connection
 
 from verifier.rules import _xds_walk as walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new
+from verifier.forked import ForkedCall, can_fork
 from verifier.registry import Rule
 from verifier.xds.snapshot import Snapshot, envoy_validate, find_envoy
 
@@ -59,66 +56,15 @@ def _ask_envoy(snap: Snapshot) -> tuple[bool, str] | None:
 
 
 _Verdict = tuple[bool, str] | None
-CHILD_GRACE_S = 10.0  # for a terminated child to kill Envoy and remove its files
 
 
 class _Child:
     """``_ask_envoy(snap)`` in a forked process, so that the bootstrap (seconds of
-    Python at 10,000 routes) and Envoy run on another core while the other rules run.
-
-    The child gets the snapshot from fork and sends back only the verdict. ``close``
-    ends it if its answer was not asked for: SIGTERM raises SystemExit in the child,
-    so Envoy is killed and the temporary directory removed on the way out.
-    """
+    Python at 10,000 routes) and Envoy run on another core while the other rules run."""
 
     def __init__(self, snap: Snapshot) -> None:
-        fork = multiprocessing.get_context("fork")
         self.snap = snap
-        self._answer, send = fork.Pipe(duplex=False)
-        self._process = fork.Process(target=_in_child, args=(snap, send), daemon=True)
-        self._process.start()
-        send.close()
-        self._done = False
-
-    def answer(self) -> tuple[bool, _Verdict]:
-        """(True, verdict), or (False, None) when the child could not give one."""
-        try:
-            answered, verdict = self._answer.recv()
-        except (EOFError, OSError):
-            answered, verdict = False, None
-        self.close(answered=True)
-        return answered, verdict
-
-    def close(self, answered: bool = False) -> None:
-        if self._done:
-            return
-        self._done = True
-        if not answered and self._process.is_alive():
-            self._process.terminate()
-        self._process.join(CHILD_GRACE_S)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
-        self._process.close()
-        self._answer.close()
-
-
-def _stop(_signum: int, _frame: object) -> None:
-    raise SystemExit(1)
-
-
-def _in_child(snap: Snapshot, send: Connection) -> None:
-    signal.signal(signal.SIGTERM, _stop)
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _stop)  # Ctrl-C: end quietly, the parent has it too
-    try:
-        send.send((True, _ask_envoy(snap)))
-    except Exception:
-        send.send((False, None))  # the parent asks again, and sees the error itself
-    except SystemExit:
-        pass  # Envoy and the files are gone; the parent is not listening
-    finally:
-        send.close()
+        self.call = ForkedCall(lambda: _ask_envoy(snap))
 
 
 _pending: dict[int, _Child] = {}
@@ -133,9 +79,7 @@ def in_background(ctx: Context) -> Iterator[None]:
     without fork or an Envoy binary, ``check`` asks in-process.
     """
     snap = ctx.snapshot
-    forkable = "fork" in multiprocessing.get_all_start_methods()
-    alone = threading.active_count() == 1 and not multiprocessing.current_process().daemon
-    start = forkable and alone and not _verdict.known(snap)
+    start = can_fork() and not _verdict.known(snap)
     child = _Child(snap) if start and find_envoy() is not None else None
     if child is None:
         yield
@@ -146,14 +90,14 @@ def in_background(ctx: Context) -> Iterator[None]:
     finally:
         if _pending.get(id(snap)) is child:
             del _pending[id(snap)]
-        child.close()
+        child.call.close()
 
 
 def _collect(snap: Snapshot) -> _Verdict:
     """``_ask_envoy``, answered by the child process when one was started."""
     child = _pending.pop(id(snap), None)
     if child is not None and child.snap is snap:
-        answered, verdict = child.answer()
+        answered, verdict = child.call.result()
         if answered:
             return verdict
     return _ask_envoy(snap)  # also when the child failed: any error is raised here

@@ -1,0 +1,88 @@
+"""One function call in a forked child process, for work that can overlap with
+the parent's on another core (loading YAML while the xDS loads, asking Envoy
+while the rules run).
+
+The child inherits everything from fork and sends back only the return value
+(pickled). It never decides anything the parent could not: when the child
+fails, the caller computes the value itself and so sees the error as it would
+have without a child. ``close`` ends a child whose answer is no longer wanted:
+SIGTERM raises SystemExit in it, so ``finally`` blocks (killing an Envoy,
+removing a temporary directory) still run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+CHILD_GRACE_S = 10.0  # for a terminated child to run its finally blocks
+
+
+def can_fork() -> bool:
+    """Forking is only safe with no other thread alive (one could hold a lock the
+    child needs), and a daemonic process (a pool worker) may not have children."""
+    return (
+        "fork" in multiprocessing.get_all_start_methods()
+        and threading.active_count() == 1
+        and not multiprocessing.current_process().daemon
+    )
+
+
+class ForkedCall(Generic[T]):
+    """``fn()`` running in a forked child from construction on."""
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        fork = multiprocessing.get_context("fork")
+        self._answer, send = fork.Pipe(duplex=False)
+        self._process = fork.Process(target=_in_child, args=(fn, send), daemon=True)
+        self._process.start()
+        send.close()
+        self._done = False
+
+    def result(self) -> tuple[bool, T | None]:
+        """(True, value), or (False, None) when the child could not give one."""
+        try:
+            answered, value = self._answer.recv()
+        except (EOFError, OSError):
+            answered, value = False, None
+        self.close(answered=True)
+        return answered, value
+
+    def close(self, answered: bool = False) -> None:
+        """End the child (at once unless it has ``answered``) and reap it."""
+        if self._done:
+            return
+        self._done = True
+        if not answered and self._process.is_alive():
+            self._process.terminate()
+        self._process.join(CHILD_GRACE_S)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        self._process.close()
+        self._answer.close()
+
+
+def _stop(_signum: int, _frame: object) -> None:
+    raise SystemExit(1)
+
+
+def _in_child(fn: Callable[[], object], send: Connection) -> None:
+    signal.signal(signal.SIGTERM, _stop)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _stop)  # Ctrl-C: end quietly, the parent has it too
+    try:
+        value = fn()
+        send.send((True, value))
+    except Exception:
+        send.send((False, None))  # the parent computes it again and sees the error itself
+    except SystemExit:
+        pass  # terminated: cleaned up on the way out; the parent is not listening
+    finally:
+        send.close()
