@@ -24,6 +24,7 @@ from verifier.check import DEFAULT_CONTROLLER, Context
 from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
+from verifier.forked import ForkedCall, can_fork
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import loaded_objects_frozen
@@ -257,17 +258,76 @@ def _check_negative(scn: Scenario, errors: list[InputError]) -> ScenarioResult:
     return ScenarioResult(scn, input_errors=missing + extra)
 
 
+# Below this much YAML, forking a child to load it costs more than it saves.
+PARALLEL_LOAD_MIN_BYTES = 256 * 1024
+
+_Loaded = Resources | list[InputError]
+
+
+def _load_or_errors(paths: list[str]) -> _Loaded:
+    try:
+        return load_resources(paths)
+    except InputErrors as exc:
+        return exc.errors
+
+
+def _resources_in_child(scn: Scenario) -> ForkedCall[_Loaded] | None:
+    """The scenario's resources loading in a child process, when they are big
+    enough to be worth it: reading 10,000 rules of YAML takes as long as
+    reading their xDS, and the two are independent. Not for stdin (``-``),
+    which only one process can read."""
+    if "-" in scn.paths:
+        return None
+    try:
+        size = sum(
+            f.stat().st_size
+            for p in scn.paths
+            for f in ([Path(p)] if Path(p).is_file() else Path(p).rglob("*"))
+            if f.is_file()
+        )
+    except OSError:
+        return None  # let the loader report it
+    if size < PARALLEL_LOAD_MIN_BYTES or not can_fork():
+        return None
+    paths = list(scn.paths)
+    return ForkedCall(lambda: _load_or_errors(paths))
+
+
+def _resources(scn: Scenario, loading: ForkedCall[_Loaded] | None) -> Resources:
+    """The child's answer, else loaded here (also when the child failed, so any
+    unexpected error is raised here, as without a child)."""
+    if loading is not None:
+        answered, loaded = loading.result()
+        if answered and loaded is not None:
+            if isinstance(loaded, list):
+                raise InputErrors(loaded)
+            return loaded
+    return load_resources(list(scn.paths))
+
+
 def prepare(
     scn: Scenario, opts: CheckOptions, spec_cache: dict[Any, Any] | None = None
 ) -> tuple[Context | None, ScenarioResult]:
     """The check context of a scenario, or the result that stands instead of one
     (input errors; a negative scenario, which has no context to check)."""
+    loading = _resources_in_child(scn) if opts.xds else None
+    xds: tuple[Snapshot, list[str]] | InputErrors | None = None
     try:
-        res = load_resources(list(scn.paths))
+        if loading is not None and opts.xds:
+            try:  # while the child reads the YAML
+                xds = file_snapshot(opts.xds)
+            except InputErrors as exc:
+                xds = exc  # reported only if the resources load, as without the child
+            except Exception:
+                xds = None  # raised again below, in the order of a run without the child
+        res = _resources(scn, loading)
     except InputErrors as exc:
         if scn.expected_errors:
             return None, _check_negative(scn, exc.errors)
         return None, ScenarioResult(scn, input_errors=exc.errors)
+    finally:
+        if loading is not None:
+            loading.close()
     warnings = list(res.warnings)
     try:
         cases: list[Case] = []
@@ -276,8 +336,10 @@ def prepare(
             loaded, lines = load_cases(path)
             cases.extend(with_ports(res, loaded, path))
             locations.update(lines)
+        if isinstance(xds, InputErrors):
+            raise xds
         if opts.xds:
-            snapshot, notes = file_snapshot(opts.xds)
+            snapshot, notes = xds if xds is not None else file_snapshot(opts.xds)
             warnings += notes
         elif opts.translator:
             snapshot, notes = external_snapshot(opts.translator, scn.paths)
