@@ -218,12 +218,14 @@ def match_witnesses(
     mi: int,
     match: m.RouteMatch,
     host_probes: bool = True,
+    default_method: str = "GET",
 ) -> Iterator[Witness]:
     """Witnesses for one match on one host. ``host_probes``: also the Host
     spellings (with the port, in upper case), which virtual host selection
     decides for the whole host, so once per host is enough, unless the
-    match itself reads the Host header."""
-    method = match.method or "GET"
+    match itself reads the Host header. ``default_method``: the method when
+    the match names none (see ``free_method``)."""
+    method = match.method or default_method
     headers = _base_headers(match)
     query = _query(match)
 
@@ -274,8 +276,11 @@ def match_witnesses(
             cased = full.replace(f"{q.name}={q.value}", f"{q.name}={q.value.swapcase()}", 1)
             yield w(QUERY, f"{q.name} value case", cased, headers)
     if any(f.cors is not None for f in rule.filters):
-        below = [p for p, note in variants if note in ("below", "case")]
-        yield from _cors_witnesses(w, rule, [full, *below], headers)
+        # Next to the match: below it, in other case, past its segment boundary
+        # (a guard route for foreign preflights must not reach further than the rule).
+        near = ("below", "case", "segment boundary")
+        below = [p for p, note in variants if note in near]
+        yield from _cors_witnesses(w, rule, [full, *below], headers, method)
     touched = _touched_request_headers(rule)
     if touched:
         # Set and add differ only when the client already sends the header.
@@ -284,7 +289,11 @@ def match_witnesses(
 
 
 def _cors_witnesses(
-    w: WitnessMaker, rule: m.RouteRule, paths: list[str], headers: list[tuple[str, str]]
+    w: WitnessMaker,
+    rule: m.RouteRule,
+    paths: list[str],
+    headers: list[tuple[str, str]],
+    method: str,
 ) -> Iterator[Witness]:
     """Preflights (and near misses) and simple requests from allowed and foreign origins."""
     cors = next(f.cors for f in rule.filters if f.cors is not None)
@@ -302,6 +311,10 @@ def _cors_witnesses(
         # so it is not a witness: it would blame every CORS config for Envoy.)
         foreign = [*headers, ("origin", "https://foreign.invalid")]
         yield w(CORS, "OPTIONS without request method", path, foreign, meth="OPTIONS")
+        # Nor is a request of another method that carries the preflight's header.
+        asking = [*foreign, ("access-control-request-method", "GET")]
+        other = method if method != "OPTIONS" else "GET"
+        yield w(CORS, "not OPTIONS, with a request method header", path, asking, meth=other)
 
 
 def _touched_request_headers(rule: m.RouteRule) -> list[str]:
@@ -323,6 +336,7 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
         gateway = res.gateways[gkey]
         if gateway.class_name not in ours:
             continue
+        method = free_method(res, gkey)
         for rkey in sorted(res.httproutes):
             route = res.httproutes[rkey]
             if not any(p.namespace == gkey[0] and p.name == gkey[1] for p in route.parent_refs):
@@ -335,7 +349,16 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
                             first = (gkey, listener.port, host) not in probed
                             probed.add((gkey, listener.port, host))
                             for wit in match_witnesses(
-                                gkey, listener.port, scheme, host, route, rule, mi, match, first
+                                gkey,
+                                listener.port,
+                                scheme,
+                                host,
+                                route,
+                                rule,
+                                mi,
+                                match,
+                                first,
+                                method,
                             ):
                                 out.setdefault((wit.gateway, wit.request), wit)
                 stray = Request(scheme=scheme, host="unmatched.invalid", port=listener.port)
@@ -343,6 +366,23 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
         for wit in _gateway_witnesses(res, gkey, gateway):
             out.setdefault((wit.gateway, wit.request), wit)
     return list(out.values())
+
+
+def free_method(res: Resources, gkey: tuple[str, str]) -> str:
+    """The method for witnesses of matches that name none: GET, unless some match
+    of the Gateway requires GET; then one no match requires. A GET witness for
+    `/p` with a header would be taken by an earlier "GET /p" match in both the
+    spec and Envoy, so what it probes (that header) would go unseen."""
+    required = {
+        match.method.upper()
+        for route in res.httproutes.values()
+        if any(p.namespace == gkey[0] and p.name == gkey[1] for p in route.parent_refs)
+        for rule in route.rules
+        for match in rule.matches
+        if match.method
+    }
+    candidates = ("GET", "POST", "PUT", "PATCH", "DELETE")
+    return next((verb for verb in candidates if verb not in required), "GET")
 
 
 def _gateway_witnesses(res: Resources, gkey: tuple[str, str], gw: m.Gateway) -> Iterator[Witness]:
