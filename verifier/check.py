@@ -199,7 +199,7 @@ class Context:
     @cached_property
     def comparisons(self) -> list[Comparison]:
         """The witnesses on which the models disagree (agreeing ones are not kept:
-        at 10,000 rules there are ~180,000 witnesses). Large sets are split across
+        at 10,000 rules there are ~140,000 witnesses). Large sets are split across
         the machine's cores: each witness is independent of the others."""
         witnesses = self.witnesses
         workers = min(os.cpu_count() or 1, MAX_WORKERS)

@@ -165,15 +165,22 @@ def path_variants(match: m.PathMatch) -> list[tuple[str, str]]:
 
 
 def _hosts_for(route: m.HTTPRoute, listener: m.GatewayListener) -> list[str]:
+    return [host for host, _ in _hosts_and_roles(route, listener)]
+
+
+def _hosts_and_roles(route: m.HTTPRoute, listener: m.GatewayListener) -> list[tuple[str, bool]]:
+    """(host, primary): the first concrete host of each hostname is primary and
+    gets every witness of every match; the others (a sibling, a deeper label,
+    the apex) probe which hostnames are served, which is decided per host, so
+    each match sends them only its own request."""
     names = list(route.hostnames) or ([listener.hostname] if listener.hostname else ["*"])
     if listener.hostname and route.hostnames:
         names.append(listener.hostname)
-    hosts: list[str] = []
+    hosts: dict[str, bool] = {}
     for n in names:
-        for h in concrete_hosts(n):
-            if h not in hosts:
-                hosts.append(h)
-    return hosts
+        for i, h in enumerate(concrete_hosts(n)):
+            hosts[h] = hosts.get(h, False) or i == 0
+    return list(hosts.items())
 
 
 def _base_headers(match: m.RouteMatch) -> list[tuple[str, str]]:
@@ -219,12 +226,14 @@ def match_witnesses(
     match: m.RouteMatch,
     host_probes: bool = True,
     default_method: str = "GET",
+    primary: bool = True,
 ) -> Iterator[Witness]:
     """Witnesses for one match on one host. ``host_probes``: also the Host
     spellings (with the port, in upper case), which virtual host selection
     decides for the whole host, so once per host is enough, unless the
     match itself reads the Host header. ``default_method``: the method when
-    the match names none (see ``free_method``)."""
+    the match names none (see ``free_method``). Not ``primary``: only the
+    request the match accepts (see ``_hosts_and_roles``)."""
     method = match.method or default_method
     headers = _base_headers(match)
     query = _query(match)
@@ -248,11 +257,14 @@ def match_witnesses(
         return Witness(gw, request, feature, route.meta.key, rule.index, mi, note)
 
     variants = path_variants(match.path)
+    if not primary and not _reads_host(match):
+        yield w(HOST, "other host of the hostname", _with_query(variants[0][0], query), headers)
+        return
     for path, note in variants:
         yield w(PATH, note, _with_query(path, query), headers)
     base_path = variants[0][0]
     full = _with_query(base_path, query)
-    if host_probes or any(h.name.lower() in ("host", ":authority") for h in match.headers):
+    if host_probes or _reads_host(match):
         yield w(HOST, "port in Host", full, headers, h=f"{host}:{port}")
         yield w(HOST, "Host case", full, headers, h=host.upper())
     for i, (name, value) in enumerate(headers):
@@ -286,6 +298,10 @@ def match_witnesses(
         # Set and add differ only when the client already sends the header.
         client = [(n, "from-client") for n in touched]
         yield w(FILTERS, "client sends modified headers", full, headers + client)
+
+
+def _reads_host(match: m.RouteMatch) -> bool:
+    return any(h.name.lower() in ("host", ":authority") for h in match.headers)
 
 
 def _cors_witnesses(
@@ -343,7 +359,7 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
                 continue
             for listener in gateway.listeners:
                 scheme = "https" if listener.protocol == "HTTPS" else "http"
-                for host in _hosts_for(route, listener):
+                for host, primary in _hosts_and_roles(route, listener):
                     for rule in route.rules:
                         for mi, match in enumerate(rule.matches):
                             first = (gkey, listener.port, host) not in probed
@@ -359,6 +375,7 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
                                 match,
                                 first,
                                 method,
+                                primary,
                             ):
                                 out.setdefault((wit.gateway, wit.request), wit)
                 stray = Request(scheme=scheme, host="unmatched.invalid", port=listener.port)
