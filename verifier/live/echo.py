@@ -39,26 +39,12 @@ import h2.events
 import h2.exceptions
 from aiohttp import WSMsgType, web
 
+from verifier.live.echo_model import parse_go_duration
+
 log = logging.getLogger(__name__)
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 ECHO_SET_HEADER = "X-Echo-Set-Header"
-
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_go_duration(text: str) -> float | None:
-    """Seconds in a Go ``time.ParseDuration`` string ("2s", "1m30s", "100ms"); None if invalid."""
-    if text in ("0", ""):
-        return 0.0 if text == "0" else None
-    pos, total = 0, 0.0
-    for m in _GO_DURATION.finditer(text):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    return total if pos == len(text) else None
 
 
 def go_canonical(name: str) -> str:

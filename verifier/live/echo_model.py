@@ -11,14 +11,31 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from dataclasses import replace
 
 from verifier.gatewayapi.resources import Resources
-from verifier.live.echo import parse_go_duration
 from verifier.semantics.envoy import BackendReply
 from verifier.semantics.request import Outcome, Request, apply_response_ops, headers_from_mapping
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
+
+# Go's time.ParseDuration units, as the conformance echo backend reads ?delay=.
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_go_duration(text: str) -> float | None:
+    """Seconds in a Go ``time.ParseDuration`` string ("2s", "1m30s", "100ms"); None if invalid."""
+    if text in ("0", ""):
+        return 0.0 if text == "0" else None
+    pos, total = 0, 0.0
+    for m in _GO_DURATION.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) else None
 
 
 def echo_reply(request: Request) -> BackendReply:
