@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from verifier.rules import RULES
@@ -68,3 +69,36 @@ def test_untraced_evaluations_decide_the_same() -> None:
             assert len(short_s.trace) <= len(full_s.trace)
             asked += 1
     assert asked > 2000
+
+
+def test_a_suite_checked_on_several_cores_reports_as_one_checked_in_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenarios of a suite are checked in worker processes; the results, their
+    order and the progress calls are those of a serial run."""
+    from verifier.cli import main
+
+    monkeypatch.chdir(FIXTURES.parent)
+    xds = tmp_path / "one-scenario.json"
+    assert (
+        main(["translate", "fixtures/base", "fixtures/httproute-header-matching", "-o", str(xds)])
+        == 0
+    )
+    opts = pipeline.CheckOptions(xds=str(xds))  # judged against every scenario: many findings
+
+    def checked(min_scenarios: int) -> tuple[list[tuple[Any, ...]], list[tuple[int, int, str]]]:
+        monkeypatch.setattr(pipeline, "PARALLEL_MIN_SCENARIOS", min_scenarios)
+        calls: list[tuple[int, int, str]] = []
+        results = pipeline.check_all(
+            ["fixtures"], opts, RULES, lambda i, n, r: calls.append((i, n, r.scenario.name))
+        )
+        flat = [
+            (r.scenario.name, [f.to_json() for f in r.findings], r.input_errors, r.warnings)
+            for r in results
+        ]
+        return flat, calls
+
+    serial = checked(10**9)
+    parallel = checked(0)
+    assert sum(len(entry[1]) for entry in serial[0]) > 100
+    assert parallel == serial

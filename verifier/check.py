@@ -18,6 +18,7 @@ from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, Vi
 
 from verifier.features import DEFAULT_PROFILE
 from verifier.findings import Finding, new
+from verifier.forked import can_fork
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
@@ -203,8 +204,7 @@ class Context:
         the machine's cores: each witness is independent of the others."""
         witnesses = self.witnesses
         workers = min(os.cpu_count() or 1, MAX_WORKERS)
-        forkable = "fork" in multiprocessing.get_all_start_methods()
-        if len(witnesses) < PARALLEL_MIN_WITNESSES or workers < 2 or not forkable:
+        if len(witnesses) < PARALLEL_MIN_WITNESSES or workers < 2 or not can_fork():
             return [c for c in map(self.compare, witnesses) if c is not None]
         # Build both models' indexes once, before the workers inherit them.
         self.compare(witnesses[0])

@@ -10,10 +10,12 @@ translator command (``--translator``).
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -388,12 +390,41 @@ def check_all(
         )
     scenarios = discover(paths, opts)
     results = []
-    for i, scn in enumerate(scenarios):
-        result = check_scenario(scn, opts, rules)
+    for i, result in enumerate(_check_each(scenarios, opts, rules)):
         results.append(result)
         if progress is not None:
             progress(i + 1, len(scenarios), result)
     return results
+
+
+# Scenarios are independent: a suite of them (``edge-verify check fixtures/``)
+# is split over the cores, results in scenario order. A worker checks its
+# scenario serially (no grandchildren: see ``verifier.forked.can_fork``).
+PARALLEL_MIN_SCENARIOS = 4
+MAX_WORKERS = 4
+_SUITE: tuple[CheckOptions, Sequence[Rule]] | None = None  # set just before forking
+
+
+def _check_in_worker(scn: Scenario) -> ScenarioResult:
+    assert _SUITE is not None, "set by _check_each before the workers fork"
+    return check_scenario(scn, *_SUITE)
+
+
+def _check_each(
+    scenarios: list[Scenario], opts: CheckOptions, rules: Sequence[Rule]
+) -> Iterator[ScenarioResult]:
+    workers = min(os.cpu_count() or 1, len(scenarios), MAX_WORKERS)
+    if len(scenarios) < PARALLEL_MIN_SCENARIOS or workers < 2 or not can_fork():
+        for scn in scenarios:
+            yield check_scenario(scn, opts, rules)
+        return
+    global _SUITE
+    _SUITE = (opts, rules)
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            yield from pool.imap(_check_in_worker, scenarios)
+    finally:
+        _SUITE = None
 
 
 def summary(results: Sequence[ScenarioResult]) -> dict[str, Any]:
