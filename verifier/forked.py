@@ -13,13 +13,15 @@ removing a temporary directory) still run.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 CHILD_GRACE_S = 10.0  # for a terminated child to run its finally blocks
 
@@ -86,3 +88,32 @@ def _in_child(fn: Callable[[], object], send: Connection) -> None:
         pass  # terminated: cleaned up on the way out; the parent is not listening
     finally:
         send.close()
+
+
+# The function map_forked's workers run: set just before the pool forks, so the
+# workers inherit it (a closure or a bound method would not pickle).
+_TASK: Callable[[Any], Any] | None = None
+
+
+def _run_task(item: Any) -> Any:
+    assert _TASK is not None, "set by map_forked before the workers fork"
+    return _TASK(item)
+
+
+def map_forked(
+    fn: Callable[[T], R], items: Sequence[T], min_items: int = 4, max_workers: int = 4
+) -> Iterator[R]:
+    """``map(fn, items)``, in order, spread over a pool of forked workers when
+    there are enough independent items and cores (and ``can_fork``); items and
+    results cross the process boundary pickled. In a worker it maps serially."""
+    workers = min(os.cpu_count() or 1, len(items), max_workers)
+    if len(items) < min_items or workers < 2 or not can_fork():
+        yield from map(fn, items)
+        return
+    global _TASK
+    _TASK = fn
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            yield from pool.imap(_run_task, items)
+    finally:
+        _TASK = None

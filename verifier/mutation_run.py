@@ -17,6 +17,7 @@ from typing import Any
 from verifier import pipeline
 from verifier.check import Context
 from verifier.errors import InputError, InputErrors
+from verifier.forked import map_forked
 from verifier.mutate import equivalent, mutants
 from verifier.registry import Rule, run
 
@@ -40,6 +41,16 @@ class MutationReport:
     def score(self) -> float:
         judged = self.total - self.equivalent
         return self.killed / judged if judged else 1.0
+
+    def add(self, other: MutationReport) -> None:
+        """Fold in another scenario's report (scenarios are mutated independently)."""
+        self.total += other.total
+        self.killed += other.killed
+        self.equivalent += other.equivalent
+        self.survived += other.survived
+        self.baseline_findings += other.baseline_findings
+        for rule, count in other.fired.items():
+            self.fired[rule] = self.fired.get(rule, 0) + count
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,15 +118,23 @@ def mutate_all(
     progress: Callable[[int, int, str], None] | None = None,
 ) -> MutationReport:
     scenarios = pipeline.discover(paths, opts)
+
+    def one(scn: pipeline.Scenario) -> tuple[MutationReport, list[InputError]]:
+        part = MutationReport()
+        try:
+            mutate_scenario(scn, opts, rules, part)
+        except InputErrors as exc:
+            return part, exc.errors
+        return part, []
+
     report = MutationReport()
     errors: list[InputError] = []
-    for i, scn in enumerate(scenarios):
-        try:
-            mutate_scenario(scn, opts, rules, report)
-        except InputErrors as exc:
-            errors += exc.errors
+    # Scenarios are independent: spread over the cores, folded in scenario order.
+    for i, (part, bad) in enumerate(map_forked(one, scenarios)):
+        report.add(part)
+        errors += bad
         if progress is not None:
-            progress(i + 1, len(scenarios), scn.name)
+            progress(i + 1, len(scenarios), scenarios[i].name)
     if errors:
         raise InputErrors(errors)
     return report

@@ -10,8 +10,6 @@ translator command (``--translator``).
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
 import re
 import shlex
 import subprocess
@@ -26,7 +24,7 @@ from verifier.check import DEFAULT_CONTROLLER, Context
 from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
-from verifier.forked import ForkedCall, can_fork
+from verifier.forked import ForkedCall, can_fork, map_forked
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import loaded_objects_frozen
@@ -401,30 +399,15 @@ def check_all(
 # is split over the cores, results in scenario order. A worker checks its
 # scenario serially (no grandchildren: see ``verifier.forked.can_fork``).
 PARALLEL_MIN_SCENARIOS = 4
-MAX_WORKERS = 4
-_SUITE: tuple[CheckOptions, Sequence[Rule]] | None = None  # set just before forking
-
-
-def _check_in_worker(scn: Scenario) -> ScenarioResult:
-    assert _SUITE is not None, "set by _check_each before the workers fork"
-    return check_scenario(scn, *_SUITE)
 
 
 def _check_each(
     scenarios: list[Scenario], opts: CheckOptions, rules: Sequence[Rule]
 ) -> Iterator[ScenarioResult]:
-    workers = min(os.cpu_count() or 1, len(scenarios), MAX_WORKERS)
-    if len(scenarios) < PARALLEL_MIN_SCENARIOS or workers < 2 or not can_fork():
-        for scn in scenarios:
-            yield check_scenario(scn, opts, rules)
-        return
-    global _SUITE
-    _SUITE = (opts, rules)
-    try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            yield from pool.imap(_check_in_worker, scenarios)
-    finally:
-        _SUITE = None
+    def one(scn: Scenario) -> ScenarioResult:
+        return check_scenario(scn, opts, rules)
+
+    return map_forked(one, scenarios, min_items=PARALLEL_MIN_SCENARIOS)
 
 
 def summary(results: Sequence[ScenarioResult]) -> dict[str, Any]:
