@@ -102,3 +102,27 @@ def test_a_suite_checked_on_several_cores_reports_as_one_checked_in_turn(
     parallel = checked(0)
     assert sum(len(entry[1]) for entry in serial[0]) > 100
     assert parallel == serial
+
+
+def test_mutating_a_suite_on_several_cores_reports_as_in_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import verifier.forked
+    from verifier.mutation_run import mutate_all
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in (
+        "base",
+        "httproute-header-matching",
+        "httproute-cors",
+        "httproute-query-param-matching",
+        "httproute-matching-precedence",
+    ):
+        (suite / name).symlink_to(FIXTURES / name, target_is_directory=True)
+    opts = pipeline.CheckOptions()
+    parallel = mutate_all([str(suite)], opts, RULES).to_json()
+    monkeypatch.setattr(verifier.forked, "can_fork", lambda: False)
+    serial = mutate_all([str(suite)], opts, RULES).to_json()
+    assert serial["total"] > 100
+    assert parallel == serial
