@@ -8,10 +8,13 @@ leaks out on bad input.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -249,3 +252,47 @@ def test_readme_commands_run(tmp_path: Path) -> None:
         proc = run(*args)
         assert proc.returncode == 0, f"edge-verify {shlex.join(args)}:\n{proc.stderr}"
         assert proc.stdout or args[0] == "translate"
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        out += [int(c) for c in task.read_text().split()]
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc")
+def test_ctrl_c_ends_a_suite_check_quietly_and_leaves_nothing(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group (the CLI, its pool workers, the
+    child asking Envoy): exit 130 with one line, no traceback, no process and
+    no temporary directory left behind."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verifier.cli", "check", "fixtures/"],
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # interrupt once the scenario workers are running
+    time.sleep(0.3)
+    if proc.poll() is not None:
+        pytest.skip("the check finished before it could be interrupted")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == "edge-verify: interrupted"
+    for _ in range(100):  # the group's processes may take a moment to be reaped
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("processes of the interrupted check are still running")
+    assert list(tmp_path.iterdir()) == []

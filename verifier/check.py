@@ -18,7 +18,7 @@ from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, Vi
 
 from verifier.features import DEFAULT_PROFILE
 from verifier.findings import Finding, new
-from verifier.forked import can_fork
+from verifier.forked import can_fork, pool_worker_signals
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
@@ -211,7 +211,8 @@ class Context:
         global _FORKED
         _FORKED = self
         try:
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
+            fork = multiprocessing.get_context("fork")
+            with fork.Pool(workers, initializer=pool_worker_signals) as pool:
                 parts = pool.map(_compare_slice, [(i, workers) for i in range(workers)])
         finally:
             _FORKED = None

@@ -26,6 +26,7 @@ from verifier.heap import fewer_collections
 from verifier.report import status as report
 
 EXIT_OK = 0
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_FINDINGS = 1
 EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line
 DEFAULT_TRUST_DOMAIN = "cluster.local"
@@ -405,6 +406,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(args)
     except InputErrors as exc:
         return _report(exc.errors)
+    except KeyboardInterrupt:
+        # Ctrl-C: children were ended on the way out (pools, Envoy, temp dirs).
+        print("edge-verify: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`| head`): not an input problem, and Python would
         # complain again while flushing stdout at exit.

@@ -72,7 +72,19 @@ class ForkedCall(Generic[T]):
 
 
 def _stop(_signum: int, _frame: object) -> None:
+    # Once: a second signal (Ctrl-C reaches the whole process group, then the
+    # parent's SIGTERM follows) must not cut the clean-up this one starts.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise SystemExit(1)
+
+
+def pool_worker_signals() -> None:
+    """Pool ``initializer``: Ctrl-C is the parent's to handle (it ends the pool),
+    and the pool's SIGTERM unwinds the worker, so ``finally`` blocks still kill
+    an Envoy and remove its temporary directory."""
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _in_child(fn: Callable[[], object], send: Connection) -> None:
@@ -113,7 +125,8 @@ def map_forked(
     global _TASK
     _TASK = fn
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        fork = multiprocessing.get_context("fork")
+        with fork.Pool(workers, initializer=pool_worker_signals) as pool:
             yield from pool.imap(_run_task, items)
     finally:
         _TASK = None
