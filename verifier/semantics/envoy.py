@@ -22,7 +22,7 @@ from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
 from verifier.semantics.directory import BackendDirectory
 from verifier.semantics.envoy_actions import BackendReply, RouteContext, run_action
 from verifier.semantics.envoy_clusters import ClusterResolver
-from verifier.semantics.envoy_config import CompiledRouteConfig
+from verifier.semantics.envoy_config import CompiledRouteConfig, CompiledVhost
 from verifier.semantics.envoy_forward import upstream_deadline_ms
 from verifier.semantics.envoy_listeners import Escaped, Hcm, ListenerIndex
 from verifier.semantics.envoy_match import MatchContext
@@ -34,8 +34,9 @@ from verifier.semantics.envoy_paths import (
     unescape_slashes,
 )
 from verifier.semantics.envoy_redirect import port_start, split_host
+from verifier.semantics.envoy_routes import CompiledRoute
 from verifier.semantics.envoy_strings import ModelError
-from verifier.semantics.request import Evaluation, Outcome, RedirectTarget, Request
+from verifier.semantics.request import Evaluation, Outcome, RedirectTarget, Request, RouteRef
 from verifier.xds.snapshot import Snapshot
 
 NO_RESPONSE = 0
@@ -59,6 +60,8 @@ class _Run:
     tracing: bool = True
 
     def done(self, outcome: Outcome) -> Evaluation:
+        if not self.notes and not outcome.notes:
+            return Evaluation(outcome, tuple(self.trace))  # most requests: nothing to merge
         notes = tuple(dict.fromkeys([*outcome.notes, *self.notes]))
         final = Outcome(**{**outcome.__dict__, "notes": notes})
         return Evaluation(final, tuple(self.trace))
@@ -80,11 +83,23 @@ class EnvoyModel:
         self.listeners = ListenerIndex.build(snapshot.listeners, routes)
         self.resolver = ClusterResolver(snapshot.clusters, snapshot.endpoints, directory)
         self._configs: dict[int, CompiledRouteConfig] = {}
+        self._refs: dict[tuple[int, int, int], RouteRef] = {}
         for entries in self.listeners.by_port.values():
             for _li, chains, default in entries:
                 for chain in [*chains, *([default] if default else [])]:
                     if chain.hcm is not None and chain.hcm.route_config is not None:
                         self._compiled(chain.hcm.route_config)
+
+    def _located(
+        self, rc: CompiledRouteConfig, vhost: CompiledVhost, route: CompiledRoute
+    ) -> RouteRef:
+        """The route's reference with its xDS path, made once per route."""
+        key = (id(rc), id(vhost), route.index)
+        found = self._refs.get(key)
+        if found is None:
+            where = f"routes[{rc.config.name}].virtual_hosts[{vhost.name}].routes[{route.index}]"
+            found = self._refs[key] = dataclasses.replace(route.ref, xds_path=where)
+        return found
 
     def _compiled(self, rc: RouteConfiguration) -> CompiledRouteConfig:
         key = id(rc)
@@ -210,9 +225,7 @@ class EnvoyModel:
             reply=reply or BackendReply(),
         )
         outcome = run_action(rctx, run.trace)
-        where = f"routes[{rc.config.name}].virtual_hosts[{vhost.name}].routes[{route.index}]"
-        ref = dataclasses.replace(route.ref, xds_path=where)
-        return run.done(dataclasses.replace(outcome, route=ref))
+        return run.done(dataclasses.replace(outcome, route=self._located(rc, vhost, route)))
 
     @staticmethod
     def _host(request: Request, hcm: Hcm, run: _Run) -> str:
