@@ -3,7 +3,7 @@
 The checker's findings are only as good as the Envoy model, so the model is
 held to the real thing: for every fixture scenario, every case of its
 cases.yaml and every generated witness request (the boundary requests the
-rules reason about, ~2,400 over all fixtures) are sent through Envoy 1.40 running
+rules reason about, ~2,100 over all fixtures) are sent through Envoy 1.40 running
 the same xDS, and the observed decision (status, backend, the request the
 backend saw, redirect, configured response headers) must be one the model
 predicts. Weighted splits are checked for membership: a live request lands on
