@@ -1,13 +1,14 @@
-"""One function call in a forked child process, for work that can overlap with
-the parent's on another core (loading YAML while the xDS loads, asking Envoy
-while the rules run).
+"""Work in forked child processes, to use the other cores: one call that
+overlaps with the parent's work (``ForkedCall``: loading YAML while the xDS
+loads, asking Envoy while the rules run), or a map over independent items
+(``map_forked``: the scenarios of a suite).
 
-The child inherits everything from fork and sends back only the return value
-(pickled). It never decides anything the parent could not: when the child
-fails, the caller computes the value itself and so sees the error as it would
-have without a child. ``close`` ends a child whose answer is no longer wanted:
-SIGTERM raises SystemExit in it, so ``finally`` blocks (killing an Envoy,
-removing a temporary directory) still run.
+A child inherits everything from fork and sends back only its return value
+(pickled). It never decides anything the parent could not: when a
+``ForkedCall`` child fails, the caller computes the value itself and so sees
+the error as it would have without a child. ``close`` ends a child whose
+answer is no longer wanted: SIGTERM raises SystemExit in it, so ``finally``
+blocks (killing an Envoy, removing a temporary directory) still run.
 """
 
 from __future__ import annotations
