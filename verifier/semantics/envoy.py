@@ -23,7 +23,7 @@ from verifier.semantics.directory import BackendDirectory
 from verifier.semantics.envoy_actions import BackendReply, RouteContext, run_action
 from verifier.semantics.envoy_clusters import ClusterResolver
 from verifier.semantics.envoy_config import CompiledRouteConfig, CompiledVhost
-from verifier.semantics.envoy_forward import upstream_deadline_ms
+from verifier.semantics.envoy_forward import Upstreams, upstream_deadline_ms
 from verifier.semantics.envoy_listeners import Escaped, Hcm, ListenerIndex
 from verifier.semantics.envoy_match import MatchContext
 from verifier.semantics.envoy_paths import (
@@ -82,6 +82,7 @@ class EnvoyModel:
         routes = {rc.name: rc for rc in snapshot.routes}
         self.listeners = ListenerIndex.build(snapshot.listeners, routes)
         self.resolver = ClusterResolver(snapshot.clusters, snapshot.endpoints, directory)
+        self.upstreams = Upstreams(self.resolver)
         self._configs: dict[int, CompiledRouteConfig] = {}
         self._refs: dict[tuple[int, int, int], RouteRef] = {}
         for entries in self.listeners.by_port.values():
@@ -222,6 +223,7 @@ class EnvoyModel:
             vhost=vhost,
             route=route,
             resolver=self.resolver,
+            upstreams=self.upstreams,
             reply=reply or BackendReply(),
         )
         outcome = run_action(rctx, run.trace)

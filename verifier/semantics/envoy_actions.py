@@ -16,7 +16,7 @@ from envoy_data_plane.envoy.config.route.v3 import RouteAction
 
 from verifier.semantics.envoy_clusters import ClusterResolver
 from verifier.semantics.envoy_config import CompiledRouteConfig, CompiledVhost
-from verifier.semantics.envoy_forward import mirrors, timeouts, upstream, upstream_deadline_ms
+from verifier.semantics.envoy_forward import Upstreams, mirrors, timeouts, upstream_deadline_ms
 from verifier.semantics.envoy_headers import (
     HeaderList,
     HeaderParser,
@@ -77,6 +77,7 @@ class RouteContext:
     vhost: CompiledVhost
     route: CompiledRoute
     resolver: ClusterResolver
+    upstreams: Upstreams
     reply: BackendReply = field(default_factory=BackendReply)
 
 
@@ -182,7 +183,7 @@ def _forward(rctx: RouteContext, action: RouteAction, trace: list[str]) -> Outco
                 route=rctx.route.ref,
                 notes=tuple(notes),
             )
-    up = upstream(action, rctx.resolver, rctx.view)
+    up = rctx.upstreams.of(action, rctx.view)
     trace += up.trace
     notes += up.notes
     request_ms, backend_ms = timeouts(action, rctx.vhost.vhost)

@@ -57,6 +57,24 @@ def _shares(shares: dict[Backend, int]) -> tuple[Backend, ...]:
     return tuple(sorted(Backend(b.namespace, b.name, b.port, w) for b, w in shares.items()))
 
 
+class Upstreams:
+    """``upstream`` per route action, worked out once when the request cannot change
+    it (no ``cluster_header``): check asks it for every witness a route forwards.
+    The Upstreams it returns are shared: read them, never change them."""
+
+    def __init__(self, resolver: ClusterResolver) -> None:
+        self.resolver = resolver
+        self._known: dict[int, tuple[RouteAction, Upstream]] = {}
+
+    def of(self, action: RouteAction, headers: dict[str, str]) -> Upstream:
+        if action.cluster_header:
+            return upstream(action, self.resolver, headers)
+        known = self._known.get(id(action))
+        if known is None or known[0] is not action:
+            known = self._known[id(action)] = (action, upstream(action, self.resolver, headers))
+        return known[1]
+
+
 def upstream(action: RouteAction, resolver: ClusterResolver, headers: dict[str, str]) -> Upstream:
     code = action.cluster_not_found_response_code or NotFound.SERVICE_UNAVAILABLE
     missing_status = CLUSTER_NOT_FOUND_STATUS.get(code, 503)
