@@ -529,6 +529,14 @@ TRICKY_MATCHES = [
     "{path: {type: RegularExpression, value: '/api//?x'}}",
     "{path: {type: RegularExpression, value: '/[a]pi/.*'}}",
     "{path: {type: PathPrefix, value: /api}, headers: [{name: x, value: '1'}], method: POST}",
+    # Filed again by the second segment:
+    "{path: {type: Exact, value: /api/v1/x}}",
+    "{path: {type: RegularExpression, value: '/api/v1/[0-9]+'}}",
+    "{path: {type: RegularExpression, value: '/api/v+/x'}}",
+    "{path: {type: RegularExpression, value: '/api/v1'}}",
+    "{path: {type: PathPrefix, value: /api/v2/deep}}",
+    "{path: {type: RegularExpression, value: '/api//[0-9]'}}",
+    "{path: {type: PathPrefix, value: /api/v1/}}",
 ]
 TRICKY_HOSTNAMES = [
     "",
@@ -545,6 +553,8 @@ TRICKY_HOSTS = [
 TRICKY_PATHS = [
     "/", "/api", "/api/", "/api/v1", "/api/v12", "/api/v1x", "/apix", "/ap/i", "/api//x",
     "/api/x", "/API/v", "/x/", "/api?x=1", "//api", "api", "",
+    "/api/v1/x", "/api/v1/7", "/api/v1/", "/api/v11/1", "/api/v2", "/api/v2/deep/er",
+    "/api/v2/deeper", "/api//", "/api//7", "/api/vv/x", "/api/v/x",
 ]  # fmt: skip
 
 

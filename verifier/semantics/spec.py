@@ -42,7 +42,7 @@ from verifier.semantics.spec_index import (
     ListenerRoutes,
     ServedRoute,
     SpecIndex,
-    path_segment,
+    path_keys,
 )
 from verifier.semantics.spec_listeners import (
     NO_RESPONSE,
@@ -258,7 +258,8 @@ def _candidates_indexed(
     """``_candidates_scan`` over the index: the same Candidates (the same
     hostname keys and match decisions), from the matches filed under the
     request's host and first path segment only."""
-    host, segment = request.hostname, path_segment(request.path_only)
+    host = request.hostname
+    segment, second = path_keys(request.path_only)
     if tracing:
         trace.extend(lr.refused_trace())
     plausible: dict[int, list[IndexedMatch]] = {}
@@ -267,7 +268,7 @@ def _candidates_indexed(
     for bucket in lr.buckets(host):
         for sr in bucket.with_dropped:
             noted[sr.order] = sr
-        for im in bucket.plausible(segment):
+        for im in bucket.plausible(segment, second):
             if id(im) not in seen:
                 seen.add(id(im))
                 plausible.setdefault(im.served.order, []).append(im)

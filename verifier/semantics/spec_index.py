@@ -24,6 +24,7 @@ decides them. A bucket never drops a match that could accept the request
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -84,6 +85,44 @@ def regex_segment(pattern: str) -> str | None:
     return found.group(1) if found else None
 
 
+# Within a first segment, matches are filed again by the second: a route's rules
+# usually share their first segment (/shop/cart, /shop/pay, ...). NO_SECOND is
+# the key of a path that has none (`/shop`); `/shop/` has the empty one.
+NO_SECOND = "\x00"
+_LITERAL_SEGMENTS = re.compile(r"/([A-Za-z0-9_~%-]*)/([A-Za-z0-9_~%-]*)/(?![?*+{])")
+
+
+def path_keys(path: str) -> tuple[str, str]:
+    """(first segment, second segment or NO_SECOND) of a request path without query."""
+    if not path.startswith("/"):
+        return path, NO_SECOND
+    parts = path.split("/", 3)
+    return parts[1], parts[2] if len(parts) > 2 else NO_SECOND
+
+
+def match_second(match: RouteMatch) -> str | None:
+    """The only second-segment key (see ``path_keys``) a path accepted by ``match``
+    can have, or None when several are possible. Only meaningful together with a
+    first segment from ``match_segment``.
+
+    Exact: the value's own key. PathPrefix, trailing `/` ignored: `/a/b` accepts
+    `/a/b` and `/a/b/...` (second `b`); `/a` accepts `/a`, `/a/`, `/a/x` (any).
+    RegularExpression: when its literal start spells two whole segments.
+    """
+    pm = match.path
+    if pm.type == "Exact":
+        return path_keys(pm.value)[1]
+    if pm.type == "PathPrefix":
+        prefix = pm.value.rstrip("/")
+        if prefix.startswith("/") and prefix.count("/") >= 2:
+            return prefix.split("/", 3)[2]
+        return None
+    if pm.type == "RegularExpression" and "|" not in pm.value:
+        found = _LITERAL_SEGMENTS.match(pm.value)
+        return found.group(2) if found else None
+    return None
+
+
 @dataclass(frozen=True, eq=False)
 class IndexedMatch:
     """One match of a valid rule of a Route that serves the Listener."""
@@ -92,6 +131,7 @@ class IndexedMatch:
     rule: RouteRule
     match_index: int
     match: RouteMatch
+    seq: int = 0  # creation order: the order the scan meets matches
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,7 +149,8 @@ class ServedRoute:
 class Bucket:
     """The matches of the Routes filed under one hostname key."""
 
-    by_segment: dict[str, list[IndexedMatch]] = field(default_factory=dict)
+    # first segment -> second-segment key (None: any) -> matches, in filing order
+    by_segment: dict[str, dict[str | None, list[IndexedMatch]]] = field(default_factory=dict)
     always: list[IndexedMatch] = field(default_factory=list)
     routes: dict[int, ServedRoute] = field(default_factory=dict)  # order -> route
     with_dropped: list[ServedRoute] = field(default_factory=list)
@@ -124,10 +165,19 @@ class Bucket:
             if segment is None:
                 self.always.append(im)
             else:
-                self.by_segment.setdefault(segment, []).append(im)
+                seconds = self.by_segment.setdefault(segment, {})
+                seconds.setdefault(match_second(im.match), []).append(im)
 
-    def plausible(self, segment: str) -> list[IndexedMatch]:
-        return self.by_segment.get(segment, []) + self.always
+    def plausible(self, segment: str, second: str = NO_SECOND) -> list[IndexedMatch]:
+        """The matches a path with these first two segments may satisfy, in the
+        order they were filed (the order the scan meets them)."""
+        seconds = self.by_segment.get(segment)
+        if not seconds:
+            return self.always
+        exact, anywhere = seconds.get(second, []), seconds.get(None, [])
+        if not exact or not anywhere:
+            return (exact or anywhere) + self.always
+        return [*heapq.merge(exact, anywhere, key=lambda im: im.seq), *self.always]
 
 
 @dataclass
@@ -240,6 +290,7 @@ def _listener_routes(
 ) -> ListenerRoutes:
     refused: list[str] = []
     served: list[tuple[ServedRoute, list[tuple[IndexedMatch, str | None]]]] = []
+    created = 0
     for order, key, route in routes:
         name = f"HTTPRoute {key[0]}/{key[1]}"
         problem = attachment_problem(res, gw, lst, route)
@@ -258,10 +309,12 @@ def _listener_routes(
             order, name, route, effective_hostnames(lst.hostname, route.hostnames), tuple(dropped)
         )
         matches = [
-            (IndexedMatch(sr, rule, i, match), match_segment(match))
-            for rule in valid
-            for i, match in enumerate(rule.matches)
+            (IndexedMatch(sr, rule, i, match, created + n), match_segment(match))
+            for n, (rule, i, match) in enumerate(
+                (rule, i, match) for rule in valid for i, match in enumerate(rule.matches)
+            )
         ]
+        created += len(matches)
         served.append((sr, matches))
     out = ListenerRoutes(lst, len(res.httproutes) - len(routes), tuple(refused))
     for sr, matches in served:
