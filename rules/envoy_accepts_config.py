@@ -58,16 +58,8 @@ def _ask_envoy(snap: Snapshot) -> tuple[bool, str] | None:
 _Verdict = tuple[bool, str] | None
 
 
-class _Child:
-    """``_ask_envoy(snap)`` in a forked process, so that the bootstrap (seconds of
-    Python at 10,000 routes) and Envoy run on another core while the other rules run."""
-
-    def __init__(self, snap: Snapshot) -> None:
-        self.snap = snap
-        self.call = ForkedCall(lambda: _ask_envoy(snap))
-
-
-_pending: dict[int, _Child] = {}
+# id(snapshot) -> (the snapshot, the child asking Envoy about it)
+_pending: dict[int, tuple[Snapshot, ForkedCall[_Verdict]]] = {}
 
 
 @contextmanager
@@ -80,24 +72,24 @@ def in_background(ctx: Context) -> Iterator[None]:
     """
     snap = ctx.snapshot
     start = can_fork() and not _verdict.known(snap)
-    child = _Child(snap) if start and find_envoy() is not None else None
+    child = ForkedCall(lambda: _ask_envoy(snap)) if start and find_envoy() is not None else None
     if child is None:
         yield
         return
-    _pending[id(snap)] = child
+    _pending[id(snap)] = (snap, child)
     try:
         yield
     finally:
-        if _pending.get(id(snap)) is child:
+        if _pending.get(id(snap), (None, None))[1] is child:
             del _pending[id(snap)]
-        child.call.close()
+        child.close()
 
 
 def _collect(snap: Snapshot) -> _Verdict:
     """``_ask_envoy``, answered by the child process when one was started."""
-    child = _pending.pop(id(snap), None)
-    if child is not None and child.snap is snap:
-        answered, verdict = child.call.result()
+    asked, child = _pending.pop(id(snap), (None, None))
+    if child is not None and asked is snap:
+        answered, verdict = child.result()
         if answered:
             return verdict
     return _ask_envoy(snap)  # also when the child failed: any error is raised here

@@ -237,14 +237,12 @@ def _decide(
         return _answer(NO_MATCH_STATUS, trace)
     ranked = sorted(candidates, key=precedence_key)
     winner = ranked[0]
-    if not tracing:
-        pass
-    elif len(ranked) > 1:
+    if tracing and len(ranked) > 1:
         trace.append(
             f"winner {winner.describe()}; beats {ranked[1].describe()} "
             f"on {deciding_criterion(winner, ranked[1])}"
         )
-    else:
+    elif tracing:
         trace.append(f"winner {winner.describe()} (only candidate)")
     action = act(res, lst, winner, request)
     trace.extend(action.trace)
@@ -314,11 +312,9 @@ def _indexed_candidates(
         for im in matches
         if match_accepts(im.match, request)
     ]
-    if not tracing:
-        pass
-    elif out:
+    if tracing and out:
         trace.append(f"{sr.name} serves host {request.hostname!r}: {len(out)} matching match(es)")
-    else:
+    elif tracing:
         trace.append(f"{sr.name} serves host {request.hostname!r}: no plausible match accepts it")
     return out
 

@@ -5,20 +5,19 @@ that several matches accept, and single-match witnesses rarely hit one. For
 every pair of matches on the same host whose conditions are compatible, this
 builds one request that satisfies both; which rule wins it is exactly what the
 precedence rule judges. Pairs are only formed within a first-path-segment
-bucket (plus root and regex matches), so the work grows with overlaps, not
-with the square of the route count.
+bucket (plus root matches and regexes that leave their first segment open),
+so the work grows with overlaps, not with the square of the route count.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-
-import re2
 
 from verifier.gatewayapi import model as m
 from verifier.semantics.request import Request, normalize_headers
+from verifier.semantics.spec_index import regex_segment
+from verifier.semantics.spec_match import regex_full_match
 
 PRECEDENCE = "HTTPRouteMatchingPrecedence"
 ROOT = ""  # bucket of matches every path may satisfy
@@ -32,42 +31,12 @@ class Served:
     match: m.RouteMatch
 
 
-_REGEX_SPECIAL = frozenset("\\.[](){}*+?|^$")
-
-
-def _regex_segment(pattern: str) -> str:
-    """The first path segment every full match of ``pattern`` has, or ROOT when
-    the pattern does not spell one out before its first special character
-    (`/r5/re4/[0-9]+` -> `r5`; `/r5[0-9]/x`, `(?i)/r5/x`, `/a|/b` -> ROOT).
-    Filing regexes under their segment keeps them from pairing with every
-    other match of the host."""
-    if "|" in pattern:
-        return ROOT
-    end = 0
-    while end < len(pattern) and pattern[end] not in _REGEX_SPECIAL:
-        end += 1
-    if end < len(pattern) and pattern[end] in "*+?{":
-        end -= 1  # the quantifier makes the last literal optional or repeated
-    literal = pattern[:end]
-    second = literal.find("/", 1)
-    if not literal.startswith("/") or second <= 1:
-        return ROOT
-    return literal[1:second]
-
-
 def _segment(match: m.PathMatch) -> str:
     if match.type == "RegularExpression":
-        return _regex_segment(match.value)
+        # The segment every full match starts with; else paired with every match.
+        return regex_segment(match.value) or ROOT
     parts = match.value.strip("/").split("/", 1)
     return parts[0] if parts[0] else ROOT
-
-
-@lru_cache(maxsize=4096)
-def _compiled(pattern: str) -> re2._Regexp | None:
-    try:
-        return re2.compile(pattern)
-    except re2.error:
-        return None
 
 
 def _path_for(a: m.PathMatch, b: m.PathMatch) -> str | None:
@@ -77,8 +46,7 @@ def _path_for(a: m.PathMatch, b: m.PathMatch) -> str | None:
             return None
         regex, other = (a, b) if a.type == "RegularExpression" else (b, a)
         base = other.value if other.type == "Exact" else (other.value.rstrip("/") or "") + "/x"
-        compiled = _compiled(regex.value)
-        return base if compiled is not None and compiled.fullmatch(base) else None
+        return base if regex_full_match(regex.value, base) else None
     if a.type == "Exact" and b.type == "Exact":
         return a.value if a.value == b.value else None
     if a.type == "Exact" or b.type == "Exact":
