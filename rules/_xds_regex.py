@@ -11,24 +11,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import re2
 from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher
 from verifier.rules import _xds_walk as walk
 
+from verifier.semantics.envoy_strings import RegexError, compile_regex
 from verifier.xds.snapshot import Snapshot
 
 # Runtime key re2.max_program_size.error_level, default 100 (source/common/common/regex.cc).
 DEFAULT_LIMIT = 100
-
-
-def _options() -> re2.Options:
-    options = re2.Options()
-    options.encoding = re2.Options.Encoding.LATIN1
-    options.log_errors = False
-    return options
-
-
-_OPTIONS = _options()
 
 
 @lru_cache(maxsize=4096)
@@ -37,12 +27,9 @@ def compile_envoy(pattern: str) -> tuple[int | None, str]:
     if not pattern:
         return None, "the regex is empty (RegexMatcher.regex has min_len 1)"
     try:
-        compiled = re2.compile(pattern.encode("utf-8"), options=_OPTIONS)
-    except re2.error as exc:
-        detail = exc.args[0] if exc.args else exc
-        text = detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)
-        return None, text
-    return int(compiled.programsize), ""
+        return compile_regex(pattern).program_size, ""
+    except RegexError as exc:
+        return None, exc.detail
 
 
 def limit(matcher: RegexMatcher) -> int:

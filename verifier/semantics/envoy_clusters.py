@@ -58,9 +58,9 @@ def _identity_and_sni(cluster: Cluster) -> tuple[str | None, str | None]:
     for ctx in contexts:
         for san in ctx.match_typed_subject_alt_names:
             if san.matcher is not None and san.matcher.exact:
-                m = SPIFFE.fullmatch(san.matcher.exact)
-                if m is not None:
-                    namespaces.add(m.group(1))
+                groups = SPIFFE.groups(san.matcher.exact)
+                if groups is not None:
+                    namespaces.add(groups[0])
     ns = next(iter(namespaces)) if len(namespaces) == 1 else None
     return ns, tls.sni or None
 

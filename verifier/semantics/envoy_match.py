@@ -23,6 +23,7 @@ from verifier.semantics.envoy_paths import first_query_values
 from verifier.semantics.envoy_strings import (
     Match,
     ModelError,
+    ascii_lower,
     compile_regex,
     describe_string_matcher,
     string_matcher,
@@ -90,8 +91,7 @@ def _header_check(m: HeaderMatcher) -> tuple[Check, str]:
         test = string_matcher(value)
         what = describe_string_matcher(value)
     elif isinstance(value, RegexMatcher):
-        regex = compile_regex(value.regex)
-        test = lambda v: regex.fullmatch(v) is not None  # noqa: E731
+        test = compile_regex(value.regex).matches
         what = f"safe_regex {value.regex!r}"
     elif isinstance(value, Int64Range):
         start, end = value.start, value.end
@@ -161,8 +161,7 @@ class CompiledMatch:
 
     def _path_check(self, kind: str, value: object) -> Callable[[str], bool]:
         if kind == "safe_regex":
-            regex = compile_regex(str(self.value))
-            return lambda p: regex.fullmatch(p) is not None
+            return compile_regex(str(self.value)).matches
         if kind == "connect_matcher":
             self.notes.append("connect_matcher matches only CONNECT requests")
             self.never = True
@@ -176,7 +175,7 @@ class CompiledMatch:
         expected = str(value)
         fold = not self.case_sensitive
         if fold:
-            expected = expected.lower()
+            expected = ascii_lower(expected)
         if kind == "prefix":
             if fold:
                 return lambda p: p.lower().startswith(expected)

@@ -5,6 +5,13 @@ must match the *whole* input ("The regex match will be applied to the full
 string", RegexMatcher docs), so patterns are compiled with ``re2`` and applied
 with ``fullmatch``. Replacement follows RE2's ``GlobalReplace``: ``\\N`` in the
 substitution is a capture group, every non-overlapping match is replaced.
+
+Envoy hands RE2 the pattern's UTF-8 bytes in Latin-1 mode and matches bytes
+(checked on Envoy 1.40: ``caf.`` does not match the header value ``café`` and
+``caf..`` does; ``(?i)é`` does not match ``É``; the program sizes it reports are
+Latin-1 mode's). So a ``.`` or a character class takes one byte, not one
+character, and this model does the same. ``ignore_case`` folds ASCII letters
+only (``é`` with ignore_case does not match ``É`` on Envoy 1.40).
 """
 
 from __future__ import annotations
@@ -23,23 +30,81 @@ class ModelError(ValueError):
     """Configuration Envoy would reject (it NACKs the resource), so no outcome exists."""
 
 
+class RegexError(ModelError):
+    """A pattern RE2 refuses as Envoy compiles it; ``detail`` is RE2's own words."""
+
+    def __init__(self, pattern: str, detail: str) -> None:
+        super().__init__(f"invalid RE2 regex {pattern!r}: {detail}")
+        self.detail = detail
+
+
+def _latin1() -> re2.Options:
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    options.log_errors = False
+    return options
+
+
+_LATIN1 = _latin1()
+
+
+class EnvoyRegex:
+    """An RE2 program as Envoy compiles it, applied to text as its UTF-8 bytes."""
+
+    __slots__ = ("_program",)
+
+    def __init__(self, pattern: str) -> None:
+        self._program = re2.compile(pattern.encode("utf-8"), options=_LATIN1)
+
+    def matches(self, text: str) -> bool:
+        """Whether the pattern matches the whole of ``text``."""
+        return self._program.fullmatch(text.encode("utf-8")) is not None
+
+    def groups(self, text: str) -> tuple[str, ...] | None:
+        """The groups of a match of the whole of ``text``, or None."""
+        found = self._program.fullmatch(text.encode("utf-8"))
+        return None if found is None else tuple(_text(g) for g in found.groups())
+
+    @property
+    def program_size(self) -> int:
+        """What Envoy compares with ``re2.max_program_size``."""
+        return int(self._program.programsize)
+
+    def sub(self, template: str, text: str) -> str:
+        return _text(self._program.sub(template.encode("utf-8"), text.encode("utf-8")))
+
+
+def _text(raw: bytes | None) -> str:
+    # A byte-wise match can split a character; such bytes come back as U+FFFD.
+    return "" if raw is None else raw.decode("utf-8", "replace")
+
+
 @lru_cache(maxsize=4096)
-def compile_regex(pattern: str) -> re2._Regexp:
+def compile_regex(pattern: str) -> EnvoyRegex:
     """One compiled RE2 per distinct pattern; Envoy rejects what RE2 cannot compile."""
     try:
-        return re2.compile(pattern)
+        return EnvoyRegex(pattern)
     except re2.error as exc:
-        raise ModelError(f"invalid RE2 regex {pattern!r}: {exc}") from None
+        detail = exc.args[0] if exc.args else exc
+        text = detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)
+        raise RegexError(pattern, text) from None
 
 
 def regex_matcher(m: RegexMatcher) -> Match:
-    compiled = compile_regex(m.regex)
-    return lambda value: compiled.fullmatch(value) is not None
+    return compile_regex(m.regex).matches
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(text: str) -> str:
+    """Lower case as Envoy folds it (absl::AsciiStrToLower): A-Z only."""
+    return text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
 
 
 def _ignore_case(fn: Callable[[str, str], bool], expected: str) -> Match:
-    low = expected.lower()
-    return lambda value: fn(value.lower(), low)
+    low = ascii_lower(expected)
+    return lambda value: fn(ascii_lower(value), low)
 
 
 # StringMatcher (type/matcher/v3/string.proto): "ignore_case: If true, indicates the
@@ -98,4 +163,4 @@ def _re2_template(substitution: str) -> str:
 
 def global_replace(pattern: str, substitution: str, value: str) -> str:
     """RE2::GlobalReplace(value, pattern, substitution), as regex_rewrite does it."""
-    return str(compile_regex(pattern).sub(_re2_template(substitution), value))
+    return compile_regex(pattern).sub(_re2_template(substitution), value)
