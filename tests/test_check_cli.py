@@ -855,3 +855,23 @@ def test_malformed_case_values_are_input_errors(tmp_path: Path, cli: CLI) -> Non
     lines = r.error_lines()
     assert any(f"{cases}:1: [0].expect.status:" in line for line in lines), lines
     assert any(f"{cases}:4: [1].gateway.port:" in line for line in lines), lines
+
+
+def test_unsendable_case_requests_are_input_errors(tmp_path: Path, cli: CLI) -> None:
+    """A raw non-ASCII target or a control character in a header cannot cross
+    HTTP/1.1 (Envoy's codec answers 400 before routing): refused at the case."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(
+        "- name: raw\n"
+        "  gateway: {namespace: edge-infra, name: same-namespace, port: 80}\n"
+        "  request: {host: foo.example, path: /café}\n"
+        "- name: control\n"
+        "  gateway: {namespace: edge-infra, name: same-namespace, port: 80}\n"
+        '  request: {host: foo.example, path: /, headers: {x-a: "a\\x01b"}}\n',
+        encoding="utf-8",
+    )
+    r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
+    assert r.rc == 2
+    lines = r.error_lines()
+    assert any(f"{cases}:1: [0].request:" in ln and "%C3%A9" in ln for ln in lines), lines
+    assert any(f"{cases}:4: [1].request:" in ln and "control" in ln for ln in lines), lines

@@ -859,6 +859,64 @@ def _free_port() -> int:
 ENVOY_OWN = ("x-forwarded-", "x-request-id", "x-envoy-", "content-length")
 
 
+def _byte_route(name: str, matcher: StringMatcher, status: int) -> Route:
+    return Route(
+        match=RouteMatch(
+            prefix="/",
+            headers=[
+                HeaderMatcher(name="x-case", string_match=StringMatcher(exact="bytes")),
+                HeaderMatcher(name=name, string_match=matcher),
+            ],
+        ),
+        **direct(status),
+    )
+
+
+# Envoy compiles RE2 over the pattern's UTF-8 bytes in Latin-1 mode and folds
+# only ASCII letters for ignore_case: a '.' takes one byte of "é", not the
+# character, and "é" does not fold to "É".
+BYTE_ROUTES = [
+    _byte_route("x-n", StringMatcher(safe_regex=RegexMatcher(regex="caf.")), 231),
+    _byte_route("x-n", StringMatcher(safe_regex=RegexMatcher(regex="caf..")), 232),
+    _byte_route("x-i", StringMatcher(exact="é", ignore_case=True), 233),
+    _byte_route("x-r", StringMatcher(safe_regex=RegexMatcher(regex="(?i)é")), 234),
+    _byte_route("x-c", StringMatcher(safe_regex=RegexMatcher(regex="[éè]")), 235),
+]
+BYTE_REQUESTS = [
+    {"x-n": "café"},  # 232, not 231
+    {"x-n": "cafe"},  # 231
+    {"x-i": "é"},  # 233
+    {"x-i": "É"},  # no fold: falls through
+    {"x-r": "É"},  # no fold in Latin-1 mode either
+    {"x-c": "é"},  # a class of bytes: "é" is two
+]
+
+
+def test_envoy_regex_takes_bytes_and_folds_ascii_only() -> None:
+    vh = VirtualHost(name="v", domains=["*"], routes=[*BYTE_ROUTES, *direct_catch_all()])
+    statuses = [ev(snapshot([vh]), headers={**h, "x-case": "bytes"}).status for h in BYTE_REQUESTS]
+    assert statuses == [232, 231, 233, 299, 299, 299]
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/caf\u00e9", "/a\x7fb", "/a\x01b", "/a b", "/a#b"],
+)
+def test_codec_refuses_targets_a_client_cannot_send(target: str) -> None:
+    vh = VirtualHost(name="v", domains=["*"], routes=direct_catch_all())
+    assert ev(snapshot([vh]), path=target).status == 400
+
+
+def test_codec_refuses_control_characters_in_header_values() -> None:
+    vh = VirtualHost(name="v", domains=["*"], routes=direct_catch_all())
+    assert ev(snapshot([vh]), headers={"x-z": "a\x01b"}).status == 400
+    assert ev(snapshot([vh]), headers={"x-z": "a\tb"}).status == 299
+
+
+def direct_catch_all() -> list[Route]:
+    return [Route(match=RouteMatch(prefix="/"), **direct(299))]
+
+
 def _cross_check_snapshot(port: int, echo_port: int) -> Snapshot:
     redirects = [
         Route(
@@ -880,7 +938,12 @@ def _cross_check_snapshot(port: int, echo_port: int) -> Snapshot:
     star = VirtualHost(
         name="star",
         domains=["*"],
-        routes=[*redirects, mutation, Route(match=RouteMatch(prefix="/"), **direct(299))],
+        routes=[
+            *redirects,
+            mutation,
+            *BYTE_ROUTES,
+            Route(match=RouteMatch(prefix="/"), **direct(299)),
+        ],
         request_headers_to_add=[
             hv("x-g", "vhost", Act.OVERWRITE_IF_EXISTS_OR_ADD),
             hv("x-app", "v"),
@@ -919,7 +982,7 @@ def _send(
     conn.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
     conn.putheader("Host", host)
     for k, v in headers.items():
-        conn.putheader(k, v)
+        conn.putheader(k, v.encode("utf-8"))  # as the model reads values: UTF-8
     conn.endheaders()
     resp = conn.getresponse()
     body = resp.read()
@@ -1021,3 +1084,22 @@ def test_real_envoy_agrees_on_append_actions(real_envoy: Any) -> None:
 def test_real_envoy_agrees_on_redirect_locations(real_envoy: Any) -> None:
     for i, (_action, host, path, _scheme, _location) in enumerate(REDIRECTS):
         _agree(real_envoy, host, {"x-case": f"red{i}"}, path)
+
+
+def test_real_envoy_agrees_on_regex_bytes_and_ascii_case(real_envoy: Any) -> None:
+    for headers in BYTE_REQUESTS:
+        _agree(real_envoy, "any.test", {**headers, "x-case": "bytes"})
+
+
+def _raw_status(port: int, target: bytes) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: any.test\r\nConnection: close\r\n\r\n")
+        head = conn.recv(4096).split(b"\r\n", 1)[0]
+    return int(head.split()[1])
+
+
+def test_real_envoy_agrees_on_unsendable_targets(real_envoy: Any) -> None:
+    port, model = real_envoy
+    for target in ["/caf\u00e9", "/a\x7fb", "/a\x01b"]:
+        expected = model.evaluate(Request(host="any.test", path=target, port=port)).outcome.status
+        assert (_raw_status(port, target.encode("utf-8")), expected) == (400, 400), target

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import re2
+from conftest import load_scenario, valid_scenarios
 
 from verifier.gatewayapi import model as m
+from verifier.semantics import witness as wt
 from verifier.semantics import witness_pairs as wp
+from verifier.semantics.request import wire_problem
+from verifier.semantics.spec import DEFAULT_CONTROLLER
 
 
 def _served(path_type: str, value: str) -> wp.Served:
@@ -59,3 +64,43 @@ def test_an_invalid_regex_yields_no_pair_request() -> None:
     a = m.RouteMatch(m.PathMatch("RegularExpression", "/r5/(["), (), (), None)
     b = m.RouteMatch(m.PathMatch("PathPrefix", "/r5"), (), (), None)
     assert wp.pair_request(a, b, "h.example", 80, "http") is None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "sample"),
+    [
+        # A raw é or space cannot be in a request target: the witness carries
+        # what a client sends, so both models judge the same bytes Envoy sees.
+        ("/caf[é]", "/caf%C3%A9"),
+        ("/a\\sb", "/a%20b"),
+        ("/a\\?b", "/a%3Fb"),
+        ("/plain/[0-9]+", "/plain/0"),
+    ],
+)
+def test_regex_path_samples_are_sent_percent_encoded(pattern: str, sample: str) -> None:
+    variants = dict(
+        (note, path) for path, note in wt.path_variants(m.PathMatch("RegularExpression", pattern))
+    )
+    assert variants["regex sample"] == sample
+
+
+def test_header_samples_drop_what_the_codec_strips() -> None:
+    match = m.RouteMatch(
+        m.PathMatch("PathPrefix", "/"),
+        (m.ValueMatch("RegularExpression", "x-a", "\\s+v\\s"),),
+        (),
+        None,
+    )
+    ((name, value),) = wt._base_headers(match)
+    assert (name, value) == ("x-a", "v")
+
+
+@pytest.mark.parametrize("scenario", valid_scenarios(), ids=lambda p: p.name)
+def test_every_witness_can_be_sent(scenario: Path, repo_cwd: Path) -> None:
+    res, _graph = load_scenario(scenario)
+    unsendable = [
+        (w.note, w.request.line(), problem)
+        for w in wt.witnesses(res, DEFAULT_CONTROLLER)
+        if (problem := wire_problem(w.request)) is not None
+    ]
+    assert unsendable == []

@@ -20,7 +20,7 @@ from verifier.check import Context, brief, outcome_diff
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.cases import Case, unmet
-from verifier.semantics.request import Evaluation, Request, normalize_headers
+from verifier.semantics.request import Evaluation, Request, normalize_headers, wire_problem
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -54,7 +54,7 @@ def parse_request(line: str, headers: Sequence[str]) -> Request:
             )
         pairs.append((name.strip(), value.strip()))
     path = (split.path or "/") + (f"?{split.query}" if split.query else "")
-    return Request(
+    request = Request(
         method=method,
         scheme=split.scheme,
         host=split.netloc,
@@ -62,6 +62,12 @@ def parse_request(line: str, headers: Sequence[str]) -> Request:
         path=path,
         headers=normalize_headers(pairs),
     )
+    problem = wire_problem(request)
+    if problem is not None:
+        raise InputErrors(
+            [InputError("--request", 0, "", "request", f"not sendable over HTTP/1.1: {problem}")]
+        )
+    return request
 
 
 def pick_gateway(res: Resources, controller: str, port: int, named: str | None) -> tuple[str, str]:

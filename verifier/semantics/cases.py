@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from verifier.semantics.request import Headers, Outcome, Request, headers_from_mapping
+from verifier.semantics.request import (
+    Headers,
+    Outcome,
+    Request,
+    headers_from_mapping,
+    wire_problem,
+)
 
 
 class CaseError(ValueError):
@@ -104,6 +110,9 @@ def parse_case(data: Any, index: int, default_port: int | None = None) -> Case:
         headers=headers_from_mapping(_mapping(req.get("headers"), f"{where}.request.headers")),
         sni=None if req.get("sni") is None else str(req["sni"]),
     )
+    problem = wire_problem(request)
+    if problem is not None:
+        raise CaseError(f"{where}.request", f"not a request HTTP/1.1 can carry: {problem}")
     exp = _mapping(item.get("expect"), f"{where}.expect")
     if "statuses" in exp:
         if not isinstance(exp["statuses"], list) or not exp["statuses"]:

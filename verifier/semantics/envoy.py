@@ -36,7 +36,14 @@ from verifier.semantics.envoy_paths import (
 from verifier.semantics.envoy_redirect import port_start, split_host
 from verifier.semantics.envoy_routes import CompiledRoute
 from verifier.semantics.envoy_strings import ModelError
-from verifier.semantics.request import Evaluation, Outcome, RedirectTarget, Request, RouteRef
+from verifier.semantics.request import (
+    Evaluation,
+    Outcome,
+    RedirectTarget,
+    Request,
+    RouteRef,
+    wire_problem,
+)
 from verifier.xds.snapshot import Snapshot
 
 NO_RESPONSE = 0
@@ -151,8 +158,9 @@ class EnvoyModel:
         run.notes += rc.notes
         if run.tracing:
             run.trace.append(_hcm_summary(hcm, rc))
-        if "#" in request.path:
-            run.trace.append("a fragment in the request target is rejected by the codec (400)")
+        problem = wire_problem(request)
+        if problem is not None:
+            run.trace.append(f"the HTTP/1 codec rejects the request: {problem} (400)")
             return run.done(Outcome(400))
         host = self._host(request, hcm, run)
         path, query = split_target(request.path)
@@ -191,8 +199,8 @@ class EnvoyModel:
         view = {k: ",".join(v) for k, v in joined.items()}
         view.update(
             {
-                # Envoy 1.40's HTTP/1 codec upper-cases the method: `put` is
-                # routed and forwarded as `PUT` (checked on the real binary).
+                # The client upper-cases the method (aiohttp, as the live pass
+                # sends it; Envoy 1.40's codec answers a raw `put` with 400).
                 ":method": request.method.upper(),
                 ":path": full_path,
                 ":authority": host,

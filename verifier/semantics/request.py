@@ -37,6 +37,77 @@ def headers_to_json(headers: Headers) -> dict[str, list[str]]:
     return {k: list(v) for k, v in headers}
 
 
+# What an HTTP/1.1 request may carry, byte for byte (RFC 9112 and 9110): the
+# request target is printable ASCII without spaces (clients percent-encode the
+# rest); a header name is a token; a field value is visible characters, spaces,
+# tabs and obs-text (bytes >= 0x80, here UTF-8), with no leading or trailing
+# whitespace (the codec strips it, so such a value cannot be sent as written).
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_NOT_IN_TARGET = frozenset(" #")  # a space ends the target; '#' starts a fragment
+
+
+def _bad_value_char(value: str) -> str | None:
+    for ch in value:
+        if (ch < " " and ch != "\t") or ch == "\x7f":
+            return ch
+    return None
+
+
+def wire_problem(request: Request) -> str | None:
+    """Why ``request`` cannot be sent over HTTP/1.1 as written, or None.
+
+    Envoy's codec answers such bytes with 400 before any routing (checked on
+    Envoy 1.40: a raw ``é``, a control character or DEL in the target, a control
+    character in a header value); no Gateway API rule can apply to them, so
+    inputs that describe requests (cases, ``--request``) refuse them and the
+    witness generator never makes them.
+    """
+    path = request.path
+    if not (path.isascii() and path.isprintable()) or not _NOT_IN_TARGET.isdisjoint(path):
+        bad = next(c for c in path if not (c.isascii() and c.isprintable()) or c in _NOT_IN_TARGET)
+        return (
+            f"the request target holds {bad!r}, which a client sends percent-encoded "
+            f"({percent_encode(bad)})"
+        )
+    host = request.host
+    if not (host.isascii() and host.isprintable()) or " " in host:
+        return f"the Host {host!r} is not ASCII without spaces (IDNs are sent in punycode)"
+    for name, values in request.headers:
+        if not name or not _TCHAR.issuperset(name):
+            return f"the header name {name!r} is not an HTTP token"
+        for value in values:
+            if value.isascii() and value.isprintable() and value.strip(" ") == value:
+                continue  # nearly every value
+            control = _bad_value_char(value)
+            if control is not None:
+                return f"the value of header {name!r} holds the control character {control!r}"
+            if value.strip(" \t") != value:
+                return (
+                    f"the value of header {name!r} starts or ends with whitespace, "
+                    "which the receiving codec strips"
+                )
+    return None
+
+
+def percent_encode(text: str) -> str:
+    """``text`` with what a request target cannot hold raw (non-ASCII as its UTF-8
+    bytes, controls, space, DEL, '#') written as %XX, as a client encodes a URL."""
+    out = []
+    for ch in text:
+        if ch.isascii() and ch.isprintable() and ch not in _NOT_IN_TARGET:
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
+    return "".join(out)
+
+
+def sendable_value(value: str) -> str:
+    """``value`` as a header can carry it: no control characters, no leading or
+    trailing whitespace (the receiving codec strips it)."""
+    kept = "".join(c for c in value if (c >= " " and c != "\x7f") or c == "\t")
+    return kept.strip(" \t")
+
+
 @dataclass(frozen=True)
 class Request:
     """A request as it arrives at a Gateway address on ``port``.

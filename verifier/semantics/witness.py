@@ -23,7 +23,13 @@ import re2
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness_pairs as wp
-from verifier.semantics.request import Headers, Request, normalize_headers
+from verifier.semantics.request import (
+    Headers,
+    Request,
+    normalize_headers,
+    percent_encode,
+    sendable_value,
+)
 
 # Feature tags (Gateway API feature names where one exists).
 PATH = "HTTPRoute"  # core path matching
@@ -156,6 +162,9 @@ def path_variants(match: m.PathMatch) -> list[tuple[str, str]]:
             (base + "/x?q=1", "with query"),
         ]
     sample = regex_sample(v)
+    # As a client sends it: percent-encoded where a target cannot hold the
+    # character raw ('?' too: a path regex never sees the query).
+    sample = percent_encode(sample).replace("?", "%3F") if sample else None
     out = [(sample, "regex sample")] if sample and sample.startswith("/") else []
     out.append(("/no-such-regex-path", "regex miss"))
     return out
@@ -194,7 +203,7 @@ def _base_headers(match: m.RouteMatch) -> list[tuple[str, str]]:
             continue
         seen.add(h.name.lower())
         sample = regex_sample(h.value) if h.type == "RegularExpression" else h.value
-        pairs.append((h.name, sample if sample is not None else h.value))
+        pairs.append((h.name, sendable_value(sample if sample is not None else h.value)))
     return pairs
 
 
@@ -204,7 +213,7 @@ def _query(match: m.RouteMatch, drop: int | None = None, change: int | None = No
         if i == drop:
             continue
         value = regex_sample(q.value) if q.type == "RegularExpression" else q.value
-        value = value if value is not None else q.value
+        value = percent_encode(value if value is not None else q.value)
         parts.append(f"{q.name}={value + 'x' if i == change else value}")
     return "&".join(parts)
 
@@ -281,8 +290,8 @@ def match_witnesses(
     if match.method:
         other = "POST" if match.method != "POST" else "PUT"
         yield w(METHOD, "other method", full, headers, meth=other)
-        # (No lower-case method witness: Envoy's codec upper-cases methods
-        # whatever the configuration says, so it would blame every config.)
+        # (No lower-case method witness: clients upper-case the method, as the
+        # live pass's does, and Envoy's codec refuses a raw lower-case one.)
     for q in match.query_params:
         if q.type == "Exact" and q.value.swapcase() != q.value:
             cased = full.replace(f"{q.name}={q.value}", f"{q.name}={q.value.swapcase()}", 1)

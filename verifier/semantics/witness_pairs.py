@@ -15,7 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from verifier.gatewayapi import model as m
-from verifier.semantics.request import Request, normalize_headers
+from verifier.semantics.request import (
+    Request,
+    normalize_headers,
+    percent_encode,
+    sendable_value,
+)
 from verifier.semantics.spec_index import regex_segment
 from verifier.semantics.spec_match import regex_full_match
 
@@ -100,14 +105,14 @@ def pair_request(
     if path is None or headers is None or query is None:
         return None
     if query:
-        path += "?" + "&".join(f"{k}={v}" for k, v in sorted(query.items()))
+        path += "?" + "&".join(f"{k}={percent_encode(v)}" for k, v in sorted(query.items()))
     return Request(
         method=a.method or b.method or "GET",
         scheme=scheme,
         host=host,
         port=port,
         path=path,
-        headers=normalize_headers(headers.items()),
+        headers=normalize_headers((k, sendable_value(v)) for k, v in headers.items()),
     )
 
 
