@@ -53,4 +53,4 @@ def disagreement_rule(
             path = locate(c, ctx) if locate else ""
             yield ctx.comparison_finding(code, name, c, path)
 
-    return Rule(name, (code,), features, spec_ref, (doc or "").strip(), check)
+    return Rule(name, (code,), features, spec_ref, (doc or "").strip(), check, reads_models=True)

@@ -67,4 +67,5 @@ RULE = Rule(
     "fixtures/README.md",
     (__doc__ or "").strip(),
     check,
+    reads_models=True,
 )

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from verifier.rules import RULES
 
-from verifier import check, pipeline
+from verifier import check, pipeline, registry
 from verifier.mutate import mutants
 from verifier.registry import run
 
@@ -39,6 +39,35 @@ def test_parallel_and_serial_checks_find_the_same(monkeypatch: pytest.MonkeyPatc
         parallel = run(RULES, _context(mutant.snapshot)).findings
         assert serial, mutant.detail
         assert [f.to_json() for f in parallel] == [f.to_json() for f in serial]
+
+
+def test_config_rules_in_a_child_find_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules that only read the config may run in a child beside the witness
+    comparisons; the report is the same, byte for byte."""
+    aside = {r.name for r in RULES if not r.reads_models and r.background is None}
+    base = _context()
+    started: list[int] = []
+    real = registry.ForkedCall
+    monkeypatch.setattr(registry, "ForkedCall", lambda fn: started.append(1) or real(fn))
+    # Mutants that config rules report (unreachable routes, backend shapes,
+    # listeners, domains, orphan clusters), one per operator.
+    operators = {"drop-header-matcher", "add-upstream-tls", "force-http2", "drop-listener"}
+    operators |= {"drop-domain", "add-wildcard-domain"}
+    compared: set[str] = set()
+    for mutant in mutants(base.snapshot):
+        if mutant.operator not in operators or mutant.operator in compared:
+            continue
+        monkeypatch.setattr(registry, "PARALLEL_MIN_ROUTES", 10**9)
+        serial = run(RULES, _context(mutant.snapshot)).findings
+        if not any(f.rule in aside for f in serial):
+            continue
+        before = len(started)
+        monkeypatch.setattr(registry, "PARALLEL_MIN_ROUTES", 0)
+        beside = run(RULES, _context(mutant.snapshot)).findings
+        assert len(started) == before + 1  # the config rules did run in a child
+        assert [f.to_json() for f in beside] == [f.to_json() for f in serial], mutant.detail
+        compared.add(mutant.operator)
+    assert compared == operators
 
 
 def _all_contexts() -> list[check.Context]:
