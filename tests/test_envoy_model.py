@@ -913,6 +913,18 @@ def test_codec_refuses_control_characters_in_header_values() -> None:
     assert ev(snapshot([vh]), headers={"x-z": "a\tb"}).status == 299
 
 
+@pytest.mark.parametrize(
+    ("method", "custom", "status"),
+    [("GET", False, 299), ("MSEARCH", False, 299), ("FOO", False, 400), ("FOO", True, 299)],
+)
+def test_codec_refuses_methods_it_does_not_know(method: str, custom: bool, status: int) -> None:
+    from envoy_data_plane.envoy.config.core.v3 import Http1ProtocolOptions
+
+    vh = VirtualHost(name="v", domains=["*"], routes=direct_catch_all())
+    options = {"http_protocol_options": Http1ProtocolOptions(allow_custom_methods=True)}
+    assert ev(snapshot([vh], hcm=options if custom else None), method=method).status == status
+
+
 def direct_catch_all() -> list[Route]:
     return [Route(match=RouteMatch(prefix="/"), **direct(299))]
 
@@ -1091,9 +1103,10 @@ def test_real_envoy_agrees_on_regex_bytes_and_ascii_case(real_envoy: Any) -> Non
         _agree(real_envoy, "any.test", {**headers, "x-case": "bytes"})
 
 
-def _raw_status(port: int, target: bytes) -> int:
+def _raw_status(port: int, target: bytes, method: bytes = b"GET") -> int:
+    line = method + b" " + target + b" HTTP/1.1\r\n"
     with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-        conn.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: any.test\r\nConnection: close\r\n\r\n")
+        conn.sendall(line + b"Host: any.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         head = conn.recv(4096).split(b"\r\n", 1)[0]
     return int(head.split()[1])
 
@@ -1103,3 +1116,11 @@ def test_real_envoy_agrees_on_unsendable_targets(real_envoy: Any) -> None:
     for target in ["/caf\u00e9", "/a\x7fb", "/a\x01b"]:
         expected = model.evaluate(Request(host="any.test", path=target, port=port)).outcome.status
         assert (_raw_status(port, target.encode("utf-8")), expected) == (400, 400), target
+
+
+def test_real_envoy_agrees_on_unknown_methods(real_envoy: Any) -> None:
+    port, model = real_envoy
+    for method in ["FOO", "MSEARCH"]:
+        request = Request(method=method, host="any.test", path="/", port=port)
+        expected = model.evaluate(request).outcome.status
+        assert _raw_status(port, b"/", method.encode()) == expected, method

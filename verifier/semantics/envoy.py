@@ -48,6 +48,47 @@ from verifier.xds.snapshot import Snapshot
 
 NO_RESPONSE = 0
 
+# The methods Envoy's HTTP/1 codec (Balsa, the default) accepts unless the HCM's
+# http_protocol_options.allow_custom_methods is set; any other is a 400.
+METHODS = frozenset(
+    [
+        "ACL",
+        "BIND",
+        "CHECKOUT",
+        "CONNECT",
+        "COPY",
+        "DELETE",
+        "GET",
+        "HEAD",
+        "LINK",
+        "LOCK",
+        "MERGE",
+        "MKACTIVITY",
+        "MKCALENDAR",
+        "MKCOL",
+        "MOVE",
+        "MSEARCH",
+        "NOTIFY",
+        "OPTIONS",
+        "PATCH",
+        "POST",
+        "PROPFIND",
+        "PROPPATCH",
+        "PURGE",
+        "PUT",
+        "REBIND",
+        "REPORT",
+        "SEARCH",
+        "SOURCE",
+        "SUBSCRIBE",
+        "TRACE",
+        "UNBIND",
+        "UNLINK",
+        "UNLOCK",
+        "UNSUBSCRIBE",
+    ]
+)
+
 # Request.host "" means the client sent the Gateway's address as Host (cases.yaml:
 # "host: ... default: the Gateway address"): an IP literal, which only '*' serves.
 ADDRESS_HOST = "192.0.2.1"
@@ -159,6 +200,8 @@ class EnvoyModel:
         if run.tracing:
             run.trace.append(_hcm_summary(hcm, rc))
         problem = wire_problem(request)
+        if problem is None and not hcm.custom_methods and request.method.upper() not in METHODS:
+            problem = f"method {request.method.upper()!r} is not one it knows"
         if problem is not None:
             run.trace.append(f"the HTTP/1 codec rejects the request: {problem} (400)")
             return run.done(Outcome(400))

@@ -65,6 +65,9 @@ class Hcm:
     upgrades: dict[str, bool]  # lower-cased upgrade type -> allowed
     cors_filter: str | None  # name of the CORS http filter, which keys per-route config
     notes: tuple[str, ...] = ()
+    # Http1ProtocolOptions.allow_custom_methods: without it the HTTP/1 codec answers
+    # a method outside its list with 400 (checked on Envoy 1.40: `FOO` and `get`).
+    custom_methods: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,9 @@ def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> H
         upgrades={u.upgrade_type.lower(): u.enabled is not False for u in msg.upgrade_configs},
         cors_filter=cors,
         notes=tuple(notes),
+        custom_methods=bool(
+            msg.http_protocol_options is not None and msg.http_protocol_options.allow_custom_methods
+        ),
     )
 
 
