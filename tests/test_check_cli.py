@@ -875,3 +875,31 @@ def test_unsendable_case_requests_are_input_errors(tmp_path: Path, cli: CLI) -> 
     lines = r.error_lines()
     assert any(f"{cases}:1: [0].request:" in ln and "%C3%A9" in ln for ln in lines), lines
     assert any(f"{cases}:4: [1].request:" in ln and "control" in ln for ln in lines), lines
+
+
+def test_client_certificate_fields_are_reported_not_passed(tmp_path: Path, cli: CLI) -> None:
+    """A Gateway asking for client certificate validation is not reported clean:
+    neither model knows spec.tls.frontend, so the check says it is blind there."""
+    gateway = tmp_path / "gateway.yaml"
+    gateway.write_text(
+        "apiVersion: gateway.networking.k8s.io/v1\n"
+        "kind: Gateway\n"
+        "metadata: {name: client-certs, namespace: edge-infra}\n"
+        "spec:\n"
+        "  gatewayClassName: aether\n"
+        "  tls:\n"
+        "    frontend:\n"
+        "      default:\n"
+        "        validation:\n"
+        "          caCertificateRefs: [{kind: ConfigMap, group: '', name: ca}]\n"
+        "  listeners:\n"
+        "  - {name: http, port: 80, protocol: HTTP, hostname: certs.example}\n",
+        encoding="utf-8",
+    )
+    r = cli("check", str(FIXTURES / "base"), str(gateway), "--format", "json")
+    assert r.rc == 0  # a warning; --fail-on warning turns it into exit 1
+    findings = json.loads(r.out)["findings"]
+    assert [(f["code"], f["location"]) for f in findings] == [("EV108", f"{gateway}:7")]
+    assert "GatewayFrontendClientCertificateValidation" in findings[0]["message"]
+    r = cli("check", str(FIXTURES / "base"), str(gateway), "--fail-on", "warning")
+    assert r.rc == 1

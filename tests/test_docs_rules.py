@@ -20,7 +20,7 @@ from conftest import REPO_ROOT
 from test_goldens import check_golden
 from verifier.rules import RULES
 
-from verifier.features import AETHER_EDGE, CORE, EXTENDED, PROFILES
+from verifier.features import AETHER_EDGE, CORE, EXTENDED, NOT_CHECKED, PROFILES
 from verifier.findings import catalogue, retired
 from verifier.mutate import OPERATORS
 from verifier.registry import Rule
@@ -143,6 +143,18 @@ def render_rules_md() -> str:
         )
     gone = sorted(retired())
     lines += ["", "Retired codes: " + (", ".join(f"`{c}`" for c in gone) if gone else "none.")]
+    lines += [
+        "",
+        "## Not checked",
+        "",
+        "GATEWAY-HTTP features of Gateway API v1.5 that no rule judges, and why "
+        "(`verifier.features.NOT_CHECKED`). A Gateway that asks for client-certificate "
+        "behaviour gets an `EV108` warning, so the check is not silent about it.",
+        "",
+        _row(["feature", "why"]),
+        _row(["---"] * 2),
+    ]
+    lines += [_row([f"`{f}`", why]) for f, why in sorted(NOT_CHECKED.items())]
     return "\n".join(lines) + "\n"
 
 

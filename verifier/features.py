@@ -10,12 +10,20 @@ from __future__ import annotations
 # Core features of the GATEWAY-HTTP conformance profile.
 CORE = frozenset({"Gateway", "HTTPRoute", "ReferenceGrant"})
 
-# Extended features of the GATEWAY-HTTP conformance profile (v1.5).
+# Extended features of the GATEWAY-HTTP conformance profile (v1.5): the Gateway's
+# extended features and HTTPRoute's (conformance_profiles.go).
 EXTENDED = frozenset(
     {
         "GatewayPort8080",
+        "GatewayStaticAddresses",
         "GatewayHTTPListenerIsolation",
         "GatewayHTTPSListenerDetectMisdirectedRequests",
+        "GatewayInfrastructurePropagation",
+        "GatewayAddressEmpty",
+        "ListenerSet",
+        "GatewayBackendClientCertificate",
+        "GatewayFrontendClientCertificateValidation",
+        "GatewayFrontendClientCertificateValidationInsecureFallback",
         "HTTPRouteQueryParamMatching",
         "HTTPRouteMethodMatching",
         "HTTPRouteResponseHeaderModification",
@@ -41,6 +49,31 @@ EXTENDED = frozenset(
         "HTTPRouteCORS",
     }
 )
+
+# Features no rule judges, and why. Where a Gateway asks for one that changes what
+# clients see, rule `unchecked-gateway-fields` says so at the YAML line, so the
+# check is never silent about behaviour it cannot judge.
+NOT_CHECKED: dict[str, str] = {
+    "GatewayStaticAddresses": (
+        "spec.addresses say where clients reach the Gateway (its Service or load "
+        "balancer), which is not in xDS"
+    ),
+    "GatewayAddressEmpty": "as GatewayStaticAddresses: addresses are not in xDS",
+    "GatewayInfrastructurePropagation": (
+        "spec.infrastructure labels and annotations go on provisioned resources, not into xDS"
+    ),
+    "ListenerSet": "ListenerSet resources are not read yet (the loader warns and skips them)",
+    "GatewayFrontendClientCertificateValidation": (
+        "spec.tls.frontend is neither translated nor modelled yet"
+    ),
+    "GatewayFrontendClientCertificateValidationInsecureFallback": (
+        "as GatewayFrontendClientCertificateValidation"
+    ),
+    "GatewayBackendClientCertificate": (
+        "spec.tls.backend is not modelled: the edge's upstream TLS is the mesh's "
+        "SPIFFE identity, and non-mesh backends are cleartext"
+    ),
+}
 
 # Not a spec feature: the aether edge's own contract (cluster shapes, mTLS).
 AETHER_EDGE = "AetherEdgeBackends"

@@ -129,6 +129,7 @@ class Gateway:
     class_name: str
     listeners: tuple[GatewayListener, ...]
     addresses: tuple[tuple[str, str], ...] = ()  # (type, value)
+    tls: tuple[str, ...] = ()  # the keys set under spec.tls ("frontend", "backend")
 
 
 def _selector(value: Any) -> LabelSelector:
@@ -186,7 +187,10 @@ def parse_gateway(raw: RawObject) -> Gateway:
         (str(a.get("type", "IPAddress")), str(a.get("value", "")))
         for a in _l(spec.get("addresses"))
     )
-    return Gateway(_meta(raw), str(spec.get("gatewayClassName", "")), tuple(listeners), addresses)
+    tls_keys = tuple(sorted(str(k) for k, v in _d(spec.get("tls")).items() if v))
+    return Gateway(
+        _meta(raw), str(spec.get("gatewayClassName", "")), tuple(listeners), addresses, tls_keys
+    )
 
 
 # ---------------------------------------------------------------- HTTPRoute

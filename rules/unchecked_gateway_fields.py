@@ -1,0 +1,65 @@
+"""A Gateway asks for client-certificate behaviour this check cannot judge.
+
+Why it matters: a verifier that passes what it does not understand is worse than none.
+Neither model knows ``spec.tls.frontend`` (GatewayFrontendClientCertificateValidation:
+"the Gateway MUST reject client connections without a valid certificate") nor
+``spec.tls.backend`` (GatewayBackendClientCertificate), and the reference translator
+does not render them, so without this rule ``check`` would report such a Gateway clean
+while nothing refuses clients without a certificate. The finding says the check is
+blind there; it is a warning, ``--fail-on warning`` makes it fail a pipeline.
+The other features no rule judges are listed, with why, in docs/rules.md.
+
+Example: Gateway ``edge-infra/fe`` sets ``spec.tls.frontend.default.validation``; the
+check says it does not judge client certificate validation for that Gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from verifier.rules import _xds_spec as spec
+
+from verifier.check import Context
+from verifier.features import NOT_CHECKED
+from verifier.findings import Finding, new
+from verifier.registry import Rule
+
+NAME = "unchecked-gateway-fields"
+CODE = "EV108"
+
+# spec.tls key -> the feature it asks for.
+FIELDS = {
+    "frontend": "GatewayFrontendClientCertificateValidation",
+    "backend": "GatewayBackendClientCertificate",
+}
+
+
+def check(ctx: Context) -> Iterable[Finding]:
+    for gw in spec.our_gateways(ctx.res, ctx.controller_name):
+        for key in gw.tls:
+            feature = FIELDS.get(key)
+            if feature is None:
+                continue
+            field = f"spec.tls.{key}"
+            where = gw.meta.where(field)
+            yield new(
+                CODE,
+                NAME,
+                file=where.file,
+                line=where.line,
+                resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",
+                gateway=f"{gw.meta.namespace}/{gw.meta.name}",
+                field=field,
+                feature=feature,
+                why=NOT_CHECKED[feature],
+            )
+
+
+RULE = Rule(
+    NAME,
+    (CODE,),
+    ("Gateway",),
+    "https://gateway-api.sigs.k8s.io/reference/spec/#gatewaytlsconfig",
+    (__doc__ or "").strip(),
+    check,
+)
