@@ -10,7 +10,9 @@ required.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 
@@ -27,6 +29,19 @@ STANDARD_FILTERS = frozenset(
     }
 )
 HTTP_PROTOCOLS = ("HTTP", "HTTPS")
+
+
+def gateway_finding(code: str, rule: str, gw: m.Gateway, path: str, **params: Any) -> Finding:
+    """A finding located at ``path`` of Gateway ``gw``'s YAML."""
+    where = gw.meta.where(path)
+    return new(
+        code,
+        rule,
+        file=where.file,
+        line=where.line,
+        resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",
+        **params,
+    )
 
 
 def our_gateways(res: Resources, controller: str) -> list[m.Gateway]:

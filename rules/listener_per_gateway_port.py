@@ -25,7 +25,7 @@ from envoy_data_plane.envoy.config.listener.v3 import Listener
 from verifier.rules import _xds_spec as spec
 
 from verifier.check import Context
-from verifier.findings import Finding, new
+from verifier.findings import Finding
 from verifier.registry import Rule
 
 NAME = "listener-per-gateway-port"
@@ -53,13 +53,11 @@ def check(ctx: Context) -> Iterable[Finding]:
             if spec.listener_state(ctx.res, gw, lst) != "ready":
                 continue
             reported.add(lst.port)
-            where = gw.meta.where(f"{lst.path}.port")
-            yield new(
+            yield spec.gateway_finding(
                 CODE,
                 NAME,
-                file=where.file,
-                line=where.line,
-                resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",
+                gw,
+                f"{lst.path}.port",
                 expected={"port": lst.port, "bound": True},
                 actual={"port": lst.port, "bound": False},
                 gateway=f"{gw.meta.namespace}/{gw.meta.name}",

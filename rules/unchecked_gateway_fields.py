@@ -21,7 +21,7 @@ from verifier.rules import _xds_spec as spec
 
 from verifier.check import Context
 from verifier.features import NOT_CHECKED
-from verifier.findings import Finding, new
+from verifier.findings import Finding
 from verifier.registry import Rule
 
 NAME = "unchecked-gateway-fields"
@@ -41,13 +41,11 @@ def check(ctx: Context) -> Iterable[Finding]:
             if feature is None:
                 continue
             field = f"spec.tls.{key}"
-            where = gw.meta.where(field)
-            yield new(
+            yield spec.gateway_finding(
                 CODE,
                 NAME,
-                file=where.file,
-                line=where.line,
-                resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",
+                gw,
+                field,
                 gateway=f"{gw.meta.namespace}/{gw.meta.name}",
                 field=field,
                 feature=feature,

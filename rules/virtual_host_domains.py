@@ -32,7 +32,7 @@ from verifier.rules import _xds_spec as spec
 from verifier.rules import _xds_walk as walk
 
 from verifier.check import Context
-from verifier.findings import Finding, new
+from verifier.findings import Finding
 from verifier.registry import Rule
 
 NAME = "virtual-host-domains"
@@ -110,17 +110,15 @@ def check(ctx: Context) -> Iterable[Finding]:
         if not missing and not extra:
             continue
         gw, lst = want.listeners[0]
-        where = gw.meta.where(f"{lst.path}.port")
         hostnames = sorted(want.required)
-        yield new(
+        yield spec.gateway_finding(
             CODE,
             NAME,
+            gw,
+            f"{lst.path}.port",
             port=port,
             domains=domains,
             hostnames=hostnames,
-            file=where.file,
-            line=where.line,
-            resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",
             xds_path=f"listeners[{names[0]}]",
             expected={"hostnames": hostnames, "missing": missing},
             actual={"domains": domains, "extra": extra},
