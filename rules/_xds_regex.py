@@ -10,12 +10,16 @@ is 44 (UTF-8 mode: 164) and accepted, ``\\p{L}{30}`` is 214 (UTF-8 mode: 35884),
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TypeVar
 
-from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher
+import betterproto2
+from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
 from verifier.rules import _xds_walk as walk
 
 from verifier.semantics.envoy_strings import RegexError, compile_regex
 from verifier.xds.snapshot import Snapshot
+
+M = TypeVar("M")
 
 # Runtime key re2.max_program_size.error_level, default 100 (source/common/common/regex.cc).
 DEFAULT_LIMIT = 100
@@ -40,14 +44,29 @@ def limit(matcher: RegexMatcher) -> int:
     return DEFAULT_LIMIT
 
 
-def _regexes(snap: Snapshot) -> list[tuple[str, RegexMatcher]]:
+def _everywhere(cls: type[M]) -> walk.PerSnapshot[list[tuple[str, M]]]:
+    """Every ``cls`` message in a snapshot with its path, found once per snapshot for
+    the rules that all look at them."""
+
+    def find(snap: Snapshot) -> list[tuple[str, M]]:
+        return [
+            found
+            for root, resource in walk.resources(snap)
+            for found in walk.instances(resource, root, cls)
+        ]
+
+    return walk.PerSnapshot(find)
+
+
+# Routes, matchers, rewrites, CORS, SANs...: every RegexMatcher, and every StringMatcher.
+regexes = _everywhere(RegexMatcher)
+string_matchers = _everywhere(StringMatcher)
+
+
+def empty_string_matchers(snap: Snapshot) -> list[str]:
+    """Paths of StringMatchers with no pattern ("match_pattern: is required", Envoy 1.40)."""
     return [
-        found
-        for root, resource in walk.resources(snap)
-        for found in walk.instances(resource, root, RegexMatcher)
+        path
+        for path, m in string_matchers(snap)
+        if not betterproto2.which_one_of(m, "match_pattern")[0]
     ]
-
-
-# Every RegexMatcher in the snapshot (routes, matchers, rewrites, CORS, SANs...),
-# found once per snapshot for the rules that all look at them.
-regexes = walk.PerSnapshot(_regexes)

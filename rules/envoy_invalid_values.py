@@ -10,6 +10,8 @@ validate`` 1.40 (quoted: Envoy's message):
   no entries: "value must contain at least 1 item(s)";
 - a regex RE2 cannot compile as Envoy compiles it (Latin-1), e.g. "invalid escape
   sequence: \\x{100", or an empty one;
+- a route match without a path specifier ("path_specifier: is required") and a
+  StringMatcher without a pattern ("match_pattern: is required");
 - header matchers with an empty name or one containing NUL/CR/LF ("value does not
   match regex pattern"), query parameter matchers with an empty name;
 - a redirect ``response_code`` outside the enum ("value must be one of the defined
@@ -78,6 +80,8 @@ def _weighted(ref: walk.RouteRef) -> Iterator[Problem]:
 
 def _match(match: RouteMatch, base: str) -> Iterator[Problem]:
     kind, value = betterproto2.which_one_of(match, "path_specifier")
+    if not kind:
+        yield base, "the match has no path specifier (prefix, path, safe_regex, ...)"
     if kind == "path_separated_prefix" and not _PATH_SEPARATED.fullmatch(str(value)):
         yield f"{base}.path_separated_prefix", f"path_separated_prefix {value!r} is malformed"
     for i, h in enumerate(match.headers):
@@ -91,8 +95,7 @@ def _match(match: RouteMatch, base: str) -> Iterator[Problem]:
 def _route(ref: walk.RouteRef) -> Iterator[Problem]:
     route = ref.route
     yield from _weighted(ref)
-    if route.match is not None:
-        yield from _match(route.match, f"{ref.path}.match")
+    yield from _match(route.match or RouteMatch(), f"{ref.path}.match")
     _kind, value = betterproto2.which_one_of(route, "action")
     if isinstance(value, RedirectAction) and int(value.response_code) not in _REDIRECT_CODES:
         code = int(value.response_code)
@@ -121,6 +124,8 @@ def problems(ctx: Context) -> Iterator[Problem]:
         size, error = rx.compile_envoy(matcher.regex)
         if size is None:
             yield path, f"regex {matcher.regex!r} does not compile in RE2: {error}"
+    for path in rx.empty_string_matchers(ctx.snapshot):
+        yield path, "StringMatcher has no pattern (exact, prefix, suffix, safe_regex, ...)"
     for c in ctx.snapshot.clusters:
         if c.connect_timeout is not None and c.connect_timeout <= timedelta(0):
             yield f"clusters[{c.name}].connect_timeout", "connect_timeout is not greater than 0s"

@@ -903,3 +903,31 @@ def test_client_certificate_fields_are_reported_not_passed(tmp_path: Path, cli: 
     assert "GatewayFrontendClientCertificateValidation" in findings[0]["message"]
     r = cli("check", str(FIXTURES / "base"), str(gateway), "--fail-on", "warning")
     assert r.rc == 1
+
+
+def test_xds_envoy_refuses_is_reported_and_the_models_stand_aside(tmp_path: Path, cli: CLI) -> None:
+    """A route without a path specifier is a NACK: no behaviour to compare. check
+    reports it (EV604) and says which rules did not run; explain refuses to guess.
+    Found by fuzzing config_dumps: both used to end in a traceback."""
+    doc = translated(tmp_path / "good.json", "httproute-header-matching")
+    entry = section(doc, "Routes")["dynamic_route_configs"][0]["route_config"]
+    route = entry["virtual_hosts"][0]["routes"][0]
+    match = route["match"]
+    for key in ("prefix", "path", "safe_regex", "path_separated_prefix"):
+        match.pop(key, None)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", *scenario_args("httproute-header-matching"), "--xds", str(broken))
+    assert r.rc == 1
+    assert "Traceback" not in r.err
+    assert "EV604" in r.out and "no path specifier" in r.out
+    assert re.search(r"warning: \d+ rules not run: the Envoy model cannot read this xDS: ", r.err)
+    r = cli(
+        "explain",
+        *scenario_args("httproute-header-matching"),
+        "--xds",
+        str(broken),
+        "--request",
+        "GET http://header-matching.example.com/",
+    )
+    assert any("the Envoy model cannot read this xDS" in ln for ln in r.error_lines())

@@ -650,6 +650,20 @@ INVALID_VALUES = {
         ".match.headers[0]",
     ),
     "redirect-code": (_redirect_code_9, ".redirect"),
+    "no-path-specifier": (
+        _set("match", RouteMatch(headers=[HeaderMatcher(name="x-a", present_match=True)])),
+        ".match",
+    ),
+    "no-string-pattern": (
+        _set(
+            "match",
+            RouteMatch(
+                prefix="/",
+                headers=[HeaderMatcher(name="x-a", string_match=StringMatcher(ignore_case=True))],
+            ),
+        ),
+        ".match.headers[0].string_match",
+    ),
 }
 
 

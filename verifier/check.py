@@ -24,7 +24,7 @@ from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import Case, possible_statuses
 from verifier.semantics.directory import backend_directory_from
-from verifier.semantics.envoy import EnvoyModel
+from verifier.semantics.envoy import EnvoyModel, ModelError
 from verifier.semantics.request import Evaluation, Outcome, Request, apply_response_ops
 from verifier.semantics.spec import spec_evaluate
 from verifier.xds.snapshot import Snapshot
@@ -172,6 +172,21 @@ class Context:
     @cached_property
     def envoy(self) -> EnvoyModel:
         return EnvoyModel(self.snapshot, backend_directory_from(self.res))
+
+    @cached_property
+    def models_problem(self) -> str | None:
+        """Why the Envoy model cannot answer requests on this snapshot, or None.
+
+        An xDS Envoy refuses (a route match without a path specifier, a regex RE2
+        cannot compile) has no behaviour to compare: Envoy keeps its previous
+        configuration. The rules that ask the models are then skipped with this
+        reason, and envoy-invalid-values reports what Envoy refuses.
+        """
+        try:
+            _ = self.envoy
+        except ModelError as exc:
+            return str(exc)
+        return None
 
     def spec(self, gateway: tuple[str, str], request: Request, *, trace: bool = True) -> Evaluation:
         """The spec's answer; with ``trace=False`` (outcomes only) it may come

@@ -150,6 +150,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         prefix = f"{r.scenario.name}: " if len(results) > 1 else ""
         for w in r.warnings:
             print(f"warning: {prefix}{w}", file=sys.stderr)
+        # Rules a profile does not claim are skipped by choice; any other reason is news.
+        unrun = [why for _name, why in r.skipped if not why.startswith("profile ")]
+        for why in sorted(set(unrun)):
+            n = unrun.count(why)
+            print(
+                f"warning: {prefix}{n} rule{'s' if n != 1 else ''} not run: {why}", file=sys.stderr
+            )
         _print_input_errors(r.input_errors, prefix)
     if bad_input:
         n = len(bad_input)
@@ -191,6 +198,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         snapshot = pipeline.reference_snapshot(res, opts, args.mesh_registry)
     ctx = Context(res, snapshot, controller_name=args.controller_name)
+    if ctx.models_problem is not None:
+        where = args.xds or "the reference translation"
+        message = f"the Envoy model cannot read this xDS: {ctx.models_problem}"
+        raise InputErrors([InputError(where, 0, "", "xds", message)])
     if args.cases:
         cases, _ = pipeline.load_cases(args.cases)
         cases = pipeline.with_ports(res, cases, args.cases)

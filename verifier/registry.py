@@ -63,6 +63,11 @@ def run(rules: Iterable[Rule], ctx: Context) -> RunResult:
             )
             continue
         claimed.append(rule)
+    problem = ctx.models_problem if any(r.reads_models for r in claimed) else None
+    if problem is not None:
+        why = f"the Envoy model cannot read this xDS: {problem}"
+        skipped += [(r.name, why) for r in claimed if r.reads_models]
+        claimed = [r for r in claimed if not r.reads_models]
     findings: list[Finding] = []
     with ExitStack() as started:
         for rule in claimed:

@@ -20,6 +20,7 @@ from envoy_data_plane.envoy.config.route.v3 import (
 from verifier.semantics.envoy_cors import CorsPolicies, Policy, typed_policy
 from verifier.semantics.envoy_headers import HeaderParser, header_parser
 from verifier.semantics.envoy_routes import CompiledRoute, RouteTable
+from verifier.semantics.envoy_strings import ModelError, compile_regex, string_matcher
 from verifier.semantics.envoy_vhosts import VirtualHostIndex, build_index
 
 
@@ -57,9 +58,13 @@ class CompiledRouteConfig:
         items = []
         for vh in rc.virtual_hosts:
             label = f"virtual host {vh.name}"
+            try:
+                table = RouteTable.build(list(vh.routes))
+            except ModelError as exc:  # say where, as findings do
+                raise ModelError(f"routes[{rc.name}].virtual_hosts[{vh.name}].{exc}") from None
             compiled = CompiledVhost(
                 vh,
-                RouteTable.build(list(vh.routes)),
+                table,
                 header_parser(
                     label, vh.request_headers_to_add, vh.request_headers_to_remove, request=True
                 ),
@@ -72,6 +77,7 @@ class CompiledRouteConfig:
             items.append((vh.name, list(vh.domains), compiled))
         if rc.vhds is not None:
             notes.append("VHDS (on-demand virtual hosts) not modelled")
+        _check_lazy_parts(rc)
         label = f"route configuration {rc.name}"
         return cls(
             rc,
@@ -133,3 +139,32 @@ class CompiledRouteConfig:
         found = CorsPolicies.build(typed or legacy)
         self._cors[cache_key] = found
         return found
+
+
+def _check_lazy_parts(rc: RouteConfiguration) -> None:
+    """Raise now the ModelError that evaluating a request would raise later: the
+    regexes of rewrites and CORS origin matchers are only read for the requests that
+    reach them, and a model must refuse a configuration whole, as Envoy does."""
+    configs = [rc.typed_per_filter_config]
+    legacy: list[LegacyCorsPolicy] = []
+    for vh in rc.virtual_hosts:
+        configs.append(vh.typed_per_filter_config)
+        if vh.cors is not None:
+            legacy.append(vh.cors)
+        for route in vh.routes:
+            configs.append(route.typed_per_filter_config)
+            action = route.route
+            rewrites = [route.redirect.regex_rewrite if route.redirect is not None else None]
+            if action is not None:
+                rewrites += [action.regex_rewrite, action.host_rewrite_path_regex]
+                if action.cors is not None:
+                    legacy.append(action.cors)
+            for rewrite in rewrites:
+                if rewrite is not None and rewrite.pattern is not None:
+                    compile_regex(rewrite.pattern.regex)
+    policies: list[Policy] = list(legacy)
+    for found in configs:
+        policies += [p for name in found if (p := typed_policy(found, name)) is not None]
+    for policy in policies:
+        for matcher in policy.allow_origin_string_match:
+            string_matcher(matcher)

@@ -22,6 +22,7 @@ from envoy_data_plane.google.protobuf import Value
 
 from verifier.semantics.envoy_headers import HeaderParser, header_parser
 from verifier.semantics.envoy_match import CompiledMatch, MatchContext
+from verifier.semantics.envoy_strings import ModelError
 from verifier.semantics.request import RouteRef
 
 ROUTE_METADATA_KEY = "aether.io/route"  # informational only: RouteRef, never decisions
@@ -112,7 +113,13 @@ class RouteTable:
 
     @classmethod
     def build(cls, routes: list[Route]) -> RouteTable:
-        table = cls([CompiledRoute.build(i, r) for i, r in enumerate(routes)])
+        compiled = []
+        for i, r in enumerate(routes):
+            try:
+                compiled.append(CompiledRoute.build(i, r))
+            except ModelError as exc:
+                raise ModelError(f"routes[{i}]: {exc}") from None
+        table = cls(compiled)
         for cr in table.routes:
             m = cr.match
             value = m.value if isinstance(m.value, str) else ""
