@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 # The stdlib's regex *parser* builds sample strings; matching is always RE2.
 from re import _constants as sre_c  # type: ignore[attr-defined]
@@ -107,6 +108,7 @@ def _class_sample(items: list[tuple[object, object]]) -> str:
     return "a"
 
 
+@lru_cache(maxsize=8192)
 def regex_sample(pattern: str) -> str | None:
     """A string RE2 fully matches, or None when this simple sampler cannot find one."""
     try:
