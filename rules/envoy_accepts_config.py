@@ -67,7 +67,7 @@ def in_background(ctx: Context) -> Iterator[None]:
     """Ask Envoy in a child process while the other rules run; ``check`` collects it.
 
     Forking is only safe with no other thread alive (one could hold a lock the child
-    needs), and a daemonic process (a pool worker) may not have children; then, or
+    needs), and a daemonic process (a map_forked child) may not have children; then, or
     without fork or an Envoy binary, ``check`` asks in-process.
     """
     snap = ctx.snapshot

@@ -263,7 +263,7 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc")
 def test_ctrl_c_ends_a_suite_check_quietly_and_leaves_nothing(tmp_path: Path) -> None:
-    """Ctrl-C reaches the whole process group (the CLI, its pool workers, the
+    """Ctrl-C reaches the whole process group (the CLI, its forked children, the
     child asking Envoy): exit 130 with one line, no traceback, no process and
     no temporary directory left behind."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}

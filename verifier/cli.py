@@ -418,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputErrors as exc:
         return _report(exc.errors)
     except KeyboardInterrupt:
-        # Ctrl-C: children were ended on the way out (pools, Envoy, temp dirs).
+        # Ctrl-C: children were ended on the way out (map_forked, Envoy, temp dirs).
         print("edge-verify: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -30,7 +30,7 @@ CHILD_GRACE_S = 10.0  # for a terminated child to run its finally blocks
 
 def can_fork() -> bool:
     """Forking is only safe with no other thread alive (one could hold a lock the
-    child needs), and a daemonic process (a pool worker) may not have children."""
+    child needs), and a daemonic process (a map_forked child) may not have children."""
     return (
         "fork" in multiprocessing.get_all_start_methods()
         and threading.active_count() == 1
