@@ -19,7 +19,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -49,21 +49,29 @@ class _Child:
     and the pool's join waits forever: about 1 pool in 300 here, and once a
     15-minute CI hang.)"""
 
-    def __init__(self, target: Callable[..., None], *args: Any) -> None:
+    def __init__(self, target: Callable[..., None], *args: Any, duplex: bool = False) -> None:
         fork = multiprocessing.get_context("fork")
-        self._answers, send = fork.Pipe(duplex=False)
-        self._process = fork.Process(target=target, args=(*args, send), daemon=True)
+        self.conn, theirs = fork.Pipe(duplex=duplex)
+        self._process = fork.Process(target=target, args=(*args, theirs), daemon=True)
         self._process.start()
-        send.close()
+        theirs.close()
         self._done = False
 
     def receive(self) -> tuple[bool, Any]:
         """The next (True, value), or (False, None) when the child gave no more."""
         try:
-            answered, value = self._answers.recv()
+            answered, value = self.conn.recv()
         except (EOFError, OSError):
             return False, None
         return bool(answered), value
+
+    def send(self, value: object) -> bool:
+        """Whether ``value`` reached the child (a duplex one); False once it is gone."""
+        try:
+            self.conn.send(value)
+        except OSError:  # BrokenPipeError: the child ended
+            return False
+        return True
 
     def close(self, answered: bool = False) -> None:
         """End the child (at once unless it has ``answered``) and reap it."""
@@ -77,7 +85,7 @@ class _Child:
             self._process.kill()
             self._process.join()
         self._process.close()
-        self._answers.close()
+        self.conn.close()
 
 
 class ForkedCall(Generic[T]):
@@ -149,45 +157,69 @@ def _call_in_child(fn: Callable[[], object], send: Connection) -> None:
         send.close()
 
 
-def _map_in_child(
-    fn: Callable[[Any], object], items: Sequence[Any], start: int, step: int, send: Connection
-) -> None:
+def _serve_in_child(fn: Callable[[Any], object], items: Sequence[Any], conn: Connection) -> None:
+    """Map the items the parent names, one at a time, until it sends None."""
     _child_signals()
     try:
-        for i in range(start, len(items), step):
-            send.send((True, fn(items[i])))
-    except Exception:
+        while (i := conn.recv()) is not None:
+            conn.send((True, fn(items[i])))
+    except Exception:  # fn failed (the parent maps that item itself), or the parent left
         pass
     finally:
-        send.close()
+        conn.close()
 
 
 def map_forked(
     fn: Callable[[T], R], items: Sequence[T], min_items: int = 4, max_workers: int = 4
 ) -> Iterator[R]:
     """``map(fn, items)``, in order, spread over forked children when there are
-    enough independent items and cores (and ``can_fork``). Child ``k`` takes
-    items ``k, k+n, ...`` (interleaved, so the shares cost about the same) and
-    sends each result, pickled, as soon as it has it. An item a child could not
-    answer is mapped here, so its error is raised here, as in a serial map.
-    In a child it maps serially."""
+    enough independent items and cores (and ``can_fork``).
+
+    Each child has its own pipe: the parent names an item, the child sends its
+    result back pickled and gets the next one, so a child that drew quick
+    items takes more. An item a child could not answer (``fn`` raised, or the
+    child is gone) is mapped here when its turn comes, so its error is raised
+    here, as in a serial map. In a child it maps serially.
+    """
     n = min(os.cpu_count() or 1, len(items), max_workers)
     if len(items) < min_items or n < 2 or not can_fork():
         yield from map(fn, items)
         return
-    shares = [_Child(_map_in_child, fn, items, k, n) for k in range(n)]
-    given_up: set[int] = set()
+    children = [_Child(_serve_in_child, fn, items, duplex=True) for _ in range(n)]
+    by_conn = {id(c.conn): c for c in children}
+    todo = iter(range(len(items)))
+    busy: dict[int, int] = {}  # id(child.conn) -> the item it maps
+    answers: dict[int, Any] = {}
+    here: set[int] = set()  # items to map in this process
+
+    def hand_out(child: _Child) -> None:
+        i = next(todo, None)
+        if child.send(i) and i is not None:
+            busy[id(child.conn)] = i
+        elif i is not None:
+            here.add(i)  # the child is gone
+
     finished = False
-    value: Any
     try:
+        for child in children:
+            hand_out(child)
         for i, item in enumerate(items):
-            k = i % n
-            answered, value = (False, None) if k in given_up else shares[k].receive()
-            if not answered:
-                given_up.add(k)
-                value = fn(item)
-            yield value
+            while i not in answers and i not in here and busy:
+                for conn in wait([by_conn[k].conn for k in busy]):
+                    child = by_conn[id(conn)]
+                    j = busy.pop(id(conn))
+                    answered, value = child.receive()
+                    if answered:
+                        answers[j] = value
+                        hand_out(child)
+                    else:
+                        here.add(j)  # it failed on j, or died: not used again
+            if i in answers:
+                yield answers.pop(i)
+            else:  # failed in a child, or no child is left to take it
+                here.discard(i)
+                yield fn(item)
         finished = True
     finally:
-        for share in shares:
-            share.close(answered=finished)  # every answer read: the children are ending
+        for child in children:
+            child.close(answered=finished)  # all answered: each was told to stop
