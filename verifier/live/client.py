@@ -289,7 +289,8 @@ async def _send_upgrade(
     try:
         lines = [f"{request.method} {request.path} HTTP/1.1", f"Host: {request.host}"]
         lines += [f"{k}: {v}" for k, v in _header_pairs(request)]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        # Header values go as UTF-8, as aiohttp sends them and the models read them.
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("utf-8"))
         status, pairs = await _read_head(reader)
         if status != 101:
             length = next((int(v) for k, v in pairs if k.lower() == "content-length"), 0)
