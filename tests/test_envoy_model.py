@@ -67,6 +67,8 @@ from envoy_data_plane.envoy.type.matcher.v3 import (
     StringMatcher,
 )
 from envoy_data_plane.google.protobuf import Any as PbAny
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from verifier.live.echo_model import echo_reply
 from verifier.semantics.cases import Case, parse_cases, unmet
@@ -882,6 +884,36 @@ BYTE_ROUTES = [
     _byte_route("x-r", StringMatcher(safe_regex=RegexMatcher(regex="(?i)é")), 234),
     _byte_route("x-c", StringMatcher(safe_regex=RegexMatcher(regex="[éè]")), 235),
 ]
+# Patterns whose meaning differs between bytes and characters, for the
+# property-based cross-check with the real binary (each routed by x-case: rx<i>).
+BYTE_PATTERNS = [
+    "a.b",
+    "a..b",
+    "[éè]",
+    "(?i)é",
+    "\\w+",
+    "\\p{L}",
+    ".{2}",
+    "[^a]",
+    "é|E",
+    "(?i)[a-z]+",
+]
+PATTERN_ROUTES = [
+    Route(
+        match=RouteMatch(
+            prefix="/",
+            headers=[
+                HeaderMatcher(name="x-case", string_match=StringMatcher(exact=f"rx{i}")),
+                HeaderMatcher(
+                    name="x-v", string_match=StringMatcher(safe_regex=RegexMatcher(regex=pattern))
+                ),
+            ],
+        ),
+        **direct(250),
+    )
+    for i, pattern in enumerate(BYTE_PATTERNS)
+]
+
 BYTE_REQUESTS = [
     {"x-n": "café"},  # 232, not 231
     {"x-n": "cafe"},  # 231
@@ -954,6 +986,7 @@ def _cross_check_snapshot(port: int, echo_port: int) -> Snapshot:
             *redirects,
             mutation,
             *BYTE_ROUTES,
+            *PATTERN_ROUTES,
             Route(match=RouteMatch(prefix="/"), **direct(299)),
         ],
         request_headers_to_add=[
@@ -1124,3 +1157,21 @@ def test_real_envoy_agrees_on_unknown_methods(real_envoy: Any) -> None:
         request = Request(method=method, host="any.test", path="/", port=port)
         expected = model.evaluate(request).outcome.status
         assert _raw_status(port, b"/", method.encode()) == expected, method
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    index=st.integers(0, len(BYTE_PATTERNS) - 1),
+    value=st.text(alphabet="abAB.-_ éÉèß中\u00ff", max_size=4).map(lambda v: v.strip(" ")),
+)
+def test_real_envoy_agrees_on_regexes_over_any_value(
+    real_envoy: Any, index: int, value: str
+) -> None:
+    """Header regexes on values with non-ASCII characters: the model (RE2 over
+    UTF-8 bytes in Latin-1 mode) decides as the binary does, whatever the value."""
+    _agree(real_envoy, "any.test", {"x-case": f"rx{index}", "x-v": value})
