@@ -324,8 +324,24 @@ def test_findings_request_replayed_shows_the_disagreement(tmp_path: Path, cli: C
         (["--request", "GET ftp://a.example/"], "--request: ", "request"),
         (["--request", "GET http://a.example/", "-H", "no-colon"], "-H: ", "header"),
         ([], "explain: ", "required"),
+        # Found by fuzzing explain --request: these ended in tracebacks.
+        (["--request", " "], "--request: ", "request"),
+        (["--request", "GET http://a.example:99999/"], "--request: ", "request"),
+        (["--request", "GET http://a.example:x/"], "--request: ", "request"),
+        (["--request", "GET http://a.example:0/"], "--request: ", "request"),
+        (["--request", "G\x01T http://a.example/"], "--request: ", "request"),
     ],
-    ids=["no-host", "scheme", "header", "nothing-to-explain"],
+    ids=[
+        "no-host",
+        "scheme",
+        "header",
+        "nothing-to-explain",
+        "blank",
+        "port-range",
+        "port-text",
+        "port-zero",
+        "method-not-token",
+    ],
 )
 def test_bad_request_exits_2(extra: list[str], start: str, code: str, cli: CLI) -> None:
     (line,) = cli("explain", *scenario_args(HEADERS), *extra).error_lines()

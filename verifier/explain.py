@@ -25,48 +25,48 @@ from verifier.semantics.request import Evaluation, Request, normalize_headers, w
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+def _bad(flag: str, code: str, message: str) -> InputErrors:
+    return InputErrors([InputError(flag, 0, "", code, message)])
+
+
 def parse_request(line: str, headers: Sequence[str]) -> Request:
     """``'GET http://foo.example/v2?x=1'`` plus ``-H 'Name: value'`` lines."""
+    expected = f"expected 'METHOD http(s)://host[:port]/path', got {line!r}"
     parts = line.split(None, 1)
+    if not parts:
+        raise _bad("--request", "request", expected)
     if len(parts) == 1:
         method, url = "GET", parts[0]
     else:
         method, url = parts[0].upper(), parts[1].strip()
     split = urlsplit(url)
     if split.scheme not in DEFAULT_PORTS or not split.netloc:
-        raise InputErrors(
-            [
-                InputError(
-                    "--request",
-                    0,
-                    "",
-                    "request",
-                    f"expected 'METHOD http(s)://host[:port]/path', got {line!r}",
-                )
-            ]
-        )
+        raise _bad("--request", "request", expected)
+    try:
+        explicit = split.port
+    except ValueError:  # urllib: not a number, or outside 0-65535
+        explicit = 0
+    if explicit == 0 and ":" in split.netloc.rpartition("]")[2]:
+        raise _bad("--request", "request", f"the port in {url!r} is not a number in 1-65535")
+    port = explicit or DEFAULT_PORTS[split.scheme]
     pairs = []
     for h in headers:
         name, sep, value = h.partition(":")
         if not sep or not name.strip():
-            raise InputErrors(
-                [InputError("-H", 0, "", "header", f"expected 'Name: value', got {h!r}")]
-            )
+            raise _bad("-H", "header", f"expected 'Name: value', got {h!r}")
         pairs.append((name.strip(), value.strip()))
     path = (split.path or "/") + (f"?{split.query}" if split.query else "")
     request = Request(
         method=method,
         scheme=split.scheme,
         host=split.netloc,
-        port=split.port or DEFAULT_PORTS[split.scheme],
+        port=port,
         path=path,
         headers=normalize_headers(pairs),
     )
     problem = wire_problem(request)
     if problem is not None:
-        raise InputErrors(
-            [InputError("--request", 0, "", "request", f"not sendable over HTTP/1.1: {problem}")]
-        )
+        raise _bad("--request", "request", f"not sendable over HTTP/1.1: {problem}")
     return request
 
 

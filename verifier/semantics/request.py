@@ -62,6 +62,8 @@ def wire_problem(request: Request) -> str | None:
     inputs that describe requests (cases, ``--request``) refuse them and the
     witness generator never makes them.
     """
+    if not request.method or not _TCHAR.issuperset(request.method):
+        return f"the method {request.method!r} is not an HTTP token"
     path = request.path
     if not (path.isascii() and path.isprintable()) or " " in path or "#" in path:
         bad = next(c for c in path if not (c.isascii() and c.isprintable()) or c in _NOT_IN_TARGET)
