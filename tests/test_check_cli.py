@@ -643,8 +643,14 @@ def test_failing_translator_is_one_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("command", "code"),
-    [("/no/such/translator", "translator-failed"), ("true", "bad-xds")],
-    ids=["not-found", "no-output"],
+    [
+        ("/no/such/translator", "translator-failed"),
+        ("true", "bad-xds"),
+        # Bytes that are not UTF-8 on stdout (and stderr) used to end in a traceback.
+        ("printf '\\377\\376'", "bad-xds"),
+        ("sh -c 'printf \"\\377\" >&2; exit 4'", "translator-failed"),
+    ],
+    ids=["not-found", "no-output", "not-utf8", "not-utf8-stderr"],
 )
 def test_unusable_translator_is_bad_input(command: str, code: str, cli: CLI) -> None:
     r = cli("check", *scenario_args("httproute-path-prefix-matching"), "--translator", command)

@@ -184,13 +184,14 @@ def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, lis
     argv = shlex.split(command)
     argv = [a for a in argv if a != "{paths}"] + list(paths)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        proc = subprocess.run(argv, capture_output=True, timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputErrors(
             [InputError(command, 0, "--translator", "translator-failed", str(exc))]
         ) from None
+    stderr = proc.stderr.decode("utf-8", "replace")
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output on stderr)"])[-1]
+        last = (stderr.strip().splitlines() or ["(no output on stderr)"])[-1]
         raise InputErrors(
             [
                 InputError(
@@ -202,12 +203,17 @@ def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, lis
                 )
             ]
         )
-    if not proc.stdout.strip():
+    try:
+        stdout = proc.stdout.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        message = f"output is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        raise InputErrors([InputError(command, 0, "--translator", "bad-xds", message)]) from None
+    if not stdout.strip():
         raise InputErrors(
             [InputError(command, 0, "--translator", "bad-xds", "printed nothing on stdout")]
         )
     try:
-        doc = json.loads(proc.stdout)
+        doc = json.loads(stdout)
         snap, skipped = from_config_dump(doc, command)
     except json.JSONDecodeError as exc:
         message = f"output is not JSON: {exc.msg} at line {exc.lineno}"
