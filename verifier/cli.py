@@ -291,8 +291,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-verify",
-        description="Translate Kubernetes Gateway API resources into the Envoy xDS "
-        "the aether edge proxy serves, and report their status.",
+        description="Prove that the Envoy xDS of an edge proxy does what its Kubernetes "
+        "Gateway API resources say: check it against the spec request by request, explain "
+        "one request, measure the check with injected mistakes, and translate resources "
+        "into the xDS the aether edge serves (with their status).",
         epilog="Exit codes: 0 success, 1 findings (check), 2 bad input or bad command line.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
