@@ -9,6 +9,7 @@ translator bug (marked ``xfail(strict=True)`` below, with the reason) or a model
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -18,6 +19,7 @@ import subprocess
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -59,6 +61,7 @@ from envoy_data_plane.envoy.extensions.filters.http.cors.v3 import Cors, CorsPol
 from envoy_data_plane.envoy.extensions.filters.http.router.v3 import Router
 from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
     HttpConnectionManager,
+    HttpConnectionManagerPathWithEscapedSlashesAction,
     HttpFilter,
 )
 from envoy_data_plane.envoy.type.matcher.v3 import (
@@ -835,8 +838,10 @@ def test_ten_thousand_routes_are_looked_up_through_the_index() -> None:
 
 class _Echo(BaseHTTPRequestHandler):
     def _answer(self) -> None:
+        # The target as received: http.server's self.path folds a leading '//' to '/'.
+        target = self.requestline.split(" ")[1]
         body = json.dumps(
-            {"path": self.path, "headers": [[k.lower(), v] for k, v in self.headers.items()]}
+            {"path": target, "headers": [[k.lower(), v] for k, v in self.headers.items()]}
         ).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -1038,8 +1043,10 @@ def _send(
     return resp.status, got, body
 
 
-@pytest.fixture(scope="module")
-def real_envoy(tmp_path_factory: pytest.TempPathFactory) -> Any:
+@contextlib.contextmanager
+def _running(snap_for: Callable[[list[int], int], Snapshot], ports: int, tmp: Path) -> Any:
+    """A real Envoy on ``snap_for(ports, echo port)``, an echo backend behind it;
+    yields (ports, the Envoy model of the same snapshot)."""
     from verifier.xds.snapshot import find_envoy
 
     envoy = find_envoy()
@@ -1047,27 +1054,14 @@ def real_envoy(tmp_path_factory: pytest.TempPathFactory) -> Any:
         pytest.skip("no envoy binary")
     echo = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=echo.serve_forever, daemon=True).start()
-    port, admin = _free_port(), _free_port()
-    snap = _cross_check_snapshot(port, echo.server_address[1])
-    tmp = tmp_path_factory.mktemp("envoy")
+    listen, admin = [_free_port() for _ in range(ports)], _free_port()
+    snap = snap_for(listen, echo.server_address[1])
     config = tmp / "bootstrap.json"
     config.write_text(json.dumps(_bootstrap(snap, admin)), encoding="utf-8")
-    base_id = 20_000 + os.getpid() % 10_000
+    base_id = 20_000 + (os.getpid() + ports) % 10_000
     log = (tmp / "envoy.log").open("w")
-    proc = subprocess.Popen(
-        [
-            envoy,
-            "-c",
-            str(config),
-            "--disable-hot-restart",
-            "--base-id",
-            str(base_id),
-            "-l",
-            "error",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    argv = [envoy, "-c", str(config), "--disable-hot-restart", "--base-id", str(base_id)]
+    proc = subprocess.Popen([*argv, "-l", "error"], stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -1085,12 +1079,21 @@ def real_envoy(tmp_path_factory: pytest.TempPathFactory) -> Any:
             [ServiceSpec("ns", "svc-a", "127.0.0.1", (PortSpec(echo.server_address[1], "3000"),))],
             [],
         )
-        yield port, EnvoyModel(snap, directory)
+        yield listen, EnvoyModel(snap, directory)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
         log.close()
         echo.shutdown()
+
+
+@pytest.fixture(scope="module")
+def real_envoy(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    def snap_for(ports: list[int], echo_port: int) -> Snapshot:
+        return _cross_check_snapshot(ports[0], echo_port)
+
+    with _running(snap_for, 1, tmp_path_factory.mktemp("envoy")) as (ports, model):
+        yield ports[0], model
 
 
 def _agree(real: Any, host: str, headers: dict[str, str], path: str = "/") -> None:
@@ -1103,7 +1106,10 @@ def _agree(real: Any, host: str, headers: dict[str, str], path: str = "/") -> No
     status, got, body = _send(port, host, path, headers)
     assert status == outcome.status, (host, headers)
     if outcome.redirect is not None:
-        assert parse_location(got["location"][0]) == outcome.redirect
+        location = got["location"][0]
+        if "://" not in location:  # relative (UNESCAPE_AND_REDIRECT): on the request's Host
+            location = f"http://{host}{location}"
+        assert parse_location(location) == outcome.redirect
     for name, values in outcome.response_headers:
         assert tuple(got.get(name, ())) == values, name
     if outcome.request is not None:
@@ -1175,3 +1181,62 @@ def test_real_envoy_agrees_on_regexes_over_any_value(
     """Header regexes on values with non-ASCII characters: the model (RE2 over
     UTF-8 bytes in Latin-1 mode) decides as the binary does, whatever the value."""
     _agree(real_envoy, "any.test", {"x-case": f"rx{index}", "x-v": value})
+
+
+# ---------------------------------------------------------------- path handling, on the binary
+
+Escaped = HttpConnectionManagerPathWithEscapedSlashesAction
+# One listener per way an HCM can treat a path before routing.
+PATH_HCMS: list[dict[str, Any]] = [
+    {
+        "normalize_path": True,
+        "merge_slashes": True,
+        "path_with_escaped_slashes_action": Escaped.UNESCAPE_AND_FORWARD,
+    },
+    {"normalize_path": True, "path_with_escaped_slashes_action": Escaped.KEEP_UNCHANGED},
+    {"merge_slashes": True, "path_with_escaped_slashes_action": Escaped.UNESCAPE_AND_REDIRECT},
+    {"normalize_path": True, "path_with_escaped_slashes_action": Escaped.REJECT_REQUEST},
+    {},
+]
+
+
+def _path_snapshot(ports: list[int], echo_port: int) -> Snapshot:
+    forward = Route(match=RouteMatch(prefix="/"), route=RouteAction(cluster="a"))
+    listeners = []
+    for i, (port, hcm) in enumerate(zip(ports, PATH_HCMS, strict=True)):
+        vh = VirtualHost(name="v", domains=["*"], routes=[forward])
+        (listener,) = snapshot([vh], port=port, hcm=hcm).listeners
+        listeners.append(dataclasses.replace(listener, name=f"l{i}"))
+    return Snapshot(
+        clusters=(static_cluster("a", "127.0.0.1", echo_port),), listeners=tuple(listeners)
+    )
+
+
+@pytest.fixture(scope="module")
+def path_envoy(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with _running(_path_snapshot, len(PATH_HCMS), tmp_path_factory.mktemp("paths")) as running:
+        yield running
+
+
+SEGMENTS = ["a", "B", ".", "..", "", "%2F", "%2f", "%5C", "%2e", "%2E%2E", "%41", "~", "%25", "a;b"]
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    listener=st.integers(0, len(PATH_HCMS) - 1),
+    segments=st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=5),
+    query=st.sampled_from(["", "?q=%2F", "?a=/../b"]),
+)
+def test_real_envoy_agrees_on_path_handling(
+    path_envoy: Any, listener: int, segments: list[str], query: str
+) -> None:
+    """normalize_path, merge_slashes and every escaped-slash action, on paths full of
+    dot segments, empty segments and escapes: the status, the path the backend sees
+    and any redirect are the binary's."""
+    ports, model = path_envoy
+    _agree((ports[listener], model), "any.test", {}, "/" + "/".join(segments) + query)

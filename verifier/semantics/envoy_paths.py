@@ -81,12 +81,17 @@ def canonical_path(path: str) -> str:
     return "/" + "/".join(out)
 
 
-_SLASHES = re2.compile("/{2,}")
-
-
 def merge_slashes(path: str) -> str:
-    """``merge_slashes``: "Determines if adjacent slashes in the path are merged into one"."""
-    return str(_SLASHES.sub("/", path))
+    """``merge_slashes``: "Determines if adjacent slashes in the path are merged into one".
+
+    As Envoy 1.40 does it (PathUtil::mergeSlashes): the non-empty segments joined by
+    one ``/``, with the leading and trailing ``/`` kept. So a path of slashes only
+    stays ``//`` (measured: ``/%2F`` unescaped to ``//`` is redirected to ``//``)."""
+    if "//" not in path:
+        return path
+    prefix = "/" if path.startswith("/") else ""
+    suffix = "/" if path.endswith("/") else ""
+    return prefix + "/".join(seg for seg in path.split("/") if seg) + suffix
 
 
 _ESCAPED_SLASH = re2.compile("%2[fF]|%5[cC]")
