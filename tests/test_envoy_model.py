@@ -1157,6 +1157,17 @@ def test_real_envoy_agrees_on_unsendable_targets(real_envoy: Any) -> None:
         assert (_raw_status(port, target.encode("utf-8")), expected) == (400, 400), target
 
 
+def on_the_binary(examples: int) -> Any:
+    """Hypothesis settings for properties checked against the real Envoy: the same
+    draws on every machine, no deadline (a request takes what it takes)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+
+
 def test_real_envoy_agrees_on_unknown_methods(real_envoy: Any) -> None:
     port, model = real_envoy
     for method in ["FOO", "MSEARCH"]:
@@ -1165,12 +1176,7 @@ def test_real_envoy_agrees_on_unknown_methods(real_envoy: Any) -> None:
         assert _raw_status(port, b"/", method.encode()) == expected, method
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@on_the_binary(150)
 @given(
     index=st.integers(0, len(BYTE_PATTERNS) - 1),
     value=st.text(alphabet="abAB.-_ éÉèß中\u00ff", max_size=4).map(lambda v: v.strip(" ")),
@@ -1221,12 +1227,7 @@ def path_envoy(tmp_path_factory: pytest.TempPathFactory) -> Any:
 SEGMENTS = ["a", "B", ".", "..", "", "%2F", "%2f", "%5C", "%2e", "%2E%2E", "%41", "~", "%25", "a;b"]
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@on_the_binary(200)
 @given(
     listener=st.integers(0, len(PATH_HCMS) - 1),
     segments=st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=5),
