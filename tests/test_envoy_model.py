@@ -919,6 +919,32 @@ PATTERN_ROUTES = [
     for i, pattern in enumerate(BYTE_PATTERNS)
 ]
 
+# Query parameter matchers for the property-based cross-check (x-case: q<i>).
+QUERY_MATCHERS = [
+    QueryParameterMatcher(name="a", string_match=StringMatcher(exact="1")),
+    QueryParameterMatcher(name="a", string_match=StringMatcher(exact="x%20y")),
+    QueryParameterMatcher(name="a", string_match=StringMatcher(prefix="x")),
+    QueryParameterMatcher(name="a", present_match=True),
+    QueryParameterMatcher(
+        name="a", string_match=StringMatcher(safe_regex=RegexMatcher(regex="[0-9]+"))
+    ),
+    QueryParameterMatcher(name="a", string_match=StringMatcher(exact="AbC", ignore_case=True)),
+    QueryParameterMatcher(name="a", string_match=StringMatcher(exact="")),
+]
+QUERY_ROUTES = [
+    Route(
+        match=RouteMatch(
+            prefix="/",
+            headers=[HeaderMatcher(name="x-case", string_match=StringMatcher(exact=f"q{i}"))],
+            query_parameters=[matcher],
+        ),
+        **direct(261 + i),
+    )
+    for i, matcher in enumerate(QUERY_MATCHERS)
+]
+QUERY_PARTS = ["a=1", "a=%31", "a", "a=", "A=1", "a=2", "a=x%20y", "a=x+y", "a=xy", "b=1"]
+QUERY_PARTS += ["a=AbC", "a=abc", "a=12", "a=1a", "a=%2F", "a=1=2", "&", "=1"]
+
 BYTE_REQUESTS = [
     {"x-n": "café"},  # 232, not 231
     {"x-n": "cafe"},  # 231
@@ -992,6 +1018,7 @@ def _cross_check_snapshot(port: int, echo_port: int) -> Snapshot:
             mutation,
             *BYTE_ROUTES,
             *PATTERN_ROUTES,
+            *QUERY_ROUTES,
             Route(match=RouteMatch(prefix="/"), **direct(299)),
         ],
         request_headers_to_add=[
@@ -1241,3 +1268,17 @@ def test_real_envoy_agrees_on_path_handling(
     and any redirect are the binary's."""
     ports, model = path_envoy
     _agree((ports[listener], model), "any.test", {}, "/" + "/".join(segments) + query)
+
+
+@on_the_binary(200)
+@given(
+    index=st.integers(0, len(QUERY_MATCHERS) - 1),
+    parts=st.lists(st.sampled_from(QUERY_PARTS), max_size=3),
+)
+def test_real_envoy_agrees_on_query_parameters(
+    real_envoy: Any, index: int, parts: list[str]
+) -> None:
+    """Every QueryParameterMatcher form on drawn query strings (repeated, empty,
+    escaped, other-case names): the model matches as the binary does."""
+    query = "&".join(parts)
+    _agree(real_envoy, "any.test", {"x-case": f"q{index}"}, "/q" + (f"?{query}" if query else ""))
