@@ -1282,3 +1282,24 @@ def test_real_envoy_agrees_on_query_parameters(
     escaped, other-case names): the model matches as the binary does."""
     query = "&".join(parts)
     _agree(real_envoy, "any.test", {"x-case": f"q{index}"}, "/q" + (f"?{query}" if query else ""))
+
+
+HOST_LABELS = ["a", "A", "b", "x-bar", "-bar", "foo", "FOO", "com", "org", "p", ""]
+
+
+@on_the_binary(200)
+@given(
+    labels=st.lists(st.sampled_from(HOST_LABELS), min_size=1, max_size=4),
+    port=st.sampled_from(["", ":80", ":8080", ":1"]),
+    dot=st.booleans(),
+)
+def test_real_envoy_agrees_on_virtual_host_choice(
+    real_envoy: Any, labels: list[str], port: str, dot: bool
+) -> None:
+    """Drawn Host headers (exact, suffix and prefix wildcards of every length,
+    other case, empty labels, a trailing dot, a port) pick the virtual host the
+    binary picks."""
+    host = ".".join(labels) + ("." if dot else "") + port
+    if not host or host.startswith(":"):
+        host = "x" + host
+    _agree(real_envoy, host, {})
