@@ -942,6 +942,27 @@ QUERY_ROUTES = [
     )
     for i, matcher in enumerate(QUERY_MATCHERS)
 ]
+# Path matchers for the property-based cross-check (x-case: p<i>).
+PATH_MATCHES = [
+    RouteMatch(prefix="/foo"),
+    RouteMatch(prefix="/foo/"),
+    RouteMatch(path="/foo"),
+    RouteMatch(path_separated_prefix="/foo"),
+    RouteMatch(prefix="/FOO", case_sensitive=False),
+    RouteMatch(path="/foo/", case_sensitive=False),
+    RouteMatch(safe_regex=RegexMatcher(regex="/foo/[0-9]+")),
+    RouteMatch(path_separated_prefix="/foo/bar", case_sensitive=False),
+]
+PATH_ROUTES = [
+    Route(
+        match=dataclasses.replace(
+            match,
+            headers=[HeaderMatcher(name="x-case", string_match=StringMatcher(exact=f"p{i}"))],
+        ),
+        **direct(271 + i),
+    )
+    for i, match in enumerate(PATH_MATCHES)
+]
 QUERY_PARTS = ["a=1", "a=%31", "a", "a=", "A=1", "a=2", "a=x%20y", "a=x+y", "a=xy", "b=1"]
 QUERY_PARTS += ["a=AbC", "a=abc", "a=12", "a=1a", "a=%2F", "a=1=2", "&", "=1"]
 
@@ -1019,6 +1040,7 @@ def _cross_check_snapshot(port: int, echo_port: int) -> Snapshot:
             *BYTE_ROUTES,
             *PATTERN_ROUTES,
             *QUERY_ROUTES,
+            *PATH_ROUTES,
             Route(match=RouteMatch(prefix="/"), **direct(299)),
         ],
         request_headers_to_add=[
@@ -1203,17 +1225,14 @@ def test_real_envoy_agrees_on_unknown_methods(real_envoy: Any) -> None:
         assert _raw_status(port, b"/", method.encode()) == expected, method
 
 
-@on_the_binary(150)
-@given(
-    index=st.integers(0, len(BYTE_PATTERNS) - 1),
-    value=st.text(alphabet="abAB.-_ éÉèß中\u00ff", max_size=4).map(lambda v: v.strip(" ")),
-)
-def test_real_envoy_agrees_on_regexes_over_any_value(
-    real_envoy: Any, index: int, value: str
-) -> None:
+@on_the_binary(100)
+@given(value=st.text(alphabet="abAB.-_ éÉèß中\u00ff", max_size=4).map(lambda v: v.strip(" ")))
+def test_real_envoy_agrees_on_regexes_over_any_value(real_envoy: Any, value: str) -> None:
     """Header regexes on values with non-ASCII characters: the model (RE2 over
-    UTF-8 bytes in Latin-1 mode) decides as the binary does, whatever the value."""
-    _agree(real_envoy, "any.test", {"x-case": f"rx{index}", "x-v": value})
+    UTF-8 bytes in Latin-1 mode) decides as the binary does, whatever the value,
+    for every pattern."""
+    for index in range(len(BYTE_PATTERNS)):
+        _agree(real_envoy, "any.test", {"x-case": f"rx{index}", "x-v": value})
 
 
 # ---------------------------------------------------------------- path handling, on the binary
@@ -1270,18 +1289,15 @@ def test_real_envoy_agrees_on_path_handling(
     _agree((ports[listener], model), "any.test", {}, "/" + "/".join(segments) + query)
 
 
-@on_the_binary(200)
-@given(
-    index=st.integers(0, len(QUERY_MATCHERS) - 1),
-    parts=st.lists(st.sampled_from(QUERY_PARTS), max_size=3),
-)
-def test_real_envoy_agrees_on_query_parameters(
-    real_envoy: Any, index: int, parts: list[str]
-) -> None:
+@on_the_binary(100)
+@given(parts=st.lists(st.sampled_from(QUERY_PARTS), max_size=3))
+def test_real_envoy_agrees_on_query_parameters(real_envoy: Any, parts: list[str]) -> None:
     """Every QueryParameterMatcher form on drawn query strings (repeated, empty,
     escaped, other-case names): the model matches as the binary does."""
     query = "&".join(parts)
-    _agree(real_envoy, "any.test", {"x-case": f"q{index}"}, "/q" + (f"?{query}" if query else ""))
+    for index in range(len(QUERY_MATCHERS)):
+        path = "/q" + (f"?{query}" if query else "")
+        _agree(real_envoy, "any.test", {"x-case": f"q{index}"}, path)
 
 
 HOST_LABELS = ["a", "A", "b", "x-bar", "-bar", "foo", "FOO", "com", "org", "p", ""]
@@ -1303,3 +1319,20 @@ def test_real_envoy_agrees_on_virtual_host_choice(
     if not host or host.startswith(":"):
         host = "x" + host
     _agree(real_envoy, host, {})
+
+
+@on_the_binary(100)
+@given(
+    first=st.sampled_from(["foo", "FOO", "Foo", "foobar", "FOOBAR", "fo", "", "bar"]),
+    rest=st.lists(st.sampled_from(["bar", "BAR", "barx", "", "1", "12", "x"]), max_size=2),
+    query=st.sampled_from(["", "?a=b", "?/foo"]),
+)
+def test_real_envoy_agrees_on_path_matchers(
+    real_envoy: Any, first: str, rest: list[str], query: str
+) -> None:
+    """prefix, path, path_separated_prefix and safe_regex, case-sensitive or not, on
+    drawn paths around their boundaries: the model matches as the binary does,
+    for every matcher."""
+    path = "/" + "/".join([first, *rest]) + query
+    for index in range(len(PATH_MATCHES)):
+        _agree(real_envoy, "any.test", {"x-case": f"p{index}"}, path)
