@@ -904,18 +904,27 @@ BYTE_PATTERNS = [
     "é|E",
     "(?i)[a-z]+",
 ]
+
+
+def _keyed(case: str, status: int, match: RouteMatch) -> Route:
+    """``match``, taken only by requests with ``x-case: case``, answered ``status``:
+    one route per form, side by side in one configuration."""
+    key = HeaderMatcher(name="x-case", string_match=StringMatcher(exact=case))
+    return Route(match=dataclasses.replace(match, headers=[key, *match.headers]), **direct(status))
+
+
 PATTERN_ROUTES = [
-    Route(
-        match=RouteMatch(
+    _keyed(
+        f"rx{i}",
+        250,
+        RouteMatch(
             prefix="/",
             headers=[
-                HeaderMatcher(name="x-case", string_match=StringMatcher(exact=f"rx{i}")),
                 HeaderMatcher(
                     name="x-v", string_match=StringMatcher(safe_regex=RegexMatcher(regex=pattern))
-                ),
+                )
             ],
         ),
-        **direct(250),
     )
     for i, pattern in enumerate(BYTE_PATTERNS)
 ]
@@ -933,14 +942,7 @@ QUERY_MATCHERS = [
     QueryParameterMatcher(name="a", string_match=StringMatcher(exact="")),
 ]
 QUERY_ROUTES = [
-    Route(
-        match=RouteMatch(
-            prefix="/",
-            headers=[HeaderMatcher(name="x-case", string_match=StringMatcher(exact=f"q{i}"))],
-            query_parameters=[matcher],
-        ),
-        **direct(261 + i),
-    )
+    _keyed(f"q{i}", 261 + i, RouteMatch(prefix="/", query_parameters=[matcher]))
     for i, matcher in enumerate(QUERY_MATCHERS)
 ]
 # Path matchers for the property-based cross-check (x-case: p<i>).
@@ -954,16 +956,7 @@ PATH_MATCHES = [
     RouteMatch(safe_regex=RegexMatcher(regex="/foo/[0-9]+")),
     RouteMatch(path_separated_prefix="/foo/bar", case_sensitive=False),
 ]
-PATH_ROUTES = [
-    Route(
-        match=dataclasses.replace(
-            match,
-            headers=[HeaderMatcher(name="x-case", string_match=StringMatcher(exact=f"p{i}"))],
-        ),
-        **direct(271 + i),
-    )
-    for i, match in enumerate(PATH_MATCHES)
-]
+PATH_ROUTES = [_keyed(f"p{i}", 271 + i, match) for i, match in enumerate(PATH_MATCHES)]
 # Header matchers for the property-based cross-check (x-case: h<i>), all on x-m.
 HEADER_FORMS = [
     HeaderMatcher(name="x-m", string_match=StringMatcher(exact="1"), invert_match=True),
@@ -984,16 +977,7 @@ HEADER_FORMS = [
     HeaderMatcher(name="x-m", exact_match=""),
 ]
 HEADER_ROUTES = [
-    Route(
-        match=RouteMatch(
-            prefix="/",
-            headers=[
-                HeaderMatcher(name="x-case", string_match=StringMatcher(exact=f"h{i}")),
-                matcher,
-            ],
-        ),
-        **direct(281 + i),
-    )
+    _keyed(f"h{i}", 281 + i, RouteMatch(prefix="/", headers=[matcher]))
     for i, matcher in enumerate(HEADER_FORMS)
 ]
 HEADER_VALUES = ["1", "2", "1,2", "ab", "AB", "xyz", "", "5", "-3", "+4", "10", "v", "b"]
