@@ -1367,3 +1367,15 @@ def test_real_envoy_agrees_on_header_matcher_forms(real_envoy: Any, values: list
     binary does."""
     for index in range(len(HEADER_FORMS)):
         _agree(real_envoy, "any.test", {"x-case": f"h{index}", "x-m": values})
+
+
+@on_the_binary(60)
+@given(
+    host=st.sampled_from(["a.com", "a.com:80", "a.com:443", "a.com:8080", "A.COM:9", "[::1]:80"]),
+    path=st.sampled_from(["/p", "/p?q=1", "/", "/x/y?z", "/p?", "/P", "/p/?a=b&c"]),
+)
+def test_real_envoy_agrees_on_redirects(real_envoy: Any, host: str, path: str) -> None:
+    """Every redirect form (scheme, https, host, port, path, prefix rewrite, strip
+    query) on drawn Hosts and targets: the Location is the binary's."""
+    for i in range(len(REDIRECTS)):
+        _agree(real_envoy, host, {"x-case": f"red{i}"}, path)
