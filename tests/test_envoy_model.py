@@ -1379,3 +1379,20 @@ def test_real_envoy_agrees_on_redirects(real_envoy: Any, host: str, path: str) -
     query) on drawn Hosts and targets: the Location is the binary's."""
     for i in range(len(REDIRECTS)):
         _agree(real_envoy, host, {"x-case": f"red{i}"}, path)
+
+
+MUTATED = ["x-g", "x-app", "x-aia", "x-oie", "x-oie2", "x-rm", "x-legacy-t", "x-legacy-f"]
+MUTATED += ["x-dup", "x-empty", "x-gone", "x-other"]
+
+
+@on_the_binary(80)
+@given(
+    sent=st.dictionaries(
+        st.sampled_from(MUTATED), st.lists(st.sampled_from(["c", "d", ""]), min_size=1, max_size=2)
+    )
+)
+def test_real_envoy_agrees_on_header_mutations(real_envoy: Any, sent: dict[str, list[str]]) -> None:
+    """Route, virtual host and route configuration header ops, every append action,
+    on drawn client headers (absent, once, twice, empty): the headers the backend
+    receives and the response headers are the binary's."""
+    _agree(real_envoy, "any.test", {**sent, "x-case": "mut"})
