@@ -867,16 +867,18 @@ def _free_port() -> int:
 ENVOY_OWN = ("x-forwarded-", "x-request-id", "x-envoy-", "content-length")
 
 
+def _keyed(case: str, status: int, match: RouteMatch) -> Route:
+    """``match``, taken only by requests with ``x-case: case``, answered ``status``:
+    one route per form, side by side in one configuration."""
+    key = HeaderMatcher(name="x-case", string_match=StringMatcher(exact=case))
+    return Route(match=dataclasses.replace(match, headers=[key, *match.headers]), **direct(status))
+
+
 def _byte_route(name: str, matcher: StringMatcher, status: int) -> Route:
-    return Route(
-        match=RouteMatch(
-            prefix="/",
-            headers=[
-                HeaderMatcher(name="x-case", string_match=StringMatcher(exact="bytes")),
-                HeaderMatcher(name=name, string_match=matcher),
-            ],
-        ),
-        **direct(status),
+    return _keyed(
+        "bytes",
+        status,
+        RouteMatch(prefix="/", headers=[HeaderMatcher(name=name, string_match=matcher)]),
     )
 
 
@@ -904,13 +906,6 @@ BYTE_PATTERNS = [
     "é|E",
     "(?i)[a-z]+",
 ]
-
-
-def _keyed(case: str, status: int, match: RouteMatch) -> Route:
-    """``match``, taken only by requests with ``x-case: case``, answered ``status``:
-    one route per form, side by side in one configuration."""
-    key = HeaderMatcher(name="x-case", string_match=StringMatcher(exact=case))
-    return Route(match=dataclasses.replace(match, headers=[key, *match.headers]), **direct(status))
 
 
 PATTERN_ROUTES = [

@@ -17,7 +17,7 @@ from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, Vi
 
 from verifier.features import DEFAULT_PROFILE
 from verifier.findings import Finding, new
-from verifier.forked import can_fork, map_forked
+from verifier.forked import map_forked
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
@@ -217,11 +217,11 @@ class Context:
         at 10,000 rules there are ~140,000 witnesses). Large sets are split across
         the machine's cores: each witness is independent of the others."""
         witnesses = self.witnesses
-        workers = min(os.cpu_count() or 1, MAX_WORKERS)
-        if len(witnesses) < PARALLEL_MIN_WITNESSES or workers < 2 or not can_fork():
+        if len(witnesses) < PARALLEL_MIN_WITNESSES:
             return [c for c in map(self.compare, witnesses) if c is not None]
         # Build both models' indexes once, before the children inherit them.
         self.compare(witnesses[0])
+        workers = min(os.cpu_count() or 1, MAX_WORKERS)  # map_forked maps serially when it must
         shares = map_forked(
             lambda start: self._compare_share(start, workers), range(workers), min_items=2
         )

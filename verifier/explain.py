@@ -75,7 +75,7 @@ def pick_gateway(res: Resources, controller: str, port: int, named: str | None) 
     if named:
         ns, _, name = named.partition("/")
         if (ns, name) not in res.gateways:
-            raise InputErrors([InputError("--gateway", 0, "", "not-found", f"no Gateway {named}")])
+            raise _bad("--gateway", "not-found", f"no Gateway {named}")
         return (ns, name)
     ours = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller}
     keys = sorted(

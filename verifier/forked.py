@@ -20,12 +20,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-CHILD_GRACE_S = 10.0  # for a terminated child to run its finally blocks
+CHILD_GRACE_S = 10.0  # for a stopped child to run its on_stop clean-ups
 
 
 def can_fork() -> bool:
@@ -58,12 +58,12 @@ class _Child:
         self._done = False
 
     def receive(self) -> tuple[bool, Any]:
-        """The next (True, value), or (False, None) when the child gave no more."""
+        """(True, the next value), or (False, None) when the child gave no more:
+        a child that fails sends nothing and closes its end."""
         try:
-            answered, value = self.conn.recv()
+            return True, self.conn.recv()
         except (EOFError, OSError):
             return False, None
-        return bool(answered), value
 
     def send(self, value: object) -> bool:
         """Whether ``value`` reached the child (a duplex one); False once it is gone."""
@@ -149,10 +149,9 @@ def _child_signals() -> None:
 def _call_in_child(fn: Callable[[], object], send: Connection) -> None:
     _child_signals()
     try:
-        value = fn()
-        send.send((True, value))
-    except Exception:
-        send.send((False, None))  # the parent computes it again and sees the error itself
+        send.send(fn())
+    except Exception:  # the parent computes it again and sees the error itself
+        pass
     finally:
         send.close()
 
@@ -162,7 +161,7 @@ def _serve_in_child(fn: Callable[[Any], object], items: Sequence[Any], conn: Con
     _child_signals()
     try:
         while (i := conn.recv()) is not None:
-            conn.send((True, fn(items[i])))
+            conn.send(fn(items[i]))
     except Exception:  # fn failed (the parent maps that item itself), or the parent left
         pass
     finally:
@@ -186,16 +185,16 @@ def map_forked(
         yield from map(fn, items)
         return
     children = [_Child(_serve_in_child, fn, items, duplex=True) for _ in range(n)]
-    by_conn = {id(c.conn): c for c in children}
+    by_conn = {c.conn: c for c in children}
     todo = iter(range(len(items)))
-    busy: dict[int, int] = {}  # id(child.conn) -> the item it maps
+    busy: dict[Connection, int] = {}  # a child's pipe -> the item it maps
     answers: dict[int, Any] = {}
     here: set[int] = set()  # items to map in this process
 
     def hand_out(child: _Child) -> None:
         i = next(todo, None)
         if child.send(i) and i is not None:
-            busy[id(child.conn)] = i
+            busy[child.conn] = i
         elif i is not None:
             here.add(i)  # the child is gone
 
@@ -205,9 +204,9 @@ def map_forked(
             hand_out(child)
         for i, item in enumerate(items):
             while i not in answers and i not in here and busy:
-                for conn in wait([by_conn[k].conn for k in busy]):
-                    child = by_conn[id(conn)]
-                    j = busy.pop(id(conn))
+                for conn in cast(list[Connection], wait(list(busy))):
+                    child = by_conn[conn]
+                    j = busy.pop(conn)
                     answered, value = child.receive()
                     if answered:
                         answers[j] = value

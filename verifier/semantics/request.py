@@ -46,11 +46,13 @@ _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 _NOT_IN_TARGET = frozenset(" #")  # a space ends the target; '#' starts a fragment
 
 
-def _bad_value_char(value: str) -> str | None:
-    for ch in value:
-        if (ch < " " and ch != "\t") or ch == "\x7f":
-            return ch
-    return None
+def _raw_in_target(ch: str) -> bool:
+    return ch.isascii() and ch.isprintable() and ch not in _NOT_IN_TARGET
+
+
+def _control(ch: str) -> bool:
+    """A control character a field value may not hold (HTAB may)."""
+    return (ch < " " and ch != "\t") or ch == "\x7f"
 
 
 def wire_problem(request: Request) -> str | None:
@@ -66,7 +68,7 @@ def wire_problem(request: Request) -> str | None:
         return f"the method {request.method!r} is not an HTTP token"
     path = request.path
     if not (path.isascii() and path.isprintable()) or " " in path or "#" in path:
-        bad = next(c for c in path if not (c.isascii() and c.isprintable()) or c in _NOT_IN_TARGET)
+        bad = next(c for c in path if not _raw_in_target(c))
         return (
             f"the request target holds {bad!r}, which a client sends percent-encoded "
             f"({percent_encode(bad)})"
@@ -80,7 +82,7 @@ def wire_problem(request: Request) -> str | None:
         for value in values:
             if value.isascii() and value.isprintable() and value.strip(" ") == value:
                 continue  # nearly every value
-            control = _bad_value_char(value)
+            control = next((c for c in value if _control(c)), None)
             if control is not None:
                 return f"the value of header {name!r} holds the control character {control!r}"
             if value.strip(" \t") != value:
@@ -96,7 +98,7 @@ def percent_encode(text: str) -> str:
     bytes, controls, space, DEL, '#') written as %XX, as a client encodes a URL."""
     out = []
     for ch in text:
-        if ch.isascii() and ch.isprintable() and ch not in _NOT_IN_TARGET:
+        if _raw_in_target(ch):
             out.append(ch)
         else:
             out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
@@ -106,7 +108,7 @@ def percent_encode(text: str) -> str:
 def sendable_value(value: str) -> str:
     """``value`` as a header can carry it: no control characters, no leading or
     trailing whitespace (the receiving codec strips it)."""
-    kept = "".join(c for c in value if (c >= " " and c != "\x7f") or c == "\t")
+    kept = "".join(c for c in value if not _control(c))
     return kept.strip(" \t")
 
 
