@@ -15,6 +15,7 @@ from typing import Any
 from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
+from verifier.semantics.spec_frontend import port_trust
 
 # HTTPRouteFilterType: the Core and Extended filters every conformant implementation
 # knows; a route using anything else may legitimately be refused (UnsupportedValue).
@@ -90,6 +91,9 @@ def listener_state(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> str
         return "maybe"
     if lst.protocol == "HTTPS" and not _certs_ok(res, gw, lst):
         return "maybe"
+    trust = port_trust(res, gw, lst.port) if lst.protocol == "HTTPS" else None
+    if trust is not None and not trust.usable:
+        return "maybe"  # Accepted False (NoValidCACertificate): it must not serve
     return "ready"
 
 

@@ -29,6 +29,7 @@ FEATURE_OWNERS = {
     wt.HOST: "httproute-hostnames",
     wt.PRECEDENCE: "httproute-precedence",
     wt.MISDIRECTED: "gateway-https-misdirected-requests",
+    wt.FRONTEND: "gateway-frontend-client-certificate-validation",
 }
 BASE_NOTES = {"exact", "prefix itself", "root", "regex sample"}
 # When several witnesses of one HTTPRoute match disagree, the most specific
@@ -38,6 +39,7 @@ OWNER_PRIORITY = (
     "httproute-query-param-matching",
     "httproute-method-matching",
     "httproute-cors",
+    "gateway-frontend-client-certificate-validation",
     "gateway-https-misdirected-requests",
     "httproute-scheme-redirect",
     "httproute-port-redirect",

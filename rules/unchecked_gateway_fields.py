@@ -1,16 +1,15 @@
 """A Gateway asks for client-certificate behaviour this check cannot judge.
 
 Why it matters: a verifier that passes what it does not understand is worse than none.
-Neither model knows ``spec.tls.frontend`` (GatewayFrontendClientCertificateValidation:
-"the Gateway MUST reject client connections without a valid certificate") nor
-``spec.tls.backend`` (GatewayBackendClientCertificate), and the reference translator
-does not render them, so without this rule ``check`` would report such a Gateway clean
-while nothing refuses clients without a certificate. The finding says the check is
-blind there; it is a warning, ``--fail-on warning`` makes it fail a pipeline.
-The other features no rule judges are listed, with why, in docs/rules.md.
+Neither model knows ``spec.tls.backend`` (GatewayBackendClientCertificate: the
+certificate the Gateway presents to backends), and the reference translator does not
+render it, so without this rule ``check`` would report such a Gateway clean while no
+backend ever sees that certificate. The finding says the check is blind there; it is a
+warning, ``--fail-on warning`` makes it fail a pipeline. The other features no rule
+judges are listed, with why, in docs/rules.md.
 
-Example: Gateway ``edge-infra/fe`` sets ``spec.tls.frontend.default.validation``; the
-check says it does not judge client certificate validation for that Gateway.
+Example: Gateway ``edge-infra/be`` sets ``spec.tls.backend.clientCertificateRef``; the
+check says it does not judge the Gateway's client certificate towards backends.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ CODE = "EV108"
 
 # spec.tls key -> the feature it asks for.
 FIELDS = {
-    "frontend": "GatewayFrontendClientCertificateValidation",
     "backend": "GatewayBackendClientCertificate",
 }
 

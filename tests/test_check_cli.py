@@ -61,7 +61,7 @@ OUTCOME_KEYS = {
     "timeouts",
     "route",
 }
-REQUEST_KEYS = {"method", "scheme", "host", "port", "path", "headers", "sni"}
+REQUEST_KEYS = {"method", "scheme", "host", "port", "path", "headers", "sni", "client_cert"}
 ERROR_COUNT = re.compile(r"^edge-verify: (\d+) input errors?$")
 AETHER_RULES = sorted(r.name for r in RULES if AETHER_EDGE in r.features)
 
@@ -883,9 +883,9 @@ def test_unsendable_case_requests_are_input_errors(tmp_path: Path, cli: CLI) -> 
     assert any(f"{cases}:4: [1].request:" in ln and "control" in ln for ln in lines), lines
 
 
-def test_client_certificate_fields_are_reported_not_passed(tmp_path: Path, cli: CLI) -> None:
-    """A Gateway asking for client certificate validation is not reported clean:
-    neither model knows spec.tls.frontend, so the check says it is blind there."""
+def test_backend_client_certificate_is_reported_not_passed(tmp_path: Path, cli: CLI) -> None:
+    """A Gateway asking for a client certificate towards backends is not reported
+    clean: neither model knows spec.tls.backend, so the check says it is blind there."""
     gateway = tmp_path / "gateway.yaml"
     gateway.write_text(
         "apiVersion: gateway.networking.k8s.io/v1\n"
@@ -894,10 +894,8 @@ def test_client_certificate_fields_are_reported_not_passed(tmp_path: Path, cli: 
         "spec:\n"
         "  gatewayClassName: aether\n"
         "  tls:\n"
-        "    frontend:\n"
-        "      default:\n"
-        "        validation:\n"
-        "          caCertificateRefs: [{kind: ConfigMap, group: '', name: ca}]\n"
+        "    backend:\n"
+        "      clientCertificateRef: {kind: Secret, group: '', name: edge-client}\n"
         "  listeners:\n"
         "  - {name: http, port: 80, protocol: HTTP, hostname: certs.example}\n",
         encoding="utf-8",
@@ -906,9 +904,47 @@ def test_client_certificate_fields_are_reported_not_passed(tmp_path: Path, cli: 
     assert r.rc == 0  # a warning; --fail-on warning turns it into exit 1
     findings = json.loads(r.out)["findings"]
     assert [(f["code"], f["location"]) for f in findings] == [("EV108", f"{gateway}:7")]
-    assert "GatewayFrontendClientCertificateValidation" in findings[0]["message"]
+    assert "GatewayBackendClientCertificate" in findings[0]["message"]
     r = cli("check", str(FIXTURES / "base"), str(gateway), "--fail-on", "warning")
     assert r.rc == 1
+
+
+def _without_client_validation(node: Any) -> None:
+    if isinstance(node, dict):
+        node.pop("require_client_certificate", None)
+        node.pop("validation_context", None)
+        for value in node.values():
+            _without_client_validation(value)
+    elif isinstance(node, list):
+        for item in node:
+            _without_client_validation(item)
+
+
+def test_missing_client_certificate_validation_is_reported_per_port(
+    tmp_path: Path, cli: CLI
+) -> None:
+    """An xDS whose TLS contexts ask no client certificate lets clients without one
+    through: EV224 once per port, at the validation (default or perPort entry)
+    that port uses, with a request that gets through."""
+    scenario = "gateway-frontend-client-certificate-validation"
+    doc = translated(tmp_path / "good.json", scenario)
+    _without_client_validation(doc)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", *scenario_args(scenario), "--xds", str(broken), "--format", "json")
+    assert r.rc == 1
+    findings = json.loads(r.out)["findings"]
+    resources = rel(FIXTURES / scenario / "resources.yaml")
+    lines = Path(resources).read_text(encoding="utf-8").splitlines()
+    got = sorted((f["code"], f["request"]["port"], f["location"]) for f in findings)
+    default = next(i for i, text in enumerate(lines, 1) if "      default:" in text) + 1
+    per_port = next(i for i, text in enumerate(lines, 1) if "- port: 8452" in text) + 2
+    assert got == [
+        ("EV224", 8451, f"{resources}:{default}"),
+        ("EV224", 8452, f"{resources}:{per_port}"),
+    ]
+    for f in findings:
+        assert f["expected"]["status"] == 0 and f["actual"]["status"] == 200
 
 
 def test_xds_envoy_refuses_is_reported_and_the_models_stand_aside(tmp_path: Path, cli: CLI) -> None:

@@ -27,7 +27,14 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import load_scenario, scenario_params, translate_scenario, valid_scenarios
+from conftest import (
+    BASE,
+    FIXTURES,
+    load_scenario,
+    scenario_params,
+    translate_scenario,
+    valid_scenarios,
+)
 from envoy_data_plane.envoy.config.cluster.v3 import Cluster, ClusterDiscoveryType
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
@@ -74,6 +81,7 @@ from envoy_data_plane.google.protobuf import Any as PbAny
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from verifier.gatewayapi.resources import load_resources
 from verifier.live.echo_model import echo_reply
 from verifier.semantics.cases import Case, parse_cases, unmet
 from verifier.semantics.directory import (
@@ -85,8 +93,10 @@ from verifier.semantics.directory import (
 )
 from verifier.semantics.envoy import NO_RESPONSE, EnvoyModel
 from verifier.semantics.envoy_routes import RouteTable
+from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     Backend,
+    ClientCert,
     Outcome,
     Request,
     apply_response_ops,
@@ -154,7 +164,7 @@ def _case_params() -> list[Any]:
         if not path.is_file():
             continue
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-        for case, raw_case in zip(parse_cases(raw), raw, strict=True):
+        for case, raw_case in zip(parse_cases(raw, str(scenario)), raw, strict=True):
             bug = TRANSLATOR_BUGS.get((scenario.name, case.name))
             marks = [pytest.mark.xfail(strict=True, reason=bug)] if bug else []
             params.append(
@@ -1391,3 +1401,131 @@ def test_real_envoy_agrees_on_header_mutations(real_envoy: Any, sent: dict[str, 
     on drawn client headers (absent, once, twice, empty): the headers the backend
     receives and the response headers are the binary's."""
     _agree(real_envoy, "any.test", {**sent, "x-case": "mut"})
+
+
+# ---------------------------------------------------------- client certificates, on the binary
+
+CLIENT_PKI = FIXTURES / "gateway-frontend-client-certificate-validation"
+
+
+def _terminating_listener(port: int, name: str, tls: Any) -> Listener:
+    """A listener terminating TLS with ``tls`` (a DownstreamTlsContext) and answering 200."""
+    from envoy_data_plane.envoy.config.core.v3 import TransportSocket
+    from envoy_data_plane.envoy.config.listener.v3 import ListenerFilter
+    from envoy_data_plane.envoy.extensions.filters.listener.tls_inspector.v3 import TlsInspector
+
+    vh = VirtualHost(
+        name="v", domains=["*"], routes=[Route(match=RouteMatch(prefix="/"), **direct(200))]
+    )
+    (listener,) = snapshot([vh], port=port).listeners
+    chain = listener.filter_chains[0]
+    chain.transport_socket = TransportSocket(
+        name="envoy.transport_sockets.tls", typed_config=PbAny.pack(tls)
+    )
+    listener.listener_filters = [
+        ListenerFilter(
+            name="envoy.filters.listener.tls_inspector", typed_config=PbAny.pack(TlsInspector())
+        )
+    ]
+    return dataclasses.replace(listener, name=name)
+
+
+def _client_tls_contexts() -> list[Any]:
+    """Every way a DownstreamTlsContext can treat a client certificate: no
+    validation, and a trusted CA with require_client_certificate on or off and
+    trust_chain_verification VERIFY_TRUST_CHAIN or ACCEPT_UNTRUSTED."""
+    from envoy_data_plane.envoy.config.core.v3 import DataSource
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+        CertificateValidationContext,
+        CommonTlsContext,
+        DownstreamTlsContext,
+        TlsCertificate,
+    )
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+        CertificateValidationContextTrustChainVerification as Verify,
+    )
+
+    res = load_resources([str(BASE), str(FIXTURES / "gateway-https-listener")])
+    secret = res.secrets[("edge-infra", "example-com-tls")]
+    server = TlsCertificate(
+        certificate_chain=DataSource(inline_string=secret.cert_pem),
+        private_key=DataSource(inline_string=secret.key_pem),
+    )
+    ca = (CLIENT_PKI / "client-ca-a.crt").read_text(encoding="utf-8")
+    contexts = [
+        DownstreamTlsContext(common_tls_context=CommonTlsContext(tls_certificates=[server]))
+    ]
+    for require in (True, None):
+        for verify in (Verify.VERIFY_TRUST_CHAIN, Verify.ACCEPT_UNTRUSTED):
+            validation = CertificateValidationContext(
+                trusted_ca=DataSource(inline_string=ca), trust_chain_verification=verify
+            )
+            contexts.append(
+                DownstreamTlsContext(
+                    common_tls_context=CommonTlsContext(
+                        tls_certificates=[server], validation_context=validation
+                    ),
+                    require_client_certificate=require,
+                )
+            )
+    return contexts
+
+
+def _tls_status(port: int, cert: ClientCert | None) -> int:
+    """200 (or whatever Envoy answers) over TLS, presenting ``cert``; 0 if the
+    handshake (or the first read, where TLS 1.3 reports a refused certificate) fails."""
+    import ssl
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if cert is not None:
+        ctx.load_cert_chain(cert.cert_file, cert.key_file)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=ctx)
+    try:
+        conn.request("GET", "/", headers={"Host": "secure.example.com"})
+        return conn.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return 0
+    finally:
+        conn.close()
+
+
+def test_real_envoy_agrees_on_client_certificates(tmp_path: Path) -> None:
+    """Each DownstreamTlsContext form, each kind of client: none, one of the trusted
+    CA, one of another CA. The model refuses the handshake exactly when Envoy does."""
+    contexts = _client_tls_contexts()
+
+    def snap_for(ports: list[int], _echo: int) -> Snapshot:
+        listeners = [
+            _terminating_listener(p, f"tls{i}", t)
+            for i, (p, t) in enumerate(zip(ports, contexts, strict=True))
+        ]
+        return Snapshot(listeners=tuple(listeners))
+
+    clients: list[ClientCert | None] = [None]
+    for letter in ("a", "b"):
+        (issuer,) = fingerprints((CLIENT_PKI / f"client-ca-{letter}.crt").read_text())
+        clients.append(
+            ClientCert(
+                issuer,
+                str(CLIENT_PKI / f"client-{letter}.crt"),
+                str(CLIENT_PKI / f"client-{letter}.key"),
+            )
+        )
+    with _running(snap_for, len(contexts), tmp_path) as (ports, model):
+        seen = set()
+        for port in ports:
+            for cert in clients:
+                request = Request(
+                    scheme="https", host="secure.example.com", port=port, client_cert=cert
+                )
+                expected = model.evaluate(request).outcome.status
+                got = _tls_status(port, cert)
+                assert got == expected, (
+                    port,
+                    cert and cert.cert_file,
+                    model.evaluate(request).trace,
+                )
+                seen.add(got)
+    assert seen == {0, 200}  # both answers occur: the test can tell them apart

@@ -108,6 +108,7 @@ def test_request_json_contract(cli: CLI) -> None:
         "path": "/hdr",
         "headers": {"version": ["two"]},
         "sni": None,
+        "client_cert": None,
     }
     v2 = [{"namespace": "edge-infra", "name": "infra-backend-v2", "port": 8080, "weight": 1}]
     for side in ("spec", "envoy"):

@@ -86,15 +86,20 @@ def decision_mismatches(model: Outcome, live: Outcome) -> list[str]:
 async def _check_scenario(scenario: Path) -> list[str]:
     res, snap = load_scenario(scenario)
     model = EnvoyModel(snap, backend_directory_from(res))
+    cases = load_cases(scenario, res)
     requests: list[tuple[str, Request]] = [
         (f"case {c.case.name}", c.case.request)
-        for c in load_cases(scenario, res)
+        for c in cases
         if c.live.protocol == "http1" and not c.live.websocket_messages
     ]
     witnesses = wt.witnesses(res, CONTROLLER)
     requests += [(f"witness {w.note or w.feature}", w.request) for w in witnesses]
     failures: list[str] = []
     async with EmbeddedHarness(res, snap) as harness:
+        for c in cases:  # witnesses present the cases' client certificates
+            cert = c.case.request.client_cert
+            if cert is not None and cert.cert_file:
+                harness.client_certs[cert.issuer] = (cert.cert_file, cert.key_file)
         limit = asyncio.Semaphore(16)
 
         async def one(label: str, request: Request) -> None:

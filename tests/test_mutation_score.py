@@ -56,7 +56,7 @@ FIRED_ELSEWHERE = {
     "httproute-named-route-rule",
     "no-orphan-clusters",
     "no-missing-clusters",
-    # No fixture sets spec.tls.frontend/backend: test_check_cli shows it firing.
+    # No fixture sets spec.tls.backend: test_check_cli shows it firing.
     "unchecked-gateway-fields",
     # The catch-all: every mutant is owned by a feature rule, which is the
     # point; tests/test_ownership.py shows what falls through to it.

@@ -149,7 +149,7 @@ def test_spec_model_meets_cases(scenario: Path) -> None:
     res = load_resources([str(BASE), str(scenario)])
     raw_cases = yaml.safe_load((scenario / "cases.yaml").read_text())
     failures = []
-    for case in parse_cases(raw_cases):
+    for case in parse_cases(raw_cases, str(scenario)):
         problems = _case_problems(res, case, raw_cases[case.index])
         if problems:
             failures.append(f"{case.name}: " + "; ".join(problems))
@@ -492,7 +492,7 @@ def test_index_agrees_with_scan_on_every_witness(scenario: Path) -> None:
     res = load_resources([str(BASE), str(scenario)])
     requests = [(w.gateway, w.request) for w in witnesses(res, "gateway.aether.io/edge")]
     raw_cases = yaml.safe_load((scenario / "cases.yaml").read_text())
-    for case in parse_cases(raw_cases):
+    for case in parse_cases(raw_cases, str(scenario)):
         gateway = (case.gateway.namespace, case.gateway.name)
         port = case.gateway.port if case.gateway.port is not None else default_port(res, gateway)
         requests.append((gateway, dataclasses.replace(case.request, port=port or 80)))

@@ -310,7 +310,7 @@ class Context:
         else:
             gw = self.res.gateways.get(c.witness.gateway)
             if gw is not None:
-                where = gw.meta.where("spec.listeners")
+                where = gw.meta.where(field_path or "spec.listeners")
                 file, line = where.file, where.line
                 resource = f"Gateway {gw.meta.namespace}/{gw.meta.name}"
         return new(

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from envoy_data_plane.envoy.config.listener.v3 import Listener
+from envoy_data_plane.envoy.config.listener.v3 import FilterChain, Listener
 from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+    CertificateValidationContextTrustChainVerification,
+    DownstreamTlsContext,
+)
+from envoy_data_plane.google.protobuf import Any
 
 from verifier.mutate_core import (
+    Mutant,
     Operator,
     Site,
     each_vhost,
@@ -17,6 +23,9 @@ from verifier.mutate_core import (
     with_vhost,
 )
 from verifier.mutate_proofs import prove_ignore_port, prove_unused_rc
+from verifier.semantics.envoy_tls import ClientValidation, client_validation
+from verifier.semantics.request import ClientCert
+from verifier.xds.codec import XdsLoadError, unpack_any
 from verifier.xds.snapshot import Snapshot
 
 # --- listeners, route configurations, virtual hosts ----------------------------------------------
@@ -152,6 +161,107 @@ def _add_wildcard(snap: Snapshot) -> Iterator[Site]:
             )
 
 
+# --- client certificate validation (DownstreamTlsContext) ----------------------------------------
+
+TlsEdit = Callable[[DownstreamTlsContext], None]
+
+
+def _tls_of(chain: FilterChain) -> DownstreamTlsContext | None:
+    socket = chain.transport_socket
+    if socket is None or socket.typed_config is None:
+        return None
+    try:
+        msg = unpack_any(socket.typed_config)
+    except XdsLoadError:
+        return None
+    return msg if isinstance(msg, DownstreamTlsContext) else None
+
+
+def _edit_tls(c: int, edit: TlsEdit) -> Callable[[Listener], None]:
+    def apply(li: Listener) -> None:
+        chain = li.filter_chains[c]
+        tls = _tls_of(chain)
+        assert tls is not None and chain.transport_socket is not None
+        edit(tls)
+        chain.transport_socket.typed_config = Any.pack(tls)
+
+    return apply
+
+
+def _tls_sites(
+    snap: Snapshot, applies: Callable[[DownstreamTlsContext], bool], detail: str, edit: TlsEdit
+) -> Iterator[Site]:
+    for k, li in enumerate(snap.listeners):
+        for c, chain in enumerate(li.filter_chains):
+            tls = _tls_of(chain)
+            if tls is not None and applies(tls):
+                yield Site(
+                    f"listeners[{li.name}].filter_chains[{c}].transport_socket",
+                    f"{chain.name or c}: {detail}",
+                    _listener_builder(snap, k, _edit_tls(c, edit)),
+                )
+
+
+def _has_validation(tls: DownstreamTlsContext) -> bool:
+    common = tls.common_tls_context
+    return bool(tls.require_client_certificate) or (
+        common is not None and common.validation_context is not None
+    )
+
+
+def _drop_validation(tls: DownstreamTlsContext) -> None:
+    tls.require_client_certificate = None
+    if tls.common_tls_context is not None:
+        tls.common_tls_context.validation_context = None
+
+
+def _verifies(tls: DownstreamTlsContext) -> bool:
+    common = tls.common_tls_context
+    ctx = common.validation_context if common is not None else None
+    return ctx is not None and ctx.trust_chain_verification != (
+        CertificateValidationContextTrustChainVerification.ACCEPT_UNTRUSTED
+    )
+
+
+def _accept_untrusted(tls: DownstreamTlsContext) -> None:
+    assert tls.common_tls_context is not None and tls.common_tls_context.validation_context
+    tls.common_tls_context.validation_context.trust_chain_verification = (
+        CertificateValidationContextTrustChainVerification.ACCEPT_UNTRUSTED
+    )
+
+
+def _requires(tls: DownstreamTlsContext) -> bool:
+    return bool(tls.require_client_certificate)
+
+
+def _no_require(tls: DownstreamTlsContext) -> None:
+    tls.require_client_certificate = None
+
+
+def _client_validations(snap: Snapshot) -> list[ClientValidation]:
+    return [
+        client_validation(chain.transport_socket)
+        for li in snap.listeners
+        for chain in li.filter_chains
+    ]
+
+
+def prove_same_client_validation(original: Snapshot, mutant: Mutant) -> bool:
+    """Every chain refuses exactly the same clients. The handshake depends only on
+    whether a certificate is presented and whether its issuer is in the trusted
+    set, so no certificate, one of each CA either side trusts, and one of a CA
+    neither trusts cover every client."""
+    before, after = _client_validations(original), _client_validations(mutant.snapshot)
+    if len(before) != len(after):
+        return False
+    for a, b in zip(before, after, strict=True):
+        issuers = (a.trusted or frozenset()) | (b.trusted or frozenset()) | {"untrusted"}
+        certs = [None, *(ClientCert(i) for i in sorted(issuers))]
+        if any(a.refusal(cert) != b.refusal(cert) for cert in certs):
+            return False
+    return True
+
+
 OPERATORS: tuple[Operator, ...] = (
     Operator(
         "drop-listener",
@@ -188,5 +298,34 @@ OPERATORS: tuple[Operator, ...] = (
         "Equivalent only when the route configuration is unused.",
         _add_wildcard,
         prove_unused_rc,
+    ),
+    Operator(
+        "drop-client-certificate-validation",
+        "A TLS filter chain no longer asks for client certificates (validation context "
+        "and require_client_certificate dropped): clients without a valid certificate get "
+        "through. gateway-frontend-client-certificate-validation should catch it. "
+        "Equivalent when the chain accepted every client anyway (AllowInsecureFallback).",
+        lambda snap: _tls_sites(
+            snap, _has_validation, "client certificate validation dropped", _drop_validation
+        ),
+        prove_same_client_validation,
+    ),
+    Operator(
+        "accept-untrusted-client-certificates",
+        "trust_chain_verification set to ACCEPT_UNTRUSTED: a client certificate of any CA "
+        "passes. gateway-frontend-client-certificate-validation should catch it. "
+        "Equivalent when nothing is refused either way.",
+        lambda snap: _tls_sites(
+            snap, _verifies, "trust_chain_verification ACCEPT_UNTRUSTED", _accept_untrusted
+        ),
+        prove_same_client_validation,
+    ),
+    Operator(
+        "drop-require-client-certificate",
+        "require_client_certificate dropped: a client without a certificate gets through. "
+        "gateway-frontend-client-certificate-validation should catch it. Never equivalent "
+        "unless nothing was refused.",
+        lambda snap: _tls_sites(snap, _requires, "require_client_certificate dropped", _no_require),
+        prove_same_client_validation,
     ),
 )

@@ -117,7 +117,7 @@ def load_cases(path: str) -> tuple[list[Case], dict[str, tuple[str, int]]]:
     cases, lines, errors = [], {}, []
     for i, (item, item_node) in enumerate(zip(data, node.value, strict=True)):
         try:
-            case = parse_case(item, i)
+            case = parse_case(item, i, base_dir=str(Path(path).parent))
         except CaseError as exc:
             errors.append(
                 InputError(path, item_node.start_mark.line + 1, exc.field, "case", exc.message)

@@ -107,6 +107,16 @@ class Graph:
     route_status: dict[tuple[str, str], list[RouteParentStatus]] = field(default_factory=dict)
     # listeners that are usable (Accepted, not Conflicted), by (gw ns, gw name, listener name)
     ready_listeners: set[tuple[str, str, str]] = field(default_factory=set)
+    # (gw ns, gw name, port) -> client certificate validation of its HTTPS listeners
+    client_ca: dict[tuple[str, str, int], ClientCa] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClientCa:
+    """The CA bundle HTTPS listeners on a port verify client certificates with."""
+
+    pem: str  # the ca.crt of every usable caCertificateRef, concatenated
+    insecure_fallback: bool  # AllowInsecureFallback: a missing or failing certificate passes
 
 
 # ---------------------------------------------------------------- hostnames
@@ -209,6 +219,16 @@ def _gateway_status(res: Resources, gw: m.Gateway, graph: Graph) -> GatewayStatu
             Condition("Programmed", "True", "Programmed"),
         ]
     )
+    if _insecure_fallback(gw):
+        # GatewayConditionInsecureFrontendValidationMode (GEP-91).
+        status.conditions.append(
+            Condition(
+                "InsecureFrontendValidationMode",
+                "True",
+                "ConfigurationChanged",
+                "client certificates are validated with AllowInsecureFallback",
+            )
+        )
     by_port: dict[int, list[m.GatewayListener]] = {}
     for lst in gw.listeners:
         by_port.setdefault(lst.port, []).append(lst)
@@ -247,11 +267,29 @@ def _gateway_status(res: Resources, gw: m.Gateway, graph: Graph) -> GatewayStatu
         else:
             conds.append(Condition("Conflicted", "False", "NoConflicts"))
         resolved = _listener_refs(res, gw, lst)
+        ca_ok = True
+        if accepted and lst.protocol == "HTTPS" and resolved.status == "True":
+            ca, ca_problem = _client_ca(res, gw, lst.port)
+            if ca_problem is not None:
+                resolved = ca_problem
+            if ca is not None:
+                graph.client_ca[(gw.meta.namespace, gw.meta.name, lst.port)] = ca
+            elif ca_problem is not None:
+                ca_ok = False
+                conds[0] = Condition(
+                    "Accepted", "False", "NoValidCACertificate", ca_problem.message
+                )
         conds.append(resolved)
         # InvalidRouteKinds leaves the listener serving (404 for everything,
-        # since no route can attach); broken certificates do not.
-        refs_ok = resolved.status == "True" or resolved.reason == "InvalidRouteKinds"
-        ok = accepted and not conflicted and refs_ok
+        # since no route can attach); broken certificates do not. A CA bundle
+        # with some unusable references still serves with the usable ones.
+        refs_ok = resolved.status == "True" or resolved.reason in (
+            "InvalidRouteKinds",
+            "InvalidCACertificateRef",
+            "InvalidCACertificateKind",
+            "RefNotPermitted",
+        )
+        ok = accepted and ca_ok and not conflicted and refs_ok
         conds.append(
             Condition("Programmed", "True" if ok else "False", "Programmed" if ok else "Invalid")
         )
@@ -260,6 +298,55 @@ def _gateway_status(res: Resources, gw: m.Gateway, graph: Graph) -> GatewayStatu
         ls.conditions = conds
         status.listeners.append(ls)
     return status
+
+
+def _client_ca(
+    res: Resources, gw: m.Gateway, port: int
+) -> tuple[ClientCa | None, Condition | None]:
+    """The port's client CA bundle (None without validation or without a usable
+    reference), and the ResolvedRefs condition of its first unusable reference."""
+    validation = gw.frontend_validation(port)
+    if validation is None:
+        return None, None
+    bundles: list[str] = []
+    problem: Condition | None = None
+    for ref in validation.ca_refs:
+        ns = ref.namespace or gw.meta.namespace
+        bad: tuple[str, str] | None = None
+        cm = res.config_maps.get((ns, ref.name))
+        if (ref.group, ref.kind) != ("", "ConfigMap"):
+            bad = ("InvalidCACertificateKind", f"unsupported caCertificateRef kind {ref.kind}")
+        elif ns != gw.meta.namespace and not _granted(
+            res, "Gateway", gw.meta.namespace, "", "ConfigMap", ns, ref.name
+        ):
+            bad = (
+                "RefNotPermitted",
+                f"no ReferenceGrant in {ns} allows this Gateway to use ConfigMap {ref.name}",
+            )
+        elif cm is None or not cm.ca_crt or "-----BEGIN CERTIFICATE-----" not in cm.ca_crt:
+            bad = (
+                "InvalidCACertificateRef",
+                f"ConfigMap {ns}/{ref.name} is missing or has no PEM certificate in ca.crt",
+            )
+        if bad is not None:
+            problem = problem or Condition("ResolvedRefs", "False", *bad)
+        elif cm is not None and cm.ca_crt:
+            bundles.append(cm.ca_crt if cm.ca_crt.endswith("\n") else cm.ca_crt + "\n")
+    if not bundles:
+        return None, problem or Condition(
+            "ResolvedRefs", "False", "InvalidCACertificateRef", "no caCertificateRefs"
+        )
+    fallback = validation.mode == m.ALLOW_INSECURE_FALLBACK
+    return ClientCa("".join(bundles), fallback), problem
+
+
+def _insecure_fallback(gw: m.Gateway) -> bool:
+    """Some HTTPS listener's port validates client certificates with AllowInsecureFallback."""
+    for lst in gw.listeners:
+        v = gw.frontend_validation(lst.port) if lst.protocol == "HTTPS" else None
+        if v is not None and v.mode == m.ALLOW_INSECURE_FALLBACK:
+            return True
+    return False
 
 
 def _listener_refs(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> Condition:

@@ -123,6 +123,37 @@ class GatewayListener:
     path: str = field(default="", compare=False)
 
 
+# FrontendValidationModeType: "Defaults to AllowValidOnly".
+ALLOW_VALID_ONLY = "AllowValidOnly"
+ALLOW_INSECURE_FALLBACK = "AllowInsecureFallback"
+
+
+@dataclass(frozen=True)
+class FrontendValidation:
+    """spec.tls.frontend's ``validation`` for one port (GEP-91): the CA bundles a
+    client certificate must chain to, and whether one that does not is refused."""
+
+    ca_refs: tuple[SecretObjectRef, ...]
+    mode: str
+    path: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class FrontendTLS:
+    """spec.tls.frontend: a default, and per-port entries that replace it
+    ("Once set this configuration overrides the default configuration for all
+    Listeners handling HTTPS traffic that match this port")."""
+
+    default: FrontendValidation | None
+    per_port: tuple[tuple[int, FrontendValidation | None], ...] = ()
+
+    def for_port(self, port: int) -> FrontendValidation | None:
+        for p, validation in self.per_port:
+            if p == port:
+                return validation
+        return self.default
+
+
 @dataclass(frozen=True)
 class Gateway:
     meta: Meta
@@ -130,6 +161,46 @@ class Gateway:
     listeners: tuple[GatewayListener, ...]
     addresses: tuple[tuple[str, str], ...] = ()  # (type, value)
     tls: tuple[str, ...] = ()  # the keys set under spec.tls ("frontend", "backend")
+    frontend: FrontendTLS | None = None
+
+    def frontend_validation(self, port: int) -> FrontendValidation | None:
+        """The client certificate validation of HTTPS listeners on ``port``."""
+        return None if self.frontend is None else self.frontend.for_port(port)
+
+
+def _validation(value: Any, path: str) -> FrontendValidation | None:
+    v = _d(value)
+    if not v:
+        return None
+    refs = tuple(
+        SecretObjectRef(
+            str(r.get("group", "") or ""),
+            str(r.get("kind", "")),
+            str(r.get("name", "")),
+            _opt_str(r.get("namespace")),
+            f"{path}.caCertificateRefs[{j}]",
+        )
+        for j, r in enumerate(_l(v.get("caCertificateRefs")))
+        if isinstance(r, dict)
+    )
+    return FrontendValidation(refs, str(v.get("mode") or ALLOW_VALID_ONLY), path)
+
+
+def _frontend(spec: dict[str, Any]) -> FrontendTLS | None:
+    fe = _d(_d(spec.get("tls")).get("frontend"))
+    if not fe:
+        return None
+    base = "spec.tls.frontend"
+    default = _validation(_d(fe.get("default")).get("validation"), f"{base}.default.validation")
+    per_port = tuple(
+        (
+            int(e.get("port", 0)),
+            _validation(_d(e.get("tls")).get("validation"), f"{base}.perPort[{i}].tls.validation"),
+        )
+        for i, e in enumerate(_l(fe.get("perPort")))
+        if isinstance(e, dict)
+    )
+    return FrontendTLS(default, per_port)
 
 
 def _selector(value: Any) -> LabelSelector:
@@ -189,7 +260,12 @@ def parse_gateway(raw: RawObject) -> Gateway:
     )
     tls_keys = tuple(sorted(str(k) for k, v in _d(spec.get("tls")).items() if v))
     return Gateway(
-        _meta(raw), str(spec.get("gatewayClassName", "")), tuple(listeners), addresses, tls_keys
+        _meta(raw),
+        str(spec.get("gatewayClassName", "")),
+        tuple(listeners),
+        addresses,
+        tls_keys,
+        _frontend(spec),
     )
 
 
@@ -615,6 +691,22 @@ def parse_secret(raw: RawObject) -> Secret:
     cert = str(string_data.get("tls.crt", "")) or _b64(data.get("tls.crt"))
     key = str(string_data.get("tls.key", "")) or _b64(data.get("tls.key"))
     return Secret(_meta(raw), str(raw.data.get("type", "Opaque")), cert, key)
+
+
+@dataclass(frozen=True)
+class ConfigMap:
+    """Only ``ca.crt`` is read: the key GEP-91's caCertificateRefs name."""
+
+    meta: Meta
+    ca_crt: str | None  # None: no such key
+
+
+def parse_config_map(raw: RawObject) -> ConfigMap:
+    data = _d(raw.data.get("data"))
+    value = data.get("ca.crt")
+    if value is None and "ca.crt" in _d(raw.data.get("binaryData")):
+        value = _b64(_d(raw.data.get("binaryData")).get("ca.crt"))
+    return ConfigMap(_meta(raw), None if value is None else str(value))
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,13 @@ PARSERS: dict[str, tuple[frozenset[str], Callable[[RawObject], Any]]] = {
     "EndpointSlice": (frozenset({"discovery.k8s.io"}), m.parse_endpoint_slice),
     "Namespace": (frozenset({""}), lambda r: m.Namespace(m._meta(r))),
     "Secret": (frozenset({""}), m.parse_secret),
+    "ConfigMap": (frozenset({""}), m.parse_config_map),
     "Deployment": (frozenset({"apps"}), m.parse_workload),
     "StatefulSet": (frozenset({"apps"}), m.parse_workload),
     "DaemonSet": (frozenset({"apps"}), m.parse_workload),
 }
 # Read without a warning but not modelled: they matter to a cluster, not to routing.
-QUIET_KINDS = frozenset({"ServiceAccount", "ConfigMap"})
+QUIET_KINDS = frozenset({"ServiceAccount"})
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Resources:
     endpoint_slices: dict[tuple[str, str], m.EndpointSlice] = field(default_factory=dict)
     namespaces: dict[str, m.Namespace] = field(default_factory=dict)
     secrets: dict[tuple[str, str], m.Secret] = field(default_factory=dict)
+    config_maps: dict[tuple[str, str], m.ConfigMap] = field(default_factory=dict)
     workloads: dict[tuple[str, str, str], m.Workload] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -81,6 +83,7 @@ def _store(res: Resources, obj: Any) -> InputError | None:
             m.Service: res.services,
             m.EndpointSlice: res.endpoint_slices,
             m.Secret: res.secrets,
+            m.ConfigMap: res.config_maps,
         }
         table = tables[type(obj)]
         key = meta.key

@@ -104,6 +104,7 @@ CORE_VERSIONS = {
     ("", "Service"): "v1",
     ("", "Namespace"): "v1",
     ("", "Secret"): "v1",
+    ("", "ConfigMap"): "v1",
     ("discovery.k8s.io", "EndpointSlice"): "v1",
     ("apps", "Deployment"): "v1",
     ("apps", "StatefulSet"): "v1",
@@ -368,6 +369,13 @@ SECRET = Obj(
     open=True,
     rules=(_secret_rule,),
 )
+CONFIG_MAP = Obj(
+    {
+        "data": opt(Map(Str(), keys=_CONFIG_KEY)),
+        "binaryData": opt(Map(Str(), keys=_CONFIG_KEY)),
+    },
+    open=True,
+)
 ENDPOINT_SLICE = Obj(
     {
         "addressType": req(Str(enum=("IPv4", "IPv6", "FQDN"))),
@@ -388,5 +396,6 @@ ENDPOINT_SLICE = Obj(
 CORE_CHECKS = {
     "Service": lambda ctx, data: check(ctx, SERVICE, data, ""),
     "Secret": lambda ctx, data: check(ctx, SECRET, data, ""),
+    "ConfigMap": lambda ctx, data: check(ctx, CONFIG_MAP, data, ""),
     "EndpointSlice": lambda ctx, data: check(ctx, ENDPOINT_SLICE, data, ""),
 }

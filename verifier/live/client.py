@@ -86,11 +86,19 @@ def _echo_of(body: bytes, content_type: str) -> dict[str, Any] | None:
     return None
 
 
-def _insecure_tls() -> ssl.SSLContext:
-    """Fixture certificates are self-signed; what is under test is SNI routing, not trust."""
+def _insecure_tls(request: Request | None = None) -> ssl.SSLContext:
+    """Fixture certificates are self-signed; what is under test is SNI routing, not trust.
+    A request with a client certificate presents it (GEP-91 client validation)."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
+    cert = request.client_cert if request is not None else None
+    if cert is not None:
+        if not cert.cert_file:
+            raise ValueError(
+                f"no certificate file for the client certificate of CA {cert.issuer[:12]}"
+            )
+        ctx.load_cert_chain(cert.cert_file, cert.key_file or None)
     return ctx
 
 
@@ -151,7 +159,9 @@ async def _send_http1(request: Request, connect: tuple[str, int], timeout: float
     headers = [("Host", request.host), *_header_pairs(request)]
     is_tls = request.scheme == "https"
     sni = (request.sni or request.hostname) if is_tls else None
-    connector = aiohttp.TCPConnector(force_close=True, ssl=_insecure_tls() if is_tls else False)
+    connector = aiohttp.TCPConnector(
+        force_close=True, ssl=_insecure_tls(request) if is_tls else False
+    )
     async with (
         aiohttp.ClientSession(
             connector=connector,
@@ -283,7 +293,7 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 async def _send_upgrade(
     request: Request, connect: tuple[str, int], messages: Sequence[str]
 ) -> LiveResponse:
-    tls = _insecure_tls() if request.scheme == "https" else None
+    tls = _insecure_tls(request) if request.scheme == "https" else None
     sni = (request.sni or request.hostname) if tls else None
     reader, writer = await asyncio.open_connection(*connect, ssl=tls, server_hostname=sni)
     try:

@@ -48,6 +48,7 @@ from verifier.semantics.request import (
     Request,
     normalize_headers,
 )
+from verifier.semantics.witness import UNTRUSTED_ISSUER
 from verifier.xds.snapshot import Snapshot
 
 # cases.yaml: "host: ... default: the Gateway address". A documentation address
@@ -123,6 +124,10 @@ class EmbeddedHarness:
         self.endpoint_mappings: list[EndpointMapping] = []
         self.notes: list[str] = []
         self.envoy: EnvoyProcess | None = None
+        # Client certificates by issuer fingerprint (from cases), for requests that
+        # name only the issuer (witnesses); see ``with_client_files``.
+        self.client_certs: dict[str, tuple[str, str]] = {}
+        self._untrusted: asyncio.Task[tuple[Path, Path]] | None = None
 
     async def __aenter__(self) -> EmbeddedHarness:
         try:
@@ -226,7 +231,7 @@ class EmbeddedHarness:
         websocket_messages: Sequence[str] = (),
         timeout: float = 10.0,
     ) -> LiveResponse:
-        req = self.effective_request(request)
+        req = await self.with_client_files(self.effective_request(request))
         target = self.gateway_ports.get(req.port)
         if target is None:  # no listener on that Gateway port: the connection is refused
             return LiveResponse(
@@ -235,6 +240,33 @@ class EmbeddedHarness:
         return await send(
             req, target, protocol=protocol, websocket_messages=websocket_messages, timeout=timeout
         )
+
+    async def with_client_files(self, request: Request) -> Request:
+        """A request whose client certificate names only its issuer gets files: those
+        registered in ``client_certs`` for that issuer, or, for the issuer no
+        configuration trusts (``UNTRUSTED_ISSUER``), a certificate of a throw-away CA
+        made for this run. Any other issuer without files is an error: sending
+        another certificate would test something else."""
+        cert = request.client_cert
+        if cert is None or cert.cert_file:
+            return request
+        files = self.client_certs.get(cert.issuer)
+        if files is None and cert.issuer == UNTRUSTED_ISSUER:
+            if self._untrusted is None:
+                self._untrusted = asyncio.ensure_future(self._untrusted_client())
+            crt, key = await self._untrusted
+            files = (str(crt), str(key))
+        if files is None:
+            raise ValueError(
+                f"no client certificate of CA {cert.issuer[:12]} to send; "
+                "register one in EmbeddedHarness.client_certs"
+            )
+        return replace(request, client_cert=replace(cert, cert_file=files[0], key_file=files[1]))
+
+    async def _untrusted_client(self) -> tuple[Path, Path]:
+        assert self.workdir is not None, "start the harness first"
+        pki = await Pki(self.workdir / "untrusted-client-ca").create()
+        return await pki.issue("untrusted-client", "spiffe://untrusted.invalid/client")
 
     def _record_count(self) -> int:
         return sum(len(b.records) for b in self.backends.values())

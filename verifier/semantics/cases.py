@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
+    ClientCert,
     Headers,
     Outcome,
     Request,
@@ -85,7 +88,44 @@ def _strs(value: Any, where: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def parse_case(data: Any, index: int, default_port: int | None = None) -> Case:
+def _client_cert(value: Any, where: str, base_dir: str | None) -> ClientCert | None:
+    """``client_cert: {issuer: ca.crt, cert: client.crt, key: client.key}``, files
+    relative to the cases file. The issuer's fingerprint is what the models
+    compare; the certificate and key are what the live pass presents."""
+    if value is None:
+        return None
+    spec = _mapping(value, where)
+    unknown = sorted(set(spec) - {"issuer", "cert", "key"})
+    if unknown:
+        raise CaseError(f"{where}.{unknown[0]}", "expected only issuer, cert and key")
+    files: dict[str, str] = {}
+    for key in ("issuer", "cert", "key"):
+        name = spec.get(key)
+        if key == "issuer" and not isinstance(name, str):
+            raise CaseError(f"{where}.issuer", "required: the PEM file of the issuing CA")
+        if name is None:
+            continue
+        if not isinstance(name, str) or not name:
+            raise CaseError(f"{where}.{key}", "expected a file name")
+        files[key] = str(Path(base_dir or ".") / name)
+    if ("cert" in files) != ("key" in files):
+        raise CaseError(where, "cert and key go together (the live pass presents both)")
+    try:
+        issuer_pem = Path(files["issuer"]).read_text(encoding="utf-8")
+        for key in ("cert", "key"):
+            if key in files:
+                Path(files[key]).read_bytes()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaseError(f"{where}", f"unreadable file: {exc}") from None
+    found = fingerprints(issuer_pem)
+    if not found:
+        raise CaseError(f"{where}.issuer", f"{files['issuer']} holds no PEM certificate")
+    return ClientCert(found[0], files.get("cert", ""), files.get("key", ""))
+
+
+def parse_case(
+    data: Any, index: int, default_port: int | None = None, base_dir: str | None = None
+) -> Case:
     where = f"[{index}]"
     item = _mapping(data, where)
     name = item.get("name")
@@ -109,6 +149,7 @@ def parse_case(data: Any, index: int, default_port: int | None = None) -> Case:
         path=path,
         headers=headers_from_mapping(_mapping(req.get("headers"), f"{where}.request.headers")),
         sni=None if req.get("sni") is None else str(req["sni"]),
+        client_cert=_client_cert(req.get("client_cert"), f"{where}.request.client_cert", base_dir),
     )
     problem = wire_problem(request)
     if problem is not None:
@@ -149,12 +190,13 @@ def parse_case(data: Any, index: int, default_port: int | None = None) -> Case:
     return Case(name, gateway, request, expect, index)
 
 
-def parse_cases(data: Any) -> list[Case]:
+def parse_cases(data: Any, base_dir: str | None = None) -> list[Case]:
+    """``base_dir``: where the files a case names (client certificates) are."""
     if data is None:
         return []
     if not isinstance(data, list):
         raise CaseError("", "a cases file is a YAML list of cases")
-    cases = [parse_case(item, i) for i, item in enumerate(data)]
+    cases = [parse_case(item, i, base_dir=base_dir) for i, item in enumerate(data)]
     seen: set[str] = set()
     for c in cases:
         if c.name in seen:

@@ -178,6 +178,12 @@ class EnvoyModel:
                 + f" but the client speaks {'TLS' if tls else 'plaintext'}: no HTTP response"
             )
             return run.done(Outcome(NO_RESPONSE))
+        if tls:
+            run.notes += chain.client.notes
+            refusal = chain.client.refusal(request.client_cert)
+            if refusal is not None:
+                run.trace.append(f"client certificate: {refusal}: the TLS handshake fails")
+                return run.done(Outcome(NO_RESPONSE))
         if chain.hcm is None:
             run.trace.append(f"filter chain has no HTTP connection manager ({chain.problem})")
             return run.done(Outcome(NO_RESPONSE))

@@ -26,6 +26,7 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
     HttpConnectionManagerPathWithEscapedSlashesAction,
 )
 
+from verifier.semantics.envoy_tls import NO_VALIDATION, ClientValidation, client_validation
 from verifier.xds.codec import XdsLoadError, unpack_any
 
 Escaped = HttpConnectionManagerPathWithEscapedSlashesAction
@@ -77,6 +78,7 @@ class Chain:
     tls: bool
     hcm: Hcm | None
     problem: str = ""
+    client: ClientValidation = NO_VALIDATION
 
 
 def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> Hcm:
@@ -132,16 +134,17 @@ def _chain(chain: FilterChain, routes: dict[str, RouteConfiguration], where: str
         "envoy.transport_sockets.raw_buffer"
     )
     name = chain.name or where
+    client = client_validation(chain.transport_socket) if tls else NO_VALIDATION
     for f in chain.filters:
         if f.typed_config is None:
             continue
         try:
             msg = unpack_any(f.typed_config)
         except XdsLoadError as exc:
-            return Chain(name, chain.filter_chain_match, tls, None, str(exc))
+            return Chain(name, chain.filter_chain_match, tls, None, str(exc), client)
         if isinstance(msg, HttpConnectionManager):
-            return Chain(name, chain.filter_chain_match, tls, _hcm(msg, routes))
-    return Chain(name, chain.filter_chain_match, tls, None, "no HttpConnectionManager")
+            return Chain(name, chain.filter_chain_match, tls, _hcm(msg, routes), client=client)
+    return Chain(name, chain.filter_chain_match, tls, None, "no HttpConnectionManager", client)
 
 
 def _server_name_rank(names: list[str], sni: str) -> int | None:

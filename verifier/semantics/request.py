@@ -113,6 +113,24 @@ def sendable_value(value: str) -> str:
 
 
 @dataclass(frozen=True)
+class ClientCert:
+    """The certificate a client presents in the TLS handshake.
+
+    ``issuer`` is the SHA-256 fingerprint of the CA certificate that signed it
+    (``verifier.semantics.pem``): that is all client certificate validation
+    looks at. The files are what the live pass sends; they do not change what
+    the models decide, so they take no part in equality.
+    """
+
+    issuer: str
+    cert_file: str = field(default="", compare=False)
+    key_file: str = field(default="", compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"issuer": self.issuer}
+
+
+@dataclass(frozen=True)
 class Request:
     """A request as it arrives at a Gateway address on ``port``.
 
@@ -127,6 +145,7 @@ class Request:
     path: str = "/"
     headers: Headers = ()
     sni: str | None = None  # TLS server name; None: the Host's hostname
+    client_cert: ClientCert | None = None  # presented in the TLS handshake
 
     @property
     def path_only(self) -> str:
@@ -157,12 +176,19 @@ class Request:
             "path": self.path,
             "headers": headers_to_json(self.headers),
             "sni": self.sni,
+            "client_cert": None if self.client_cert is None else self.client_cert.to_json(),
         }
 
     def line(self) -> str:
         """`curl`-like one-liner used in findings and explain output."""
         hdrs = "".join(f" -H '{k}: {v}'" for k, vs in self.headers for v in vs)
-        return f"{self.method} {self.scheme}://{self.host}{self.path} (port {self.port}){hdrs}"
+        cert = (
+            f" (client certificate issued by CA {self.client_cert.issuer[:12]})"
+            if self.client_cert is not None
+            else ""
+        )
+        target = f"{self.scheme}://{self.host}{self.path}"
+        return f"{self.method} {target} (port {self.port}){hdrs}{cert}"
 
 
 @dataclass(frozen=True, order=True)

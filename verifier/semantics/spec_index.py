@@ -252,8 +252,16 @@ class SpecIndex:
 
     def selection(self, res: Resources, gw: Gateway, request: Request) -> ListenerSelection:
         """``select_listener``, remembered: it reads only the request's port,
-        scheme, hostname and SNI, and witnesses share them by the thousand."""
-        key = (id(gw), request.port, request.scheme, request.hostname, request.sni)
+        scheme, hostname, SNI and client certificate, and witnesses share them by
+        the thousand."""
+        key = (
+            id(gw),
+            request.port,
+            request.scheme,
+            request.hostname,
+            request.sni,
+            request.client_cert,
+        )
         found = self._selections.get(key)
         if found is None:
             found = self._selections[key] = select_listener(res, gw, request)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verifier.gatewayapi.model import GATEWAY_GROUP, Gateway, GatewayListener, SecretObjectRef
+from verifier.gatewayapi.model import Gateway, GatewayListener, SecretObjectRef
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.request import Request
+from verifier.semantics.spec_frontend import Trust, handshake_refusal, port_trust
 from verifier.semantics.spec_hostnames import hostname_matches, listener_specificity
-from verifier.semantics.spec_refs import reference_allowed
+from verifier.semantics.spec_refs import gateway_may_use
 
 # No HTTP response at all: nothing listens on the port for this kind of
 # connection, or the TLS handshake cannot complete.
@@ -94,16 +95,7 @@ def _certificate_problem(res: Resources, gw: Gateway, ref: SecretObjectRef) -> s
     if (ref.group, ref.kind) not in CERTIFICATE_KINDS:
         return f"certificateRef kind {ref.group or 'core'}/{ref.kind} is not supported"
     ns = ref.namespace or gw.meta.namespace
-    allowed, why = reference_allowed(
-        res,
-        from_group=GATEWAY_GROUP,
-        from_kind="Gateway",
-        from_namespace=gw.meta.namespace,
-        to_group="",
-        to_kind="Secret",
-        to_namespace=ns,
-        to_name=ref.name,
-    )
+    allowed, why = gateway_may_use(res, gw.meta.namespace, "Secret", ns, ref.name)
     if not allowed:
         return f"Secret {ns}/{ref.name}: RefNotPermitted ({why})"
     secret = res.secrets.get((ns, ref.name))
@@ -138,6 +130,10 @@ def listener_problem(res: Resources, gw: Gateway, lst: GatewayListener) -> str |
             problem = _certificate_problem(res, gw, ref)
             if problem:
                 return f"ResolvedRefs=False: {problem}"
+        trust = port_trust(res, gw, lst.port)
+        if trust is not None and not trust.usable:
+            why = "; ".join(msg for _, _, msg in trust.problems) or "no caCertificateRefs"
+            return f"Accepted=False: NoValidCACertificate ({why})"
     return None
 
 
@@ -180,7 +176,7 @@ def select_listener(res: Resources, gw: Gateway, request: Request) -> ListenerSe
         return ListenerSelection(None, NO_RESPONSE, tuple(trace))
     host = request.hostname
     if tls:
-        return _select_tls(usable, request, host, trace)
+        return _select_tls(usable, request, host, trace, port_trust(res, gw, request.port))
     chosen = _most_specific(usable, host)
     if chosen is None:
         trace.append(f"no listener hostname matches host {host!r}: 404")
@@ -190,7 +186,11 @@ def select_listener(res: Resources, gw: Gateway, request: Request) -> ListenerSe
 
 
 def _select_tls(
-    usable: list[GatewayListener], request: Request, host: str, trace: list[str]
+    usable: list[GatewayListener],
+    request: Request,
+    host: str,
+    trace: list[str],
+    trust: Trust | None,
 ) -> ListenerSelection:
     """HTTPS: the SNI picks the Listener at the handshake, the Host must agree.
 
@@ -209,6 +209,12 @@ def _select_tls(
         trace.append(f"no listener hostname matches SNI {sni!r}: TLS handshake fails")
         return ListenerSelection(None, NO_RESPONSE, tuple(trace))
     trace.append(f"SNI {sni!r} selects {describe(by_sni)}")
+    refusal = handshake_refusal(trust, request.client_cert)
+    if refusal is not None:
+        trace.append(f"client certificate validation: {refusal}: TLS handshake fails")
+        return ListenerSelection(None, NO_RESPONSE, tuple(trace))
+    if trust is not None:
+        trace.append(f"client certificate validation ({trust.validation.mode}) passes")
     by_host = _most_specific(usable, host)
     if by_host is None:
         trace.append(f"no listener hostname matches host {host!r}: 404")

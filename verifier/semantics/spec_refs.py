@@ -6,6 +6,7 @@ Used for Gateway -> Secret (listener certificates) and HTTPRoute -> Service
 
 from __future__ import annotations
 
+from verifier.gatewayapi.model import GATEWAY_GROUP
 from verifier.gatewayapi.resources import Resources
 
 # ReferenceGrant: "identifies kinds of resources in other namespaces that are
@@ -47,3 +48,19 @@ def reference_allowed(
         if from_ok and to_ok:
             return True, f"ReferenceGrant {ns}/{name}"
     return False, f"no ReferenceGrant in namespace {to_namespace} allows it"
+
+
+def gateway_may_use(
+    res: Resources, gateway_namespace: str, kind: str, namespace: str, name: str
+) -> tuple[bool, str]:
+    """A Gateway's reference to a core object (a certificate Secret, a CA ConfigMap)."""
+    return reference_allowed(
+        res,
+        from_group=GATEWAY_GROUP,
+        from_kind="Gateway",
+        from_namespace=gateway_namespace,
+        to_group="",
+        to_kind=kind,
+        to_namespace=namespace,
+        to_name=name,
+    )

@@ -10,6 +10,8 @@ the rule that owns that feature.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,7 +26,9 @@ import re2
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness_pairs as wp
+from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
+    ClientCert,
     Headers,
     Request,
     normalize_headers,
@@ -43,6 +47,11 @@ FILTERS = "HTTPRouteFilters"
 CORS = "HTTPRouteCORS"
 CASE = "case"  # a request from a cases.yaml table
 MISDIRECTED = "GatewayHTTPSListenerDetectMisdirectedRequests"
+FRONTEND = "GatewayFrontendClientCertificateValidation"
+
+# The issuer of a client certificate no configuration trusts: the SHA-256 of no
+# real CA certificate (the live pass presents a throw-away CA's certificate).
+UNTRUSTED_ISSUER = hashlib.sha256(b"edge-verifier: a CA nobody trusts").hexdigest()
 
 
 class WitnessMaker(Protocol):
@@ -393,7 +402,58 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
                 out.setdefault((gkey, stray), Witness(gkey, stray, HOST, note="no route hostname"))
         for wit in _gateway_witnesses(res, gkey, gateway):
             out.setdefault((wit.gateway, wit.request), wit)
-    return list(out.values())
+        for wit in _client_cert_witnesses(res, gkey, gateway):
+            out.setdefault((wit.gateway, wit.request), wit)
+    return [_with_carrier_cert(res, w) for w in out.values()]
+
+
+def named_cas(res: Resources, gw: m.Gateway, port: int) -> list[str]:
+    """Fingerprints of the CA certificates the Gateway's client certificate
+    validation for ``port`` names, whether or not the references are valid."""
+    validation = gw.frontend_validation(port)
+    found: list[str] = []
+    for ref in validation.ca_refs if validation is not None else ():
+        cm = res.config_maps.get((ref.namespace or gw.meta.namespace, ref.name))
+        if cm is not None and cm.ca_crt:
+            found += [fp for fp in fingerprints(cm.ca_crt) if fp not in found]
+    return found
+
+
+def _with_carrier_cert(res: Resources, w: Witness) -> Witness:
+    """On a port that validates client certificates, a witness that does not probe
+    the validation presents a certificate of a CA the Gateway names, so its
+    request gets past the handshake to the routing it was made for."""
+    req = w.request
+    if req.scheme != "https" or w.feature == FRONTEND or req.client_cert is not None:
+        return w
+    gw = res.gateways.get(w.gateway)
+    cas = named_cas(res, gw, req.port) if gw is not None else []
+    if not cas:
+        return w
+    return dataclasses.replace(w, request=dataclasses.replace(req, client_cert=ClientCert(cas[0])))
+
+
+def _client_cert_witnesses(
+    res: Resources, gkey: tuple[str, str], gw: m.Gateway
+) -> Iterator[Witness]:
+    """Per HTTPS port: no certificate, one from a CA nobody trusts, and one from
+    each CA the validation names. Ports without validation get the first two
+    too, so an xDS that asks for certificates where the spec does not shows."""
+    seen: set[int] = set()
+    for lst in gw.listeners:
+        if lst.protocol != "HTTPS" or lst.port in seen:
+            continue
+        seen.add(lst.port)
+        host = concrete_hosts(lst.hostname or "")[0] if lst.hostname else "client-cert.example"
+        base = Request(scheme="https", host=host, port=lst.port)
+        on = f"port {lst.port}"
+        yield Witness(gkey, base, FRONTEND, note=f"{on}: no client certificate")
+        untrusted = dataclasses.replace(base, client_cert=ClientCert(UNTRUSTED_ISSUER))
+        note = f"{on}: client certificate of an untrusted CA"
+        yield Witness(gkey, untrusted, FRONTEND, note=note)
+        for fp in named_cas(res, gw, lst.port):
+            trusted = dataclasses.replace(base, client_cert=ClientCert(fp))
+            yield Witness(gkey, trusted, FRONTEND, note=f"{on}: client certificate of CA {fp[:12]}")
 
 
 def free_method(res: Resources, gkey: tuple[str, str]) -> str:

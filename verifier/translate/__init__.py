@@ -202,7 +202,7 @@ def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None
             if lst.protocol == "HTTPS":
                 name = https_route_config_name(port, gw, lst)
                 route_configs.append(_route_config(name, on_port, (gw, lst), graph, collector))
-        listeners.append(build_listener(port, on_port, res))
+        listeners.append(build_listener(port, on_port, res, graph.client_ca))
     return Snapshot(
         clusters=tuple(collector.clusters[k] for k in sorted(collector.clusters)),
         endpoints=tuple(collector.endpoints[k] for k in sorted(collector.endpoints)),

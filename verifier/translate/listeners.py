@@ -8,6 +8,8 @@ over RDS, where virtual hosts keep the listeners apart by Host.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     DataSource,
@@ -32,6 +34,8 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
     Rds,
 )
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+    CertificateValidationContext,
+    CertificateValidationContextTrustChainVerification,
     CommonTlsContext,
     DownstreamTlsContext,
     TlsCertificate,
@@ -39,6 +43,7 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
 from envoy_data_plane.google.protobuf import Any
 
 from verifier.gatewayapi import model as m
+from verifier.gatewayapi.attach import ClientCa
 from verifier.gatewayapi.resources import Resources
 from verifier.translate.clusters import ads
 from verifier.translate.names import https_route_config_name
@@ -70,7 +75,9 @@ def _hcm_filter(port: int, route_config: str) -> Filter:
     return Filter(name=HCM_FILTER, typed_config=Any.pack(_hcm(port, route_config)))
 
 
-def _tls_context(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> DownstreamTlsContext:
+def _tls_context(
+    res: Resources, gw: m.Gateway, lst: m.GatewayListener, ca: ClientCa | None
+) -> DownstreamTlsContext:
     certs = []
     for ref in lst.certificate_refs:
         secret = res.secrets.get((ref.namespace or gw.meta.namespace, ref.name))
@@ -81,15 +88,34 @@ def _tls_context(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> Downs
                     private_key=DataSource(inline_string=secret.key_pem),
                 )
             )
+    validation = None
+    if ca is not None:
+        # AllowValidOnly: a certificate is required and must verify;
+        # AllowInsecureFallback: one is asked for, and neither its absence nor
+        # a failed verification refuses the connection.
+        validation = CertificateValidationContext(
+            trusted_ca=DataSource(inline_string=ca.pem),
+            trust_chain_verification=(
+                CertificateValidationContextTrustChainVerification.ACCEPT_UNTRUSTED
+                if ca.insecure_fallback
+                else CertificateValidationContextTrustChainVerification.VERIFY_TRUST_CHAIN
+            ),
+        )
     return DownstreamTlsContext(
         common_tls_context=CommonTlsContext(
-            tls_certificates=certs, alpn_protocols=["h2", "http/1.1"]
-        )
+            tls_certificates=certs,
+            alpn_protocols=["h2", "http/1.1"],
+            validation_context=validation,
+        ),
+        require_client_certificate=True if ca is not None and not ca.insecure_fallback else None,
     )
 
 
 def build_listener(
-    port: int, listeners: list[tuple[m.Gateway, m.GatewayListener]], res: Resources
+    port: int,
+    listeners: list[tuple[m.Gateway, m.GatewayListener]],
+    res: Resources,
+    client_ca: Mapping[tuple[str, str, int], ClientCa] | None = None,
 ) -> Listener:
     chains: list[FilterChain] = []
     if any(lst.protocol == "HTTP" for _, lst in listeners):
@@ -101,7 +127,8 @@ def build_listener(
         if lst.protocol != "HTTPS" or lst.hostname in seen_sni:
             continue
         seen_sni.add(lst.hostname)
-        tls = _tls_context(res, gw, lst)
+        ca = (client_ca or {}).get((gw.meta.namespace, gw.meta.name, port))
+        tls = _tls_context(res, gw, lst, ca)
         chains.append(
             FilterChain(
                 name=f"{gw.meta.namespace}/{gw.meta.name}/{lst.name}",

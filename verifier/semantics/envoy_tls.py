@@ -1,0 +1,130 @@
+"""What a filter chain's DownstreamTlsContext does with a client certificate.
+
+From tls.proto and common.proto (Envoy 1.40):
+
+- ``require_client_certificate``: "If specified, Envoy will reject connections
+  without a valid client certificate."
+- ``CertificateValidationContext.trusted_ca``: "If not specified and a peer
+  certificate is presented it will not be verified"; when it is set Envoy asks
+  the client for a certificate and verifies one that is presented.
+- ``trust_chain_verification``: "ACCEPT_UNTRUSTED: Connections where the
+  certificate fails verification will be permitted."
+
+Only CAs inlined in the xDS can be named; a bundle from a file, SDS or a
+certificate provider is not in a snapshot, so a presented certificate is then
+taken as verified and a note says the trust could not be checked. SAN, hash and
+SPKI pins narrow which certificates pass; witness certificates carry none of
+those properties, so they are noted, not modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envoy_data_plane.envoy.config.core.v3 import DataSource, TransportSocket
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+    CertificateValidationContext,
+    CertificateValidationContextTrustChainVerification,
+    DownstreamTlsContext,
+)
+
+from verifier.semantics.pem import fingerprints, short
+from verifier.semantics.request import ClientCert
+from verifier.xds.codec import XdsLoadError, unpack_any
+
+ACCEPT_UNTRUSTED = CertificateValidationContextTrustChainVerification.ACCEPT_UNTRUSTED
+_PINS = (
+    "verify_certificate_spki",
+    "verify_certificate_hash",
+    "match_typed_subject_alt_names",
+    "match_subject_alt_names",
+)
+
+
+@dataclass(frozen=True)
+class ClientValidation:
+    """A chain's client certificate policy, in the terms the handshake needs."""
+
+    require: bool  # a connection without a (verified) certificate is refused
+    asks: bool  # the server requests a certificate (there is a validation context)
+    trusted: frozenset[str] | None  # CA fingerprints; None: not in the snapshot
+    accept_untrusted: bool
+    notes: tuple[str, ...] = ()
+
+    def refusal(self, cert: ClientCert | None) -> str | None:
+        """Why the handshake fails with ``cert``, or None."""
+        if cert is None:
+            return "require_client_certificate and no client certificate" if self.require else None
+        if not self.asks or self.accept_untrusted or self.trusted is None:
+            return None  # not verified, or failures permitted, or not knowable here
+        if cert.issuer not in self.trusted:
+            return (
+                f"the client certificate (issued by CA {short(cert.issuer)}) "
+                "does not verify against trusted_ca"
+            )
+        return None
+
+
+NO_VALIDATION = ClientValidation(require=False, asks=False, trusted=None, accept_untrusted=False)
+
+
+def _inline(source: DataSource | None) -> str | None:
+    if source is None:
+        return None
+    if source.inline_string:
+        return source.inline_string
+    if source.inline_bytes:
+        return source.inline_bytes.decode("utf-8", "replace")
+    return None
+
+
+def _context(ctx: CertificateValidationContext, notes: list[str]) -> frozenset[str] | None:
+    pins = [p for p in _PINS if getattr(ctx, p)]
+    if pins:
+        notes.append(f"validation_context {', '.join(pins)} not modelled (taken as passing)")
+    pem = _inline(ctx.trusted_ca)
+    if pem is None:
+        if ctx.trusted_ca is not None or ctx.ca_certificate_provider_instance is not None:
+            notes.append("trusted_ca is not inline: client certificates taken as verified")
+            return None
+        return None if ctx.system_root_certs is not None else frozenset()
+    return frozenset(fingerprints(pem))
+
+
+def client_validation(socket: TransportSocket | None) -> ClientValidation:
+    """The client certificate policy of a chain's transport socket (TLS or not)."""
+    if socket is None or socket.typed_config is None:
+        return NO_VALIDATION
+    try:
+        msg = unpack_any(socket.typed_config)
+    except XdsLoadError:
+        return NO_VALIDATION  # the chain's own problem is reported where it is read
+    if not isinstance(msg, DownstreamTlsContext):
+        return NO_VALIDATION
+    require = bool(msg.require_client_certificate)
+    common = msg.common_tls_context
+    notes: list[str] = []
+    ctx: CertificateValidationContext | None = None
+    elsewhere = False
+    if common is not None:
+        if common.validation_context is not None:
+            ctx = common.validation_context
+        elif common.combined_validation_context is not None:
+            ctx = common.combined_validation_context.default_validation_context
+            elsewhere = True
+        elif common.validation_context_sds_secret_config is not None or (
+            common.validation_context_certificate_provider_instance is not None
+        ):
+            elsewhere = True
+    if ctx is None and not elsewhere:
+        return ClientValidation(require, asks=require, trusted=None, accept_untrusted=False)
+    if elsewhere:
+        notes.append("the validation context comes over SDS: client certificates taken as verified")
+    trusted = None if elsewhere or ctx is None else _context(ctx, notes)
+    return ClientValidation(
+        require,
+        asks=True,
+        trusted=trusted,
+        accept_untrusted=ctx is not None and ctx.trust_chain_verification == ACCEPT_UNTRUSTED,
+        notes=tuple(notes),
+    )
