@@ -358,3 +358,36 @@ def test_docs_explain_command_lines_parse() -> None:
             parser.parse_args(args)
         except SystemExit:
             pytest.fail(f"docs/explain.md: edge-verify {shlex.join(args)} does not parse")
+
+
+def test_request_with_a_client_certificate(cli: CLI) -> None:
+    """--client-cert-issuer: the request presents a certificate of that CA; on the
+    per-port validation only CA b's gets past the handshake (status 0: none)."""
+    scenario = "gateway-frontend-client-certificate-validation"
+    pki = FIXTURES / scenario
+    statuses = {}
+    for letter in ("a", "b"):
+        r = cli(
+            "explain",
+            *scenario_args(scenario),
+            "--request",
+            "GET https://second.example.com:8452/",
+            "--client-cert-issuer",
+            rel(pki / f"client-ca-{letter}.crt"),
+            "--format",
+            "json",
+        )
+        assert r.rc == 0, r.err
+        doc = json.loads(r.out)
+        assert doc["agree"] is True and doc["request"]["client_cert"]["issuer"]
+        statuses[letter] = (doc["spec"]["status"], doc["envoy"]["status"])
+    assert statuses == {"a": (0, 0), "b": (200, 200)}
+    r = cli(
+        "explain",
+        *scenario_args(scenario),
+        "--request",
+        "GET https://second.example.com:8452/",
+        "--client-cert-issuer",
+        rel(pki / "client-a.key"),
+    )
+    assert r.rc == 2 and "--client-cert-issuer" in r.err and "Traceback" not in r.err

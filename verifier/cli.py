@@ -216,7 +216,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             out = "\n".join(explain.render_text(r) for r in results)
         _write(out, None)
         return EXIT_OK
-    request = explain.parse_request(args.request, args.header or [])
+    cert = explain.client_cert(args.client_cert_issuer)
+    request = explain.parse_request(args.request, args.header or [], cert)
     gateway = explain.pick_gateway(res, args.controller_name, request.port, args.gateway)
     result = explain.explain_request(ctx, gateway, request)
     if args.format == "json":
@@ -375,6 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--request", metavar="'METHOD URL'", help="e.g. 'GET http://foo.example/v2?x=1'"
     )
     ex.add_argument("-H", "--header", action="append", metavar="'Name: value'")
+    ex.add_argument(
+        "--client-cert-issuer",
+        metavar="CA.pem",
+        help="https: the request presents a client certificate issued by this CA",
+    )
     ex.add_argument("--cases", metavar="FILE", help="explain every case of a cases.yaml")
     ex.add_argument("--gateway", metavar="NS/NAME", help="the Gateway the request is sent to")
     ex.add_argument(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +21,14 @@ from verifier.check import Context, brief, outcome_diff
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.cases import Case, unmet
-from verifier.semantics.request import Evaluation, Request, normalize_headers, wire_problem
+from verifier.semantics.pem import fingerprints
+from verifier.semantics.request import (
+    ClientCert,
+    Evaluation,
+    Request,
+    normalize_headers,
+    wire_problem,
+)
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -29,7 +37,23 @@ def _bad(flag: str, code: str, message: str) -> InputErrors:
     return InputErrors([InputError(flag, 0, "", code, message)])
 
 
-def parse_request(line: str, headers: Sequence[str]) -> Request:
+def client_cert(issuer_file: str | None) -> ClientCert | None:
+    """``--client-cert-issuer CA.pem``: the request presents a certificate of that CA."""
+    if issuer_file is None:
+        return None
+    try:
+        pem = Path(issuer_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _bad("--client-cert-issuer", "unreadable", str(exc)) from None
+    found = fingerprints(pem)
+    if not found:
+        raise _bad(
+            "--client-cert-issuer", "pem", f"{issuer_file} holds no PEM certificate (the CA's)"
+        )
+    return ClientCert(found[0])
+
+
+def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = None) -> Request:
     """``'GET http://foo.example/v2?x=1'`` plus ``-H 'Name: value'`` lines."""
     expected = f"expected 'METHOD http(s)://host[:port]/path', got {line!r}"
     parts = line.split(None, 1)
@@ -63,7 +87,10 @@ def parse_request(line: str, headers: Sequence[str]) -> Request:
         port=port,
         path=path,
         headers=normalize_headers(pairs),
+        client_cert=cert if split.scheme == "https" else None,
     )
+    if cert is not None and split.scheme != "https":
+        raise _bad("--client-cert-issuer", "scheme", "a client certificate needs an https request")
     problem = wire_problem(request)
     if problem is not None:
         raise _bad("--request", "request", f"not sendable over HTTP/1.1: {problem}")
