@@ -16,6 +16,7 @@ from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.spec_frontend import port_trust
+from verifier.semantics.spec_listenersets import merged_gateway
 
 # HTTPRouteFilterType: the Core and Extended filters every conformant implementation
 # knows; a route using anything else may legitimately be refused (UnsupportedValue).
@@ -32,30 +33,57 @@ STANDARD_FILTERS = frozenset(
 HTTP_PROTOCOLS = ("HTTP", "HTTPS")
 
 
-def gateway_finding(code: str, rule: str, gw: m.Gateway, path: str, **params: Any) -> Finding:
-    """A finding located at ``path`` of Gateway ``gw``'s YAML."""
-    where = gw.meta.where(path)
+def gateway_finding(
+    code: str,
+    rule: str,
+    gw: m.Gateway,
+    path: str,
+    *,
+    listener_set: m.ListenerSet | None = None,
+    **params: Any,
+) -> Finding:
+    """A finding located at ``path`` of Gateway ``gw``'s YAML, or of the ListenerSet
+    that defines the listener it is about."""
+    meta = listener_set.meta if listener_set is not None else gw.meta
+    where = meta.where(path)
+    kind = "ListenerSet" if listener_set is not None else "Gateway"
     return new(
         code,
         rule,
         file=where.file,
         line=where.line,
-        resource=f"Gateway {gw.meta.namespace}/{gw.meta.name}",
+        resource=f"{kind} {meta.namespace}/{meta.name}",
         **params,
     )
 
 
+def listener_set_of(res: Resources, lst: m.GatewayListener) -> m.ListenerSet | None:
+    return None if lst.listener_set is None else res.listener_sets.get(lst.listener_set)
+
+
 def our_gateways(res: Resources, controller: str) -> list[m.Gateway]:
+    """Gateways of ``controller``, each with the listeners of the ListenerSets it admits."""
     classes = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller}
-    return [res.gateways[k] for k in sorted(res.gateways) if res.gateways[k].class_name in classes]
+    return [
+        merged_gateway(res, res.gateways[k])
+        for k in sorted(res.gateways)
+        if res.gateways[k].class_name in classes
+    ]
 
 
-def _granted(res: Resources, gw: m.Gateway, ns: str, name: str) -> bool:
-    """ReferenceGrant in the Secret's namespace naming Gateways of ``gw``'s namespace."""
+def _owner(gw: m.Gateway, lst: m.GatewayListener) -> tuple[str, str]:
+    """(kind, namespace) of the resource that defines the listener."""
+    if lst.listener_set is None:
+        return "Gateway", gw.meta.namespace
+    return "ListenerSet", lst.listener_set[0]
+
+
+def _granted(res: Resources, owner: tuple[str, str], ns: str, name: str) -> bool:
+    """ReferenceGrant in the Secret's namespace naming the listener's owner kind and namespace."""
     for grant in res.reference_grants.values():
         if grant.meta.namespace != ns:
             continue
-        if any(k == "Gateway" and f == gw.meta.namespace for _g, k, f in grant.from_) and any(
+        if any(k == owner[0] and f == owner[1] for _g, k, f in grant.from_) and any(
             k == "Secret" and g == "" and n in (None, name) for g, k, n in grant.to
         ):
             return True
@@ -65,14 +93,15 @@ def _granted(res: Resources, gw: m.Gateway, ns: str, name: str) -> bool:
 def _certs_ok(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> bool:
     if not lst.certificate_refs or lst.tls_mode not in (None, "Terminate"):
         return False
+    owner = _owner(gw, lst)
     for ref in lst.certificate_refs:
-        ns = ref.namespace or gw.meta.namespace
+        ns = ref.namespace or owner[1]
         secret = res.secrets.get((ns, ref.name))
         if ref.group or ref.kind != "Secret" or secret is None or not secret.cert_pem:
             return False
         if secret.type != "kubernetes.io/tls":
             return False
-        if ns != gw.meta.namespace and not _granted(res, gw, ns, ref.name):
+        if ns != owner[1] and not _granted(res, owner, ns, ref.name):
             return False
     return True
 
@@ -116,7 +145,7 @@ def _namespace_allowed(res: Resources, gw: m.Gateway, lst: m.GatewayListener, ns
     if lst.allowed_from == "Selector":
         sel = lst.allowed_selector
         return sel is not None and _selector_matches(sel, res.namespace_labels(ns))
-    return lst.allowed_from == "Same" and ns == gw.meta.namespace
+    return lst.allowed_from == "Same" and ns == _owner(gw, lst)[1]
 
 
 def _wild_covers(wild: str, host: str) -> bool:
@@ -142,9 +171,14 @@ def intersect(listener: str | None, route: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _attaches(ref: m.ParentRef, gw: m.Gateway, lst: m.GatewayListener) -> bool:
+    """A parentRef reaches the listeners of the resource it names (GEP-1713: a
+    Gateway's own, or one ListenerSet's)."""
+    owner = (
+        ("Gateway", gw.meta.key) if lst.listener_set is None else ("ListenerSet", lst.listener_set)
+    )
     return (
-        (ref.group, ref.kind) == (m.GATEWAY_GROUP, "Gateway")
-        and (ref.namespace, ref.name) == gw.meta.key
+        (ref.group, ref.kind) == (m.GATEWAY_GROUP, owner[0])
+        and (ref.namespace, ref.name) == owner[1]
         and ref.section_name in (None, lst.name)
         and ref.port in (None, lst.port)
     )

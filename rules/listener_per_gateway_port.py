@@ -58,6 +58,7 @@ def check(ctx: Context) -> Iterable[Finding]:
                 NAME,
                 gw,
                 f"{lst.path}.port",
+                listener_set=spec.listener_set_of(ctx.res, lst),
                 expected={"port": lst.port, "bound": True},
                 actual={"port": lst.port, "bound": False},
                 gateway=f"{gw.meta.namespace}/{gw.meta.name}",

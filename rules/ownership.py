@@ -30,6 +30,7 @@ FEATURE_OWNERS = {
     wt.PRECEDENCE: "httproute-precedence",
     wt.MISDIRECTED: "gateway-https-misdirected-requests",
     wt.FRONTEND: "gateway-frontend-client-certificate-validation",
+    wt.LISTENER_SET: "listener-set",
 }
 BASE_NOTES = {"exact", "prefix itself", "root", "regex sample"}
 # When several witnesses of one HTTPRoute match disagree, the most specific
@@ -40,6 +41,7 @@ OWNER_PRIORITY = (
     "httproute-method-matching",
     "httproute-cors",
     "gateway-frontend-client-certificate-validation",
+    "listener-set",
     "gateway-https-misdirected-requests",
     "httproute-scheme-redirect",
     "httproute-port-redirect",

@@ -116,6 +116,7 @@ def check(ctx: Context) -> Iterable[Finding]:
             NAME,
             gw,
             f"{lst.path}.port",
+            listener_set=spec.listener_set_of(ctx.res, lst),
             port=port,
             domains=domains,
             hostnames=hostnames,

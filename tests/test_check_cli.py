@@ -973,3 +973,27 @@ def test_xds_envoy_refuses_is_reported_and_the_models_stand_aside(tmp_path: Path
         "GET http://header-matching.example.com/",
     )
     assert any("the Envoy model cannot read this xDS" in ln for ln in r.error_lines())
+
+
+def test_listener_set_the_gateway_refuses_is_reported_when_served(tmp_path: Path, cli: CLI) -> None:
+    """An xDS that binds the port of a ListenerSet the Gateway does not admit
+    (allowedListeners from Same, ListenerSet in another namespace) serves what the
+    spec says nobody listens on: EV225, at the ListenerSet's listener."""
+    scenario = "listener-set"
+    doc = translated(tmp_path / "good.json", scenario)
+    listeners = section(doc, "Listeners")["dynamic_listeners"]
+    source = next(li for li in listeners if li["name"] == "edge-8171")
+    stray = copy.deepcopy(source)
+    stray["name"] = "edge-8173"
+    stray["active_state"]["listener"]["name"] = "edge-8173"
+    stray["active_state"]["listener"]["address"]["socket_address"]["port_value"] = 8173
+    listeners.append(stray)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", *scenario_args(scenario), "--xds", str(broken), "--format", "json")
+    assert r.rc == 1, r.err
+    findings = [f for f in json.loads(r.out)["findings"] if f["code"] == "EV225"]
+    assert findings, r.out
+    assert {f["request"]["port"] for f in findings} == {8173}
+    assert all(f["expected"]["status"] == 0 and f["actual"]["status"] == 404 for f in findings)
+    assert all(f["resource"] == "ListenerSet edge-apps/not-allowed" for f in findings)

@@ -62,7 +62,6 @@ NOT_CHECKED: dict[str, str] = {
     "GatewayInfrastructurePropagation": (
         "spec.infrastructure labels and annotations go on provisioned resources, not into xDS"
     ),
-    "ListenerSet": "ListenerSet resources are not read yet (the loader warns and skips them)",
     "GatewayBackendClientCertificate": (
         "spec.tls.backend is not modelled: the edge's upstream TLS is the mesh's "
         "SPIFFE identity, and non-mesh backends are cleartext"

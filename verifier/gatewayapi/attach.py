@@ -9,6 +9,7 @@ import the decisions made here (it would then agree with their bugs).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -84,6 +85,16 @@ class ListenerStatus:
 class GatewayStatus:
     conditions: list[Condition] = field(default_factory=list)
     listeners: list[ListenerStatus] = field(default_factory=list)
+    attached_listener_sets: int = 0
+
+
+@dataclass
+class ListenerSetStatus:
+    """ListenerSet status: conditions, and its listeners' (ListenerEntryStatus)."""
+
+    parent: tuple[str, str]
+    conditions: list[Condition] = field(default_factory=list)
+    listeners: list[ListenerStatus] = field(default_factory=list)
 
 
 @dataclass
@@ -105,8 +116,9 @@ class Graph:
     mirrors: dict[tuple[str, str, str], ResolvedBackend] = field(default_factory=dict)
     gateway_status: dict[tuple[str, str], GatewayStatus] = field(default_factory=dict)
     route_status: dict[tuple[str, str], list[RouteParentStatus]] = field(default_factory=dict)
-    # listeners that are usable (Accepted, not Conflicted), by (gw ns, gw name, listener name)
+    # listeners that are usable (Accepted, not Conflicted), by (gw ns, gw name, listener uid)
     ready_listeners: set[tuple[str, str, str]] = field(default_factory=set)
+    listener_set_status: dict[tuple[str, str], ListenerSetStatus] = field(default_factory=dict)
     # (gw ns, gw name, port) -> client certificate validation of its HTTPS listeners
     client_ca: dict[tuple[str, str, int], ClientCa] = field(default_factory=dict)
 
@@ -197,6 +209,12 @@ def _listener_kinds(lst: m.GatewayListener) -> tuple[m.RouteGroupKind, ...]:
     return lst.allowed_kinds or HTTP_KINDS
 
 
+def _owner_namespace(gw: m.Gateway, lst: m.GatewayListener) -> str:
+    """The namespace "Same" means, and certificates default to: the ListenerSet's
+    for its listeners."""
+    return lst.listener_set[0] if lst.listener_set is not None else gw.meta.namespace
+
+
 def _allows_namespace(res: Resources, gw: m.Gateway, lst: m.GatewayListener, ns: str) -> bool:
     if lst.allowed_from == "All":
         return True
@@ -206,7 +224,7 @@ def _allows_namespace(res: Resources, gw: m.Gateway, lst: m.GatewayListener, ns:
         )
     if lst.allowed_from == "None":
         return False
-    return ns == gw.meta.namespace
+    return ns == _owner_namespace(gw, lst)
 
 
 # ---------------------------------------------------------------- gateways
@@ -229,15 +247,9 @@ def _gateway_status(res: Resources, gw: m.Gateway, graph: Graph) -> GatewayStatu
                 "client certificates are validated with AllowInsecureFallback",
             )
         )
-    by_port: dict[int, list[m.GatewayListener]] = {}
-    for lst in gw.listeners:
-        by_port.setdefault(lst.port, []).append(lst)
-    for lst in gw.listeners:
+    for index, lst in enumerate(gw.listeners):
         ls = ListenerStatus(lst.name)
         conds: list[Condition] = []
-        peers = by_port[lst.port]
-        protocols = {p.protocol for p in peers}
-        hostnames = Counter(p.hostname for p in peers if p.protocol == lst.protocol)
         accepted = lst.protocol in ("HTTP", "HTTPS")
         if not accepted:
             conds.append(
@@ -260,10 +272,13 @@ def _gateway_status(res: Resources, gw: m.Gateway, graph: Graph) -> GatewayStatu
             )
         else:
             conds.append(Condition("Accepted", "True", "Accepted"))
-        conflicted = len(protocols) > 1 or hostnames[lst.hostname] > 1
-        if conflicted:
-            reason = "ProtocolConflict" if len(protocols) > 1 else "HostnameConflict"
-            conds.append(Condition("Conflicted", "True", reason))
+        conflict = _conflict(gw.listeners, index)
+        conflicted = conflict is not None
+        if conflict is not None:
+            conds.append(Condition("Conflicted", "True", conflict))
+            if lst.listener_set is not None and accepted:
+                # ListenerEntry: a listener that loses on precedence is not accepted.
+                conds[0] = Condition("Accepted", "False", conflict)
         else:
             conds.append(Condition("Conflicted", "False", "NoConflicts"))
         resolved = _listener_refs(res, gw, lst)
@@ -290,14 +305,38 @@ def _gateway_status(res: Resources, gw: m.Gateway, graph: Graph) -> GatewayStatu
             "RefNotPermitted",
         )
         ok = accepted and ca_ok and not conflicted and refs_ok
+        # ListenerEntry conformance: a listener that loses on precedence says why.
+        not_ok = conflict if conflict is not None and lst.listener_set is not None else "Invalid"
         conds.append(
-            Condition("Programmed", "True" if ok else "False", "Programmed" if ok else "Invalid")
+            Condition("Programmed", "True" if ok else "False", "Programmed" if ok else not_ok)
         )
         if ok:
-            graph.ready_listeners.add((gw.meta.namespace, gw.meta.name, lst.name))
+            graph.ready_listeners.add((gw.meta.namespace, gw.meta.name, lst.uid))
         ls.conditions = conds
-        status.listeners.append(ls)
+        if lst.listener_set is None:
+            status.listeners.append(ls)
+        else:
+            graph.listener_set_status[lst.listener_set].listeners.append(ls)
     return status
+
+
+def _conflict(listeners: tuple[m.GatewayListener, ...], index: int) -> str | None:
+    """ProtocolConflict / HostnameConflict for the listener at ``index`` of a merged list.
+
+    Within one Gateway (or one ListenerSet) both sides of a conflict are
+    conflicted; across them "the first Listener on the precedence list MUST be
+    accepted" and the later ones are conflicted (GEP-1713)."""
+    lst = listeners[index]
+    for i, other in enumerate(listeners):
+        if i == index or other.port != lst.port:
+            continue
+        if other.listener_set != lst.listener_set and i > index:
+            continue  # a later resource never conflicts an earlier one
+        if other.protocol != lst.protocol:
+            return "ProtocolConflict"
+        if other.hostname == lst.hostname:
+            return "HostnameConflict"
+    return None
 
 
 def _client_ca(
@@ -366,8 +405,10 @@ def _listener_refs(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> Con
                 "InvalidCertificateRef",
                 "an HTTPS listener needs a certificateRef",
             )
+        owner_ns = _owner_namespace(gw, lst)
+        owner_kind = "Gateway" if lst.listener_set is None else "ListenerSet"
         for ref in lst.certificate_refs:
-            ns = ref.namespace or gw.meta.namespace
+            ns = ref.namespace or owner_ns
             if ref.group != "" or ref.kind != "Secret":
                 return Condition(
                     "ResolvedRefs",
@@ -375,8 +416,8 @@ def _listener_refs(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> Con
                     "InvalidCertificateRef",
                     f"unsupported certificateRef kind {ref.kind}",
                 )
-            if ns != gw.meta.namespace and not _granted(
-                res, "Gateway", gw.meta.namespace, "", "Secret", ns, ref.name
+            if ns != owner_ns and not _granted(
+                res, owner_kind, owner_ns, "", "Secret", ns, ref.name
             ):
                 return Condition(
                     "ResolvedRefs",
@@ -469,10 +510,12 @@ def _resolve_rules(res: Resources, route: m.HTTPRoute, graph: Graph) -> Conditio
 def _attach_parent(
     res: Resources, route: m.HTTPRoute, ref: m.ParentRef, gw: m.Gateway, graph: Graph
 ) -> Condition:
+    owner = (ref.namespace, ref.name) if ref.kind == "ListenerSet" else None
     candidates = [
         lst
         for lst in gw.listeners
-        if (ref.section_name is None or lst.name == ref.section_name)
+        if lst.listener_set == owner
+        and (ref.section_name is None or lst.name == ref.section_name)
         and (ref.port is None or lst.port == ref.port)
     ]
     if not candidates:
@@ -483,7 +526,7 @@ def _attach_parent(
             "no listener matches the parentRef's sectionName/port",
         )
     ready = [
-        c for c in candidates if (gw.meta.namespace, gw.meta.name, c.name) in graph.ready_listeners
+        c for c in candidates if (gw.meta.namespace, gw.meta.name, c.uid) in graph.ready_listeners
     ]
     allowed = [
         c
@@ -521,17 +564,25 @@ def build_graph(res: Resources, controller_name: str = DEFAULT_CONTROLLER) -> Gr
     for key in sorted(res.gateways):
         gw = res.gateways[key]
         if gw.class_name in ours:
-            graph.gateways.append(gw)
-            graph.gateway_status[key] = _gateway_status(res, gw, graph)
+            merged = _with_listener_sets(res, gw, graph)
+            graph.gateways.append(merged)
+            graph.gateway_status[key] = _gateway_status(res, merged, graph)
+    for lss in graph.listener_set_status.values():
+        _listener_set_conditions(lss, graph.gateway_status[lss.parent])
     by_key = {gw.meta.key: gw for gw in graph.gateways}
+    set_parent = {k: s.parent for k, s in graph.listener_set_status.items() if s.listeners}
     for rkey in sorted(res.httproutes):
         route = res.httproutes[rkey]
         parents: list[RouteParentStatus] = []
         unsupported = _unsupported(route)
         resolved: Condition | None = None
         for ref in route.parent_refs:
-            parent = by_key.get((ref.namespace, ref.name))
-            if ref.group != m.GATEWAY_GROUP or ref.kind != "Gateway" or parent is None:
+            if ref.kind == "ListenerSet":
+                ls_parent = set_parent.get((ref.namespace, ref.name))
+                parent = by_key.get(ls_parent) if ls_parent is not None else None
+            else:
+                parent = by_key.get((ref.namespace, ref.name)) if ref.kind == "Gateway" else None
+            if ref.group != m.GATEWAY_GROUP or parent is None:
                 continue  # not a parent this controller owns: no status from us
             if resolved is None:
                 resolved = _resolve_rules(res, route, graph)
@@ -542,8 +593,75 @@ def build_graph(res: Resources, controller_name: str = DEFAULT_CONTROLLER) -> Gr
             parents.append(RouteParentStatus(ref, [accepted, resolved]))
         if parents:
             graph.route_status[rkey] = parents
-    counts = Counter((a.gateway.meta.key, a.listener.name) for a in graph.attached)
+    counts = Counter((a.gateway.meta.key, a.listener.uid) for a in graph.attached)
     for gkey, status in graph.gateway_status.items():
         for ls in status.listeners:
             ls.attached_routes = counts[(gkey, ls.name)]
+    for lskey, lss in graph.listener_set_status.items():
+        for ls in lss.listeners:
+            ls.attached_routes = counts[(lss.parent, f"{lskey[0]}/{lskey[1]}/{ls.name}")]
     return graph
+
+
+def _listener_set_allowed(res: Resources, gw: m.Gateway, ns: str) -> bool:
+    """Gateway.spec.allowedListeners.namespaces.from: None (the default), Same,
+    All or Selector."""
+    policy = gw.allowed_listeners
+    if policy == "All":
+        return True
+    if policy == "Same":
+        return ns == gw.meta.namespace
+    if policy == "Selector":
+        return gw.allowed_listeners_selector is not None and _selector_matches(
+            gw.allowed_listeners_selector, res.namespace_labels(ns)
+        )
+    return False
+
+
+def _with_listener_sets(res: Resources, gw: m.Gateway, graph: Graph) -> m.Gateway:
+    """The Gateway with the listeners of the ListenerSets it admits appended, oldest
+    ListenerSet first, then by namespace/name (ListenerSetSpec.listeners). A
+    ListenerSet it does not admit gets status Accepted False (NotAllowed)."""
+    sets = [
+        ls
+        for ls in res.listener_sets.values()
+        if ls.parent_group == m.GATEWAY_GROUP
+        and ls.parent_kind == "Gateway"
+        and (ls.parent_namespace, ls.parent_name) == gw.meta.key
+    ]
+    sets.sort(key=lambda ls: (ls.meta.creation_timestamp, ls.meta.namespace, ls.meta.name))
+    listeners = list(gw.listeners)
+    for ls in sets:
+        status = ListenerSetStatus(gw.meta.key)
+        graph.listener_set_status[ls.meta.key] = status
+        if not _listener_set_allowed(res, gw, ls.meta.namespace):
+            message = f"Gateway {gw.meta.namespace}/{gw.meta.name} does not allow it"
+            status.conditions = [
+                Condition("Accepted", "False", "NotAllowed", message),
+                Condition("Programmed", "False", "NotAllowed", message),
+            ]
+            continue
+        listeners.extend(ls.listeners)
+    return dataclasses.replace(gw, listeners=tuple(listeners))
+
+
+def _listener_set_conditions(lss: ListenerSetStatus, parent: GatewayStatus) -> None:
+    """Accepted/Programmed of an admitted ListenerSet: True while any of its
+    listeners is; ListenersNotValid when none is."""
+    if lss.conditions:
+        return  # not admitted
+    parent.attached_listener_sets += 1
+    programmed = any(
+        c.type == "Programmed" and c.status == "True" for ls in lss.listeners for c in ls.conditions
+    )
+    if programmed:
+        lss.conditions = [
+            Condition("Accepted", "True", "Accepted"),
+            Condition("Programmed", "True", "Programmed"),
+        ]
+    else:
+        why = "no listener of the ListenerSet is valid"
+        lss.conditions = [
+            Condition("Accepted", "False", "ListenersNotValid", why),
+            Condition("Programmed", "False", "ListenersNotValid", why),
+        ]

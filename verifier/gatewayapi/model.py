@@ -121,6 +121,17 @@ class GatewayListener:
     allowed_selector: LabelSelector | None
     allowed_kinds: tuple[RouteGroupKind, ...]
     path: str = field(default="", compare=False)
+    # The ListenerSet that defines it ((namespace, name)); None: the Gateway itself.
+    # A Gateway merged with its ListenerSets (GEP-1713) holds listeners of both.
+    listener_set: tuple[str, str] | None = None
+
+    @property
+    def uid(self) -> str:
+        """Unique among a Gateway's merged listeners: names need only be unique
+        within their own Gateway or ListenerSet."""
+        if self.listener_set is None:
+            return self.name
+        return f"{self.listener_set[0]}/{self.listener_set[1]}/{self.name}"
 
 
 # FrontendValidationModeType: "Defaults to AllowValidOnly".
@@ -162,6 +173,9 @@ class Gateway:
     addresses: tuple[tuple[str, str], ...] = ()  # (type, value)
     tls: tuple[str, ...] = ()  # the keys set under spec.tls ("frontend", "backend")
     frontend: FrontendTLS | None = None
+    # spec.allowedListeners.namespaces: "None" (the default) admits no ListenerSet.
+    allowed_listeners: str = "None"
+    allowed_listeners_selector: LabelSelector | None = None
 
     def frontend_validation(self, port: int) -> FrontendValidation | None:
         """The client certificate validation of HTTPS listeners on ``port``."""
@@ -217,10 +231,13 @@ def _selector(value: Any) -> LabelSelector:
     return LabelSelector(labels, exprs)
 
 
-def parse_gateway(raw: RawObject) -> Gateway:
-    spec = _d(raw.data.get("spec"))
+def parse_listeners(
+    items: Any, listener_set: tuple[str, str] | None = None
+) -> tuple[GatewayListener, ...]:
+    """spec.listeners of a Gateway, or of a ListenerSet (whose ListenerEntry has
+    the same fields)."""
     listeners = []
-    for i, item in enumerate(_l(spec.get("listeners"))):
+    for i, item in enumerate(_l(items)):
         lst = _d(item)
         tls = _d(lst.get("tls"))
         certs = tuple(
@@ -252,20 +269,58 @@ def parse_gateway(raw: RawObject) -> Gateway:
                 allowed_selector=_selector(nss.get("selector")) if "selector" in nss else None,
                 allowed_kinds=kinds,
                 path=f"spec.listeners[{i}]",
+                listener_set=listener_set,
             )
         )
+    return tuple(listeners)
+
+
+def parse_gateway(raw: RawObject) -> Gateway:
+    spec = _d(raw.data.get("spec"))
+    listeners = parse_listeners(spec.get("listeners"))
     addresses = tuple(
         (str(a.get("type", "IPAddress")), str(a.get("value", "")))
         for a in _l(spec.get("addresses"))
     )
     tls_keys = tuple(sorted(str(k) for k, v in _d(spec.get("tls")).items() if v))
+    allowed = _d(_d(spec.get("allowedListeners")).get("namespaces"))
     return Gateway(
         _meta(raw),
         str(spec.get("gatewayClassName", "")),
-        tuple(listeners),
+        listeners,
         addresses,
         tls_keys,
         _frontend(spec),
+        allowed_listeners=str(allowed.get("from", "None")),
+        allowed_listeners_selector=(
+            _selector(allowed.get("selector")) if "selector" in allowed else None
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ListenerSet:
+    """Listeners to merge into a parent Gateway (GEP-1713, standard since v1.5)."""
+
+    meta: Meta
+    parent_group: str
+    parent_kind: str
+    parent_namespace: str  # defaulted to the ListenerSet's namespace
+    parent_name: str
+    listeners: tuple[GatewayListener, ...]
+
+
+def parse_listener_set(raw: RawObject) -> ListenerSet:
+    meta = _meta(raw)
+    spec = _d(raw.data.get("spec"))
+    parent = _d(spec.get("parentRef"))
+    return ListenerSet(
+        meta,
+        str(parent.get("group", GATEWAY_GROUP) or GATEWAY_GROUP),
+        str(parent.get("kind", "Gateway") or "Gateway"),
+        str(parent.get("namespace") or meta.namespace),
+        str(parent.get("name", "")),
+        parse_listeners(spec.get("listeners"), meta.key),
     )
 
 

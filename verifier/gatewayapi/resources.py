@@ -29,6 +29,7 @@ PARSERS: dict[str, tuple[frozenset[str], Callable[[RawObject], Any]]] = {
     "Gateway": (frozenset({GATEWAY_GROUP}), m.parse_gateway),
     "HTTPRoute": (frozenset({GATEWAY_GROUP}), m.parse_httproute),
     "ReferenceGrant": (frozenset({GATEWAY_GROUP}), m.parse_reference_grant),
+    "ListenerSet": (frozenset({GATEWAY_GROUP}), m.parse_listener_set),
     "Service": (frozenset({""}), m.parse_service),
     "EndpointSlice": (frozenset({"discovery.k8s.io"}), m.parse_endpoint_slice),
     "Namespace": (frozenset({""}), lambda r: m.Namespace(m._meta(r))),
@@ -48,6 +49,7 @@ class Resources:
 
     gateway_classes: dict[str, m.GatewayClass] = field(default_factory=dict)
     gateways: dict[tuple[str, str], m.Gateway] = field(default_factory=dict)
+    listener_sets: dict[tuple[str, str], m.ListenerSet] = field(default_factory=dict)
     httproutes: dict[tuple[str, str], m.HTTPRoute] = field(default_factory=dict)
     reference_grants: dict[tuple[str, str], m.ReferenceGrant] = field(default_factory=dict)
     services: dict[tuple[str, str], m.Service] = field(default_factory=dict)
@@ -78,6 +80,7 @@ def _store(res: Resources, obj: Any) -> InputError | None:
     else:
         tables: dict[type, dict[Any, Any]] = {
             m.Gateway: res.gateways,
+            m.ListenerSet: res.listener_sets,
             m.HTTPRoute: res.httproutes,
             m.ReferenceGrant: res.reference_grants,
             m.Service: res.services,

@@ -259,19 +259,20 @@ INFRASTRUCTURE = Obj(
     }
 )
 
+# Gateway.spec.listeners and ListenerSet.spec.listeners: 1-64, unique names.
+LISTENERS = Arr(
+    LISTENER,
+    min_items=1,
+    max_items=64,
+    list_type="map",
+    map_key="name",
+    rules=(_listeners_rule,),
+)
+
 GATEWAY_SPEC = Obj(
     {
         "gatewayClassName": req(OBJECT_NAME),
-        "listeners": req(
-            Arr(
-                LISTENER,
-                min_items=1,
-                max_items=64,
-                list_type="map",
-                map_key="name",
-                rules=(_listeners_rule,),
-            )
-        ),
+        "listeners": req(LISTENERS),
         "addresses": opt(
             Arr(
                 Obj(
@@ -300,6 +301,24 @@ GATEWAY_SPEC = Obj(
         "tls": opt(GATEWAY_TLS),
         # Experimental (GEP-3793, default Gateways); its enum is not checked.
         "defaultScope": opt(Str()),
+    }
+)
+
+# ListenerSetSpec (apis/v1/listenerset_types.go): a parent Gateway and 1-64
+# ListenerEntries, which are Listeners under the same CEL rules.
+LISTENERSET_SPEC = Obj(
+    {
+        "parentRef": req(
+            Obj(
+                {
+                    "group": opt(GROUP),
+                    "kind": opt(KIND),
+                    "name": req(OBJECT_NAME),
+                    "namespace": opt(NAMESPACE),
+                }
+            )
+        ),
+        "listeners": req(LISTENERS),
     }
 )
 

@@ -72,6 +72,7 @@ from verifier.gatewayapi.schema_core import (
 from verifier.gatewayapi.schema_gateway import (
     GATEWAY_SPEC,
     GATEWAYCLASS_SPEC,
+    LISTENERSET_SPEC,
     REFERENCEGRANT_SPEC,
 )
 from verifier.gatewayapi.schema_httproute import HTTPROUTE_SPEC
@@ -99,6 +100,8 @@ GATEWAY_API: dict[str, tuple[tuple[str, ...], Obj]] = {
     "HTTPRoute": (("v1", "v1beta1"), _root(HTTPROUTE_SPEC, True)),
     # v1 is new in v1.5; spec only becomes required in v1.6.
     "ReferenceGrant": (("v1beta1", "v1"), _root(REFERENCEGRANT_SPEC, False)),
+    # Standard channel since v1.5 (GEP-1713).
+    "ListenerSet": (("v1",), _root(LISTENERSET_SPEC, True)),
 }
 CORE_VERSIONS = {
     ("", "Service"): "v1",

@@ -19,7 +19,13 @@ from rich.console import Console
 from rich.text import Text
 
 from verifier.gatewayapi import model as m
-from verifier.gatewayapi.attach import HTTP_KINDS, Condition, Graph
+from verifier.gatewayapi.attach import (
+    HTTP_KINDS,
+    Condition,
+    GatewayStatus,
+    Graph,
+    ListenerSetStatus,
+)
 from verifier.gatewayapi.resources import Resources
 
 API_VERSION = f"{m.GATEWAY_GROUP}/v1"
@@ -114,8 +120,31 @@ def status_documents(res: Resources, graph: Graph) -> list[dict[str, Any]]:
             }
             for lst, ls in zip(gw.listeners, gs.listeners, strict=True)
         ]
-        status = {"conditions": [_condition(c, gen) for c in gs.conditions], "listeners": listeners}
+        status: dict[str, Any] = {
+            "conditions": [_condition(c, gen) for c in gs.conditions],
+            "listeners": listeners,
+        }
+        if gw.allowed_listeners != "None" or gs.attached_listener_sets:
+            status["attachedListenerSets"] = gs.attached_listener_sets
         docs.append(_object("Gateway", gw.meta, status))
+    for key in sorted(graph.listener_set_status):
+        lset = res.listener_sets[key]
+        lss = graph.listener_set_status[key]
+        gen = _generation(lset.meta)
+        entries = {lst.name: lst for lst in lset.listeners}
+        listeners = [
+            {
+                "name": ls.name,
+                "supportedKinds": _supported_kinds(entries[ls.name]),
+                "attachedRoutes": ls.attached_routes,
+                "conditions": [_condition(c, gen) for c in ls.conditions],
+            }
+            for ls in lss.listeners
+        ]
+        ls_status = {"conditions": [_condition(c, gen) for c in lss.conditions]}
+        if listeners:
+            ls_status["listeners"] = listeners
+        docs.append(_object("ListenerSet", lset.meta, ls_status))
     for key in sorted(graph.route_status):
         route = res.httproutes[key]
         gen = _generation(route.meta)
@@ -139,12 +168,12 @@ def format_yaml(docs: Iterable[dict[str, Any]]) -> str:
 
 
 def _parent_subject(route: str, ref: m.ParentRef) -> str:
-    where = f"{ref.namespace}/{ref.name}"
+    where = f"{ref.kind} {ref.namespace}/{ref.name}"
     if ref.section_name is not None:
         where += f" listener {ref.section_name}"
     if ref.port is not None:
         where += f" port {ref.port}"
-    return f"HTTPRoute {route} -> Gateway {where}"
+    return f"HTTPRoute {route} -> {where}"
 
 
 def _lines(subject: str, conditions: Iterable[Condition]) -> list[StatusLine]:
@@ -154,11 +183,17 @@ def _lines(subject: str, conditions: Iterable[Condition]) -> list[StatusLine]:
 def status_lines(res: Resources, graph: Graph) -> list[StatusLine]:
     """Every condition as one line, Gateways first, in the same order as the YAML."""
     out: list[StatusLine] = []
-    for ns, name in sorted(graph.gateway_status):
-        gs = graph.gateway_status[(ns, name)]
-        subject = f"Gateway {ns}/{name}"
-        out += _lines(subject, gs.conditions)
-        for ls in gs.listeners:
+    owners: list[tuple[str, GatewayStatus | ListenerSetStatus]] = [
+        (f"Gateway {ns}/{name}", graph.gateway_status[(ns, name)])
+        for ns, name in sorted(graph.gateway_status)
+    ]
+    owners += [
+        (f"ListenerSet {ns}/{name}", graph.listener_set_status[(ns, name)])
+        for ns, name in sorted(graph.listener_set_status)
+    ]
+    for subject, owner in owners:
+        out += _lines(subject, owner.conditions)
+        for ls in owner.listeners:
             n = ls.attached_routes
             routes = f"{n} route{'' if n == 1 else 's'}"
             out += _lines(f"{subject} listener {ls.name} ({routes})", ls.conditions)

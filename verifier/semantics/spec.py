@@ -51,6 +51,7 @@ from verifier.semantics.spec_listeners import (
     listener_ports,
     select_listener,
 )
+from verifier.semantics.spec_listenersets import merged_gateway
 from verifier.semantics.spec_match import (
     Candidate,
     deciding_criterion,
@@ -168,7 +169,7 @@ _INDEXES: dict[int, tuple[weakref.ref[Resources], tuple[int, ...], SpecIndex]] =
 
 def _shape(res: Resources) -> tuple[int, ...]:
     """Catches tables replaced, grown or shrunk; not a value replaced in place."""
-    tables = (res.gateways, res.httproutes, res.namespaces)
+    tables = (res.gateways, res.httproutes, res.namespaces, res.listener_sets)
     return tuple(x for t in tables for x in (id(t), len(t)))
 
 
@@ -196,7 +197,7 @@ def index_for(res: Resources) -> SpecIndex:
 def default_port(res: Resources, gateway: tuple[str, str]) -> int | None:
     """The Gateway's port when it has exactly one (cases may omit the port then)."""
     gw = res.gateways.get(gateway)
-    ports = listener_ports(gw) if gw else ()
+    ports = listener_ports(merged_gateway(res, gw)) if gw else ()
     return ports[0] if len(ports) == 1 else None
 
 
@@ -221,6 +222,7 @@ def _decide(
     if problem:
         trace.append(f"Gateway {gateway[0]}/{gateway[1]} not programmed: {problem}")
         return _answer(NO_RESPONSE, trace)
+    gw = merged_gateway(res, gw)
     selection = (
         select_listener(res, gw, request) if index is None else index.selection(res, gw, request)
     )

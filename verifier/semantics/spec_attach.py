@@ -83,13 +83,27 @@ def _raw_rules(route: HTTPRoute) -> list[Any]:
 def refers_to_gateway(ref: ParentRef, gw: Gateway) -> bool:
     """ParentReference: group "When unspecified, "gateway.networking.k8s.io" is
     inferred", kind defaults to Gateway, namespace "When unspecified, this refers
-    to the local namespace of the Route" (defaults applied by the loader)."""
-    return (
-        ref.group == GATEWAY_GROUP
-        and ref.kind == "Gateway"
-        and ref.namespace == gw.meta.namespace
-        and ref.name == gw.meta.name
+    to the local namespace of the Route" (defaults applied by the loader). With
+    ``gw`` merged with its ListenerSets, a parentRef to one of those counts too."""
+    if ref.group != GATEWAY_GROUP:
+        return False
+    if ref.kind == "Gateway":
+        return (ref.namespace, ref.name) == gw.meta.key
+    return ref.kind == "ListenerSet" and any(
+        lst.listener_set == (ref.namespace, ref.name) for lst in gw.listeners
     )
+
+
+def _direct_parent(ref: ParentRef, gw: Gateway, lst: GatewayListener) -> bool:
+    """GEP-1713: "Routes attach to all relevant Listeners in their direct Parent
+    object": a Gateway parentRef reaches only the Gateway's own listeners ("MUST
+    NOT attach to any listeners in the child ListenerSets"), a ListenerSet
+    parentRef only that ListenerSet's."""
+    if ref.group != GATEWAY_GROUP:
+        return False
+    if lst.listener_set is None:
+        return ref.kind == "Gateway" and (ref.namespace, ref.name) == gw.meta.key
+    return ref.kind == "ListenerSet" and (ref.namespace, ref.name) == lst.listener_set
 
 
 def parent_selects(ref: ParentRef, gw: Gateway, lst: GatewayListener) -> bool:
@@ -98,7 +112,7 @@ def parent_selects(ref: ParentRef, gw: Gateway, lst: GatewayListener) -> bool:
     on the specified port ... When both Port and SectionName are specified, the
     name and port of the selected listener must match both specified values."
     """
-    if not refers_to_gateway(ref, gw):
+    if not _direct_parent(ref, gw, lst):
         return False
     if ref.section_name and ref.section_name != lst.name:
         return False
@@ -137,8 +151,10 @@ def allowed_routes_problem(
     policy = lst.allowed_from
     if policy not in NAMESPACE_POLICIES:
         return f"allowedRoutes.namespaces.from {policy!r} admits no Route"
-    if policy == "Same" and route_ns != gw.meta.namespace:
-        return f"allowedRoutes from Same: namespace {route_ns} is not {gw.meta.namespace}"
+    # "Same": the namespace of the resource that defines the listener.
+    same = lst.listener_set[0] if lst.listener_set is not None else gw.meta.namespace
+    if policy == "Same" and route_ns != same:
+        return f"allowedRoutes from Same: namespace {route_ns} is not {same}"
     if policy == "Selector" and not selector_matches(
         lst.allowed_selector, res.namespace_labels(route_ns)
     ):

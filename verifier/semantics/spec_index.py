@@ -273,9 +273,17 @@ class SpecIndex:
         if found is None or found.listener is not lst:
             if self._referencing is None:
                 self._referencing = _routes_by_gateway(res)
+            # Routes naming the Gateway or one of the ListenerSets merged into it.
+            targets = {gw.meta.key} | {
+                other.listener_set for other in gw.listeners if other.listener_set is not None
+            }
+            seen: dict[int, _Numbered] = {}
+            for target in targets:
+                for numbered in self._referencing.get(target, []):
+                    seen[numbered[0]] = numbered
             routes = [
                 numbered
-                for numbered in self._referencing.get((gw.meta.namespace, gw.meta.name), [])
+                for _, numbered in sorted(seen.items())
                 if any(refers_to_gateway(ref, gw) for ref in numbered[2].parent_refs)
             ]
             found = self._listeners[id(lst)] = _listener_routes(res, gw, lst, routes)

@@ -79,23 +79,39 @@ def _conflicts(gw: Gateway) -> dict[str, str]:
     implementation MUST NOT pick one conflicting Listener as the winner."
     """
     out: dict[str, str] = {}
-    for lst in gw.listeners:
-        same_port = [o for o in gw.listeners if o.port == lst.port]
+    for i, lst in enumerate(gw.listeners):
+        # GEP-1713: across a Gateway and its ListenerSets "the first Listener on
+        # the precedence list MUST be accepted"; later ones are conflicted.
+        same_port = [
+            o
+            for j, o in enumerate(gw.listeners)
+            if o.port == lst.port and (o.listener_set == lst.listener_set or j < i)
+        ]
         if len({o.protocol.upper() for o in same_port}) > 1:
-            out[lst.name] = f"ProtocolConflict on port {lst.port}"
+            out[lst.uid] = f"ProtocolConflict on port {lst.port}"
             continue
         twins = [o for o in same_port if (o.hostname or "") == (lst.hostname or "")]
         if len(twins) > 1:
-            out[lst.name] = f"HostnameConflict on port {lst.port}"
+            out[lst.uid] = f"HostnameConflict on port {lst.port}"
     return out
 
 
-def _certificate_problem(res: Resources, gw: Gateway, ref: SecretObjectRef) -> str | None:
-    """Why one certificateRef cannot be used (InvalidCertificateRef/RefNotPermitted)."""
+def _certificate_problem(
+    res: Resources, gw: Gateway, lst: GatewayListener, ref: SecretObjectRef
+) -> str | None:
+    """Why one certificateRef cannot be used (InvalidCertificateRef/RefNotPermitted).
+
+    A ListenerSet's listener refers from the ListenerSet: "A ListenerSet must be
+    able to reference a secret/backend in the same namespace as itself without a
+    ReferenceGrant", and grants to the Gateway are not inherited."""
     if (ref.group, ref.kind) not in CERTIFICATE_KINDS:
         return f"certificateRef kind {ref.group or 'core'}/{ref.kind} is not supported"
-    ns = ref.namespace or gw.meta.namespace
-    allowed, why = gateway_may_use(res, gw.meta.namespace, "Secret", ns, ref.name)
+    if lst.listener_set is None:
+        owner_kind, owner_ns = "Gateway", gw.meta.namespace
+    else:
+        owner_kind, owner_ns = "ListenerSet", lst.listener_set[0]
+    ns = ref.namespace or owner_ns
+    allowed, why = gateway_may_use(res, owner_ns, "Secret", ns, ref.name, from_kind=owner_kind)
     if not allowed:
         return f"Secret {ns}/{ref.name}: RefNotPermitted ({why})"
     secret = res.secrets.get((ns, ref.name))
@@ -110,7 +126,7 @@ def _certificate_problem(res: Resources, gw: Gateway, ref: SecretObjectRef) -> s
 
 def listener_problem(res: Resources, gw: Gateway, lst: GatewayListener) -> str | None:
     """Why the Listener is not programmed (None when it serves traffic)."""
-    conflict = _conflicts(gw).get(lst.name)
+    conflict = _conflicts(gw).get(lst.uid)
     if conflict:
         return f"Conflicted: {conflict}"
     protocol = lst.protocol.upper()
@@ -127,7 +143,7 @@ def listener_problem(res: Resources, gw: Gateway, lst: GatewayListener) -> str |
         if not lst.certificate_refs:
             return "no certificateRefs"
         for ref in lst.certificate_refs:
-            problem = _certificate_problem(res, gw, ref)
+            problem = _certificate_problem(res, gw, lst, ref)
             if problem:
                 return f"ResolvedRefs=False: {problem}"
         trust = port_trust(res, gw, lst.port)

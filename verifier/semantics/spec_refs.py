@@ -51,13 +51,20 @@ def reference_allowed(
 
 
 def gateway_may_use(
-    res: Resources, gateway_namespace: str, kind: str, namespace: str, name: str
+    res: Resources,
+    gateway_namespace: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    *,
+    from_kind: str = "Gateway",
 ) -> tuple[bool, str]:
-    """A Gateway's reference to a core object (a certificate Secret, a CA ConfigMap)."""
+    """A Gateway's (or ListenerSet's) reference to a core object (a certificate
+    Secret, a CA ConfigMap)."""
     return reference_allowed(
         res,
         from_group=GATEWAY_GROUP,
-        from_kind="Gateway",
+        from_kind=from_kind,
         from_namespace=gateway_namespace,
         to_group="",
         to_kind=kind,

@@ -48,6 +48,7 @@ CORS = "HTTPRouteCORS"
 CASE = "case"  # a request from a cases.yaml table
 MISDIRECTED = "GatewayHTTPSListenerDetectMisdirectedRequests"
 FRONTEND = "GatewayFrontendClientCertificateValidation"
+LISTENER_SET = "ListenerSet"
 
 # The issuer of a client certificate no configuration trusts: the SHA-256 of no
 # real CA certificate (the live pass presents a throw-away CA's certificate).
@@ -369,13 +370,13 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
     out: dict[tuple[tuple[str, str], Request], Witness] = {}
     probed: set[tuple[tuple[str, str], int, str]] = set()  # (gateway, port, host)
     for gkey in sorted(res.gateways):
-        gateway = res.gateways[gkey]
+        gateway = _with_named_listener_sets(res, res.gateways[gkey])
         if gateway.class_name not in ours:
             continue
         method = free_method(res, gkey)
         for rkey in sorted(res.httproutes):
             route = res.httproutes[rkey]
-            if not any(p.namespace == gkey[0] and p.name == gkey[1] for p in route.parent_refs):
+            if not _names(route, gateway):
                 continue
             for listener in gateway.listeners:
                 scheme = "https" if listener.protocol == "HTTPS" else "http"
@@ -404,7 +405,44 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
             out.setdefault((wit.gateway, wit.request), wit)
         for wit in _client_cert_witnesses(res, gkey, gateway):
             out.setdefault((wit.gateway, wit.request), wit)
+        for wit in _listener_set_witnesses(gkey, gateway):
+            out[(wit.gateway, wit.request)] = wit  # claims the request for its feature
     return [_with_carrier_cert(res, w) for w in out.values()]
+
+
+def _listener_set_witnesses(gkey: tuple[str, str], gw: m.Gateway) -> Iterator[Witness]:
+    """For each ListenerSet listener: a request for its hostname and one for a host
+    no Route names. Whether the listener serves at all (admitted, not conflicted),
+    and that only its own Routes answer there, shows on these."""
+    for lst in gw.listeners:
+        if lst.listener_set is None or lst.protocol not in ("HTTP", "HTTPS"):
+            continue
+        scheme = "https" if lst.protocol == "HTTPS" else "http"
+        ns, name = lst.listener_set
+        host = concrete_hosts(lst.hostname)[0] if lst.hostname else "listener-set.example"
+        on = f"ListenerSet {ns}/{name} listener {lst.name}"
+        for path in ("/", "/listener-set-probe"):
+            req = Request(scheme=scheme, host=host, port=lst.port, path=path)
+            yield Witness(gkey, req, LISTENER_SET, note=f"{on}: {host}{path}")
+
+
+def _with_named_listener_sets(res: Resources, gw: m.Gateway) -> m.Gateway:
+    """The Gateway with the listeners of every ListenerSet whose parentRef names it,
+    admitted or not: the models say which serve."""
+    extra = tuple(
+        lst
+        for key in sorted(res.listener_sets)
+        if (res.listener_sets[key].parent_namespace, res.listener_sets[key].parent_name)
+        == gw.meta.key
+        for lst in res.listener_sets[key].listeners
+    )
+    return dataclasses.replace(gw, listeners=gw.listeners + extra) if extra else gw
+
+
+def _names(route: m.HTTPRoute, gw: m.Gateway) -> bool:
+    """A parentRef of ``route`` names the Gateway or a ListenerSet of it."""
+    targets = {gw.meta.key} | {lst.listener_set for lst in gw.listeners if lst.listener_set}
+    return any((p.namespace, p.name) in targets for p in route.parent_refs)
 
 
 def named_cas(res: Resources, gw: m.Gateway, port: int) -> list[str]:
@@ -464,7 +502,7 @@ def free_method(res: Resources, gkey: tuple[str, str]) -> str:
     required = {
         match.method.upper()
         for route in res.httproutes.values()
-        if any(p.namespace == gkey[0] and p.name == gkey[1] for p in route.parent_refs)
+        if _names(route, _with_named_listener_sets(res, res.gateways[gkey]))
         for rule in route.rules
         for match in rule.matches
         if match.method
@@ -492,7 +530,7 @@ def _gateway_witnesses(res: Resources, gkey: tuple[str, str], gw: m.Gateway) -> 
         served_by_host: dict[str, list[wp.Served]] = {}
         for rkey in sorted(res.httproutes):
             route = res.httproutes[rkey]
-            if not any(p.namespace == gkey[0] and p.name == gkey[1] for p in route.parent_refs):
+            if not _names(route, gw):
                 continue
             for host in _hosts_for(route, lst)[:1]:
                 for rule in route.rules:

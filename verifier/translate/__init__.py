@@ -155,8 +155,8 @@ def _route_config(
 ) -> RouteConfiguration:
     """Virtual hosts of the listeners on one port; with ``serve`` (one HTTPS
     listener's filter chain), only its hosts, other listeners' hosts answer 421."""
-    keys = {(gw.meta.key, lst.name) for gw, lst in listeners}
-    attached = [a for a in graph.attached if (a.gateway.meta.key, a.listener.name) in keys]
+    keys = {(gw.meta.key, lst.uid) for gw, lst in listeners}
+    attached = [a for a in graph.attached if (a.gateway.meta.key, a.listener.uid) in keys]
     owners = _owned_domains(listeners, attached)
     vhosts: list[VirtualHost] = []
     for domain in sorted(owners):
@@ -190,7 +190,7 @@ def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None
     by_port: dict[int, list[tuple[m.Gateway, m.GatewayListener]]] = {}
     for gw in graph.gateways:
         for lst in gw.listeners:
-            if (gw.meta.namespace, gw.meta.name, lst.name) in graph.ready_listeners:
+            if (gw.meta.namespace, gw.meta.name, lst.uid) in graph.ready_listeners:
                 by_port.setdefault(lst.port, []).append((gw, lst))
     listeners = []
     route_configs = []

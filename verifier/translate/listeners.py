@@ -46,7 +46,7 @@ from verifier.gatewayapi import model as m
 from verifier.gatewayapi.attach import ClientCa
 from verifier.gatewayapi.resources import Resources
 from verifier.translate.clusters import ads
-from verifier.translate.names import https_route_config_name
+from verifier.translate.names import https_route_config_name, listener_owner
 from verifier.translate.routes import CORS_FILTER
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
@@ -131,7 +131,7 @@ def build_listener(
         tls = _tls_context(res, gw, lst, ca)
         chains.append(
             FilterChain(
-                name=f"{gw.meta.namespace}/{gw.meta.name}/{lst.name}",
+                name=f"{listener_owner(gw, lst)}/{lst.name}",
                 filter_chain_match=FilterChainMatch(server_names=[lst.hostname])
                 if lst.hostname
                 else None,

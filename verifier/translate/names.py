@@ -7,4 +7,11 @@ from verifier.gatewayapi import model as m
 
 def https_route_config_name(port: int, gw: m.Gateway, lst: m.GatewayListener) -> str:
     """Each HTTPS listener's filter chain has its own route table (421 detection)."""
-    return f"edge-{port}-{gw.meta.namespace}-{gw.meta.name}-{lst.name}"
+    return f"edge-{port}-{listener_owner(gw, lst)}-{lst.name}".replace("/", "-")
+
+
+def listener_owner(gw: m.Gateway, lst: m.GatewayListener) -> str:
+    """``namespace/name`` of the resource that defines the listener: the Gateway, or
+    the ListenerSet merged into it (listener names are unique only within one)."""
+    ns, name = lst.listener_set or gw.meta.key
+    return f"{ns}/{name}"
