@@ -997,3 +997,25 @@ def test_listener_set_the_gateway_refuses_is_reported_when_served(tmp_path: Path
     assert {f["request"]["port"] for f in findings} == {8173}
     assert all(f["expected"]["status"] == 0 and f["actual"]["status"] == 404 for f in findings)
     assert all(f["resource"] == "ListenerSet edge-apps/not-allowed" for f in findings)
+
+
+def test_an_extra_client_ca_in_the_xds_is_reported(tmp_path: Path, cli: CLI) -> None:
+    """The xDS trusts a CA the Gateway does not name (appended to trusted_ca on
+    port 8451): a client with that CA's certificate gets through. Witnesses come
+    from the resources, so check adds a certificate of each CA only the xDS trusts."""
+    scenario = "gateway-frontend-client-certificate-validation"
+    doc = translated(tmp_path / "good.json", scenario)
+    rogue = (FIXTURES / scenario / "client-ca-rogue.crt").read_text(encoding="utf-8")
+    listeners = section(doc, "Listeners")["dynamic_listeners"]
+    (listener,) = [li for li in listeners if li["name"] == "edge-8451"]
+    for chain in listener["active_state"]["listener"]["filter_chains"]:
+        tls = chain["transport_socket"]["typed_config"]
+        tls["common_tls_context"]["validation_context"]["trusted_ca"]["inline_string"] += rogue
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", *scenario_args(scenario), "--xds", str(broken), "--format", "json")
+    assert r.rc == 1, r.err
+    findings = json.loads(r.out)["findings"]
+    assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV224", 8451)]
+    assert findings[0]["request"]["client_cert"]["issuer"].startswith("742a23a773a9")
+    assert findings[0]["expected"]["status"] == 0 and findings[0]["actual"]["status"] == 200

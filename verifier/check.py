@@ -8,6 +8,7 @@ behaviour yields one finding, from the rule whose feature it breaks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,13 @@ from verifier.semantics import witness as wt
 from verifier.semantics.cases import Case, possible_statuses
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy import EnvoyModel, ModelError
-from verifier.semantics.request import Evaluation, Outcome, Request, apply_response_ops
+from verifier.semantics.request import (
+    ClientCert,
+    Evaluation,
+    Outcome,
+    Request,
+    apply_response_ops,
+)
 from verifier.semantics.spec import spec_evaluate
 from verifier.xds.snapshot import Snapshot
 
@@ -209,7 +216,38 @@ class Context:
             wt.Witness((c.gateway.namespace, c.gateway.name), c.request, wt.CASE, note=c.name)
             for c in self.cases
         ]
-        return wt.witnesses(self.res, self.controller_name) + self.extra_witnesses + from_cases
+        generated = wt.witnesses(self.res, self.controller_name)
+        return generated + self._xds_client_cas(generated) + self.extra_witnesses + from_cases
+
+    def _xds_client_cas(self, generated: list[wt.Witness]) -> list[wt.Witness]:
+        """A certificate of each CA the xDS trusts on a port that the resources do not
+        name there: witnesses come from the resources, so without these an xDS that
+        trusts one CA too many would go unseen."""
+        if self.models_problem is not None:
+            return []
+        named = {
+            (w.request.port, w.request.client_cert.issuer)
+            for w in generated
+            if w.feature == wt.FRONTEND and w.request.client_cert is not None
+        }
+        probes = {
+            w.request.port: w
+            for w in generated
+            if w.feature == wt.FRONTEND and not w.request.client_cert
+        }
+        out = []
+        for port, cas in sorted(self.envoy.trusted_client_cas().items()):
+            base = probes.get(port)
+            if base is None:
+                continue
+            for fp in sorted(cas):
+                if (port, fp) not in named:
+                    request = dataclasses.replace(base.request, client_cert=ClientCert(fp))
+                    note = (
+                        f"port {port}: client certificate of CA {fp[:12]}, trusted only by the xDS"
+                    )
+                    out.append(dataclasses.replace(base, request=request, note=note))
+        return out
 
     @cached_property
     def comparisons(self) -> list[Comparison]:
@@ -343,6 +381,10 @@ def _culprit(c: Comparison) -> tuple[object, ...] | None:
         ns, name = envoy.httproute.split("/", 1)
         return ((ns, name), envoy.rule, envoy.match)
     w = c.witness
+    if w.feature == wt.FRONTEND:
+        # The handshake of one port: whichever clients it wrongly lets in or keeps
+        # out, that is one behaviour.
+        return (w.gateway, w.request.port, wt.FRONTEND)
     return (w.route, w.rule, w.match) if w.route is not None else None
 
 

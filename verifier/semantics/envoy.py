@@ -157,6 +157,17 @@ class EnvoyModel:
             found = self._configs[key] = CompiledRouteConfig.build(rc)
         return found
 
+    def trusted_client_cas(self) -> dict[int, frozenset[str]]:
+        """Per port, the CA fingerprints its TLS filter chains verify client
+        certificates against (inline trusted_ca only)."""
+        out: dict[int, set[str]] = {}
+        for port, entries in self.listeners.by_port.items():
+            for _li, chains, default in entries:
+                for chain in [*chains, *([default] if default else [])]:
+                    if chain.client.trusted:
+                        out.setdefault(port, set()).update(chain.client.trusted)
+        return {port: frozenset(cas) for port, cas in out.items()}
+
     def evaluate(
         self, request: Request, reply: BackendReply | None = None, *, trace: bool = True
     ) -> Evaluation:

@@ -483,7 +483,9 @@ def _client_cert_witnesses(
             continue
         seen.add(lst.port)
         host = concrete_hosts(lst.hostname or "")[0] if lst.hostname else "client-cert.example"
-        base = Request(scheme="https", host=host, port=lst.port)
+        # A path of its own: a routing witness for the same request would otherwise
+        # keep it (and present a trusted certificate).
+        base = Request(scheme="https", host=host, port=lst.port, path="/client-certificate-probe")
         on = f"port {lst.port}"
         yield Witness(gkey, base, FRONTEND, note=f"{on}: no client certificate")
         untrusted = dataclasses.replace(base, client_cert=ClientCert(UNTRUSTED_ISSUER))
