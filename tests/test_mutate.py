@@ -152,6 +152,65 @@ def test_fixture_equivalences_hold_by_brute_force() -> None:
     assert checked > 50
 
 
+def _domain_probes(snap: Snapshot) -> list[tuple[int, str, str | None]]:
+    """(port, Host, SNI) for a host of every domain of every route configuration, on
+    every port and server name of the listeners, plus a host no domain names."""
+    hosts = {"unmatched.invalid"}
+    for rc in snap.routes:
+        for vh in rc.virtual_hosts:
+            for d in vh.domains:
+                hosts.add("any.invalid" if d == "*" else d.replace("*", "w", 1))
+    probes = []
+    for li in snap.listeners:
+        port = (
+            li.address.socket_address.port_value if li.address and li.address.socket_address else 0
+        )
+        names = [
+            n
+            for c in li.filter_chains
+            if c.filter_chain_match
+            for n in c.filter_chain_match.server_names
+        ]
+        for host in sorted(hosts):
+            probes.append((port, host, None))
+            probes += [(port, host, n.replace("*", "w", 1)) for n in names]
+    return probes
+
+
+def test_domain_equivalences_hold_on_every_host() -> None:
+    """A domain dropped from, or '*' added to, a virtual host that answers everything
+    404, when proven equivalent: the Envoy model answers every probe (a host of each
+    domain, on every port and server name, plain and over TLS) as on the original."""
+    from verifier.semantics.directory import BackendDirectory
+    from verifier.semantics.envoy import EnvoyModel
+    from verifier.semantics.request import Request
+
+    checked = 0
+    for name, snap, ms in fixture_mutants():
+        probes = _domain_probes(snap)
+        before = EnvoyModel(snap, BackendDirectory.build([], []))
+        for m in ms:
+            if m.operator not in ("drop-domain", "add-wildcard-domain") or not equivalent(snap, m):
+                continue
+            after = EnvoyModel(m.snapshot, BackendDirectory.build([], []))
+            for port, host, sni in probes:
+                for scheme in ("http", "https"):
+                    req = Request(scheme=scheme, host=host, port=port, path="/", sni=sni)
+                    a = before.evaluate(req, trace=False).outcome
+                    b = after.evaluate(req, trace=False).outcome
+                    assert (a.status, a.backends, a.redirect) == (
+                        b.status,
+                        b.backends,
+                        b.redirect,
+                    ), (
+                        name,
+                        m.detail,
+                        req,
+                    )
+            checked += 1
+    assert checked >= 6
+
+
 @pytest.mark.skipif(find_envoy() is None, reason="no envoy binary")
 def test_envoy_accepts_one_mutant_per_operator() -> None:
     first: dict[str, Mutant] = {}

@@ -22,7 +22,7 @@ from verifier.mutate_core import (
     with_route_config,
     with_vhost,
 )
-from verifier.mutate_proofs import prove_ignore_port, prove_unused_rc
+from verifier.mutate_proofs import prove_domain_change, prove_ignore_port
 from verifier.semantics.envoy_tls import ClientValidation, client_validation
 from verifier.semantics.request import ClientCert
 from verifier.xds.codec import XdsLoadError, unpack_any
@@ -287,17 +287,19 @@ OPERATORS: tuple[Operator, ...] = (
         "drop-domain",
         "A virtual host domain dropped (with the virtual host when it was the only one): "
         "that hostname stops routing there. httproute-hostnames should catch it. "
-        "Equivalent only when the route configuration is unused.",
+        "Equivalent when the route configuration is unused, or the virtual host answers "
+        "everything 404 and no other domain takes its hosts.",
         _drop_domain,
-        prove_unused_rc,
+        prove_domain_change,
     ),
     Operator(
         "add-wildcard-domain",
         "A wildcard domain ('*', or '*.<parent>' when '*' is taken) added to a virtual "
         "host: other hostnames route there. httproute-hostnames should catch it. "
-        "Equivalent only when the route configuration is unused.",
+        "Equivalent when the route configuration is unused, or '*' goes to a virtual host "
+        "that answers everything 404.",
         _add_wildcard,
-        prove_unused_rc,
+        prove_domain_change,
     ),
     Operator(
         "drop-client-certificate-validation",

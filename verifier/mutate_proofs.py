@@ -33,6 +33,7 @@ from envoy_data_plane.envoy.config.route.v3 import (
     Route,
     RouteAction,
     RouteActionRequestMirrorPolicy,
+    VirtualHost,
     WeightedCluster,
     WeightedClusterClusterWeight,
 )
@@ -91,6 +92,54 @@ def _same_action(a: Route, b: Route, observable: Callable[[], bool]) -> bool:
 def prove_unused_rc(original: Snapshot, mutant: Mutant) -> bool:
     scope = rc_scope(original, mutant.snapshot, mutant.xds_path)
     return scope is not None and rc_unreferenced(original, scope.name)
+
+
+def _inert(vh: VirtualHost) -> bool:
+    """A virtual host that answers every request 404 and adds nothing: no routes, no
+    TLS redirect, no headers, as Envoy answers a Host that no virtual host takes."""
+    return not (
+        vh.routes or vh.require_tls or vh.response_headers_to_add or vh.typed_per_filter_config
+    )
+
+
+def _suffix_covers(general: str, specific: str) -> bool:
+    """Suffix wildcard ``general`` matches every host ``specific`` matches."""
+    return specific.endswith(general[1:]) and len(specific) >= len(general)
+
+
+def _takes_over(other: str, dropped: str) -> bool:
+    """Would domain ``other`` get some host that ``dropped`` took (more specific
+    ones stay where they were)? Exact < suffix < prefix < '*' in Envoy's order."""
+    if other == "*" or other.endswith("*"):
+        return dropped != "*"
+    if other.startswith("*"):
+        if dropped.startswith("*"):
+            return _suffix_covers(other, dropped) and other != dropped
+        return _suffix_covers(other, "x" + dropped) or dropped.endswith(other[1:])
+    return False  # an exact domain takes only its own host, which was its own before
+
+
+def prove_domain_change(original: Snapshot, mutant: Mutant) -> bool:
+    """Unused route configuration, or a domain dropped from / '*' added to a
+    virtual host that answers everything 404 (``_inert``) where no other virtual
+    host would take its hosts: every request gets the same 404 either way."""
+    if prove_unused_rc(original, mutant):
+        return True
+    scope = rc_scope(original, mutant.snapshot, mutant.xds_path)
+    if scope is None:
+        return False
+    before = {vh.name: vh for vh in scope.before.virtual_hosts}
+    after = {vh.name: vh for vh in scope.after.virtual_hosts}
+    changed = [n for n in before.keys() | after.keys() if before.get(n) != after.get(n)]
+    if len(changed) != 1 or not _inert(before.get(changed[0]) or after[changed[0]]):
+        return False
+    name = changed[0]
+    old = set(before[name].domains) if name in before else set()
+    new = set(after[name].domains) if name in after else set()
+    others = [d for n, vh in after.items() if n != name for d in vh.domains]
+    if new - old:
+        return new - old == {"*"} and "*" not in others
+    return all(not _takes_over(o, d) for d in old - new for o in others)
 
 
 def prove_unused_cluster(original: Snapshot, mutant: Mutant) -> bool:

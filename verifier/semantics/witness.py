@@ -401,6 +401,17 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
                                 out.setdefault((wit.gateway, wit.request), wit)
                 stray = Request(scheme=scheme, host="unmatched.invalid", port=listener.port)
                 out.setdefault((gkey, stray), Witness(gkey, stray, HOST, note="no route hostname"))
+                # The same host on a path the Route serves: a catch-all domain that
+                # reached this Route's virtual host would answer it.
+                pm = next((mt.path for r in route.rules for mt in r.matches if mt.path), None)
+                if pm is not None and pm.type != "RegularExpression":
+                    # Over TLS the handshake needs a name the listener serves.
+                    sni = concrete_hosts(listener.hostname)[0] if listener.hostname else None
+                    served = dataclasses.replace(
+                        stray, path=path_variants(pm)[0][0], sni=sni if scheme == "https" else None
+                    )
+                    note = "no route hostname, on a path the route serves"
+                    out.setdefault((gkey, served), Witness(gkey, served, HOST, note=note))
         for wit in _gateway_witnesses(res, gkey, gateway):
             out.setdefault((wit.gateway, wit.request), wit)
         for wit in _client_cert_witnesses(res, gkey, gateway):

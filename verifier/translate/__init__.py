@@ -73,9 +73,16 @@ class _Clusters:
 def _owned_domains(
     listeners: list[tuple[m.Gateway, m.GatewayListener]], attached: list[AttachedRoute]
 ) -> dict[str, tuple[m.Gateway, m.GatewayListener]]:
-    """Each host on a port belongs to its most specific listener (listener isolation)."""
+    """Each host on a port belongs to its most specific listener (listener isolation).
+
+    Listener hostnames are domains too: a listener no Route attaches to still owns
+    its hostname, which must answer 404 rather than fall to a less specific
+    listener's virtual host."""
     owners: dict[str, tuple[m.Gateway, m.GatewayListener]] = {}
-    domains = sorted({h for a in attached for h in a.hostnames})
+    domains = sorted(
+        {h for a in attached for h in a.hostnames}
+        | {lst.hostname.lower() for _, lst in listeners if lst.hostname}
+    )
     for domain in domains:
         serving = sorted(
             (
@@ -163,7 +170,8 @@ def _route_config(
         if serve is not None and owners[domain] != serve:
             continue
         routes = _vhost_routes(domain, owners[domain], attached, graph, collector)
-        if routes:
+        if routes or domain == (owners[domain][1].hostname or "").lower():
+            # No routes: Envoy answers 404 for the listener's own hostname.
             vhosts.append(VirtualHost(name=domain, domains=[domain], routes=routes))
     if serve is not None:
         taken = {d for vh in vhosts for d in vh.domains}
