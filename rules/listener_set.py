@@ -31,18 +31,25 @@ CODE = "EV225"
 
 
 def _listener_of(c: Comparison, ctx: Context) -> tuple[str, Location] | None:
-    """The ListenerSet listener the witness probes: (resource label, where in its YAML)."""
+    """The ListenerSet listener on the request's port: (resource label, where in its
+    YAML); the one the witness names when it names one."""
     req = c.request
+    found: list[tuple[bool, str, Location]] = []
     for key in sorted(ctx.res.listener_sets):
         ls = ctx.res.listener_sets[key]
         if (ls.parent_namespace, ls.parent_name) != c.witness.gateway:
             continue
         for lst in ls.listeners:
-            if lst.port == req.port and c.witness.note.startswith(
-                f"ListenerSet {key[0]}/{key[1]} listener {lst.name}:"
-            ):
-                return f"ListenerSet {key[0]}/{key[1]}", ls.meta.where(f"{lst.path}.port")
-    return None
+            if lst.port == req.port:
+                named = c.witness.note.startswith(
+                    f"ListenerSet {key[0]}/{key[1]} listener {lst.name}:"
+                )
+                label = f"ListenerSet {key[0]}/{key[1]}"
+                found.append((not named, label, ls.meta.where(f"{lst.path}.port")))
+    if not found:
+        return None
+    _, label, where = min(found, key=lambda f: f[0])
+    return label, where
 
 
 def check(ctx: Context) -> Iterable[Finding]:

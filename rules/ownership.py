@@ -9,7 +9,7 @@ rule owns falls to `whole-config-equivalence`.
 
 from __future__ import annotations
 
-from verifier.check import Comparison, Context
+from verifier.check import Comparison, Context, connection_level
 from verifier.semantics import witness as wt
 
 REDIRECT_FIELDS = {"redirect", "redirect.scheme", "redirect.host", "redirect.port", "redirect.path"}
@@ -107,7 +107,23 @@ def _modification_owner(c: Comparison, ctx: Context, diffs: set[str]) -> str | N
     return None
 
 
+def _listener_set_port(c: Comparison, ctx: Context) -> bool:
+    """Only ListenerSet listeners (admitted or not) are on the request's port."""
+    gw = ctx.res.gateways.get(c.witness.gateway)
+    port = c.request.port
+    if gw is None or any(lst.port == port for lst in gw.listeners):
+        return False
+    return any(
+        lst.port == port
+        for ls in ctx.res.listener_sets.values()
+        if (ls.parent_namespace, ls.parent_name) == gw.meta.key
+        for lst in ls.listeners
+    )
+
+
 def owner(c: Comparison, ctx: Context) -> str:
+    if connection_level(c) and c.witness.feature != wt.FRONTEND and _listener_set_port(c, ctx):
+        return "listener-set"
     diffs = set(c.diffs)
     found = _redirect_owner(c, diffs) or _modification_owner(c, ctx, diffs)
     if found:

@@ -992,11 +992,16 @@ def test_listener_set_the_gateway_refuses_is_reported_when_served(tmp_path: Path
     broken.write_text(json.dumps(doc), encoding="utf-8")
     r = cli("check", *scenario_args(scenario), "--xds", str(broken), "--format", "json")
     assert r.rc == 1, r.err
-    findings = [f for f in json.loads(r.out)["findings"] if f["code"] == "EV225"]
-    assert findings, r.out
-    assert {f["request"]["port"] for f in findings} == {8173}
-    assert all(f["expected"]["status"] == 0 and f["actual"]["status"] == 404 for f in findings)
-    assert all(f["resource"] == "ListenerSet edge-apps/not-allowed" for f in findings)
+    findings = json.loads(r.out)["findings"]
+    # One wrong behaviour, one finding: every request to the port shows it.
+    assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV225", 8173)], r.out
+    (finding,) = findings
+    assert finding["expected"]["status"] == 0 and finding["actual"]["status"] != 0
+    assert finding["resource"] == "ListenerSet edge-apps/not-allowed"
+    resources = rel(FIXTURES / scenario / "resources.yaml")
+    lines = Path(resources).read_text(encoding="utf-8").splitlines()
+    port_line = next(i for i, text in enumerate(lines, 1) if "port: 8173" in text)
+    assert finding["location"] == f"{resources}:{port_line}"
 
 
 def test_an_extra_client_ca_in_the_xds_is_reported(tmp_path: Path, cli: CLI) -> None:

@@ -381,11 +381,17 @@ def _culprit(c: Comparison) -> tuple[object, ...] | None:
         ns, name = envoy.httproute.split("/", 1)
         return ((ns, name), envoy.rule, envoy.match)
     w = c.witness
-    if w.feature == wt.FRONTEND:
-        # The handshake of one port: whichever clients it wrongly lets in or keeps
-        # out, that is one behaviour.
-        return (w.gateway, w.request.port, wt.FRONTEND)
+    if w.feature == wt.FRONTEND or connection_level(c):
+        # Whether a port answers at all (a listener too many or too few, a
+        # handshake that wrongly lets clients in or keeps them out) is one
+        # behaviour, however many requests to that port show it.
+        return (w.gateway, w.request.port, "connection")
     return (w.route, w.rule, w.match) if w.route is not None else None
+
+
+def connection_level(c: Comparison) -> bool:
+    """One model answers over HTTP and the other not at all."""
+    return (c.spec.outcome.status == 0) != (c.envoy.outcome.status == 0)
 
 
 PARALLEL_MIN_WITNESSES = 20_000  # below this, starting workers costs more than it saves
