@@ -391,3 +391,19 @@ def test_request_with_a_client_certificate(cli: CLI) -> None:
         rel(pki / "client-a.key"),
     )
     assert r.rc == 2 and "--client-cert-issuer" in r.err and "Traceback" not in r.err
+
+
+def test_request_on_a_listener_set_port(cli: CLI) -> None:
+    """A port only a ListenerSet's listener uses still picks its Gateway."""
+    r = cli(
+        "explain",
+        *scenario_args("listener-set"),
+        "--request",
+        "GET http://a.ls.example:8171/",
+        "--format",
+        "json",
+    )
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["agree"] is True
+    assert [b["name"] for b in doc["spec"]["backends"]] == ["infra-backend-v2"]

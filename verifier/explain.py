@@ -19,6 +19,7 @@ from rich.table import Table
 
 from verifier.check import Context, brief, outcome_diff
 from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.cases import Case, unmet
 from verifier.semantics.pem import fingerprints
@@ -105,10 +106,15 @@ def pick_gateway(res: Resources, controller: str, port: int, named: str | None) 
             raise _bad("--gateway", "not-found", f"no Gateway {named}")
         return (ns, name)
     ours = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller}
+    # A Gateway's ports include those of the ListenerSets that name it.
+    sets: dict[tuple[str, str], list[GatewayListener]] = {}
+    for ls in res.listener_sets.values():
+        sets.setdefault((ls.parent_namespace, ls.parent_name), []).extend(ls.listeners)
     keys = sorted(
         key
         for key, gw in res.gateways.items()
-        if gw.class_name in ours and any(lst.port == port for lst in gw.listeners)
+        if gw.class_name in ours
+        and any(lst.port == port for lst in (*gw.listeners, *sets.get(key, ())))
     )
     if len(keys) != 1:
         found = ", ".join("/".join(k) for k in keys) or "none"

@@ -35,6 +35,7 @@ from verifier.live.client import LiveResponse
 from verifier.live.harness import EmbeddedHarness
 from verifier.semantics.cases import Case, Expectation, parse_case, unmet
 from verifier.semantics.request import Outcome
+from verifier.semantics.spec_listenersets import merged_gateway
 from verifier.xds.snapshot import Snapshot
 
 MESH_REGISTRY = "mesh-registry.yaml"
@@ -140,7 +141,7 @@ def _single_port(res: Resources, item: Mapping[str, Any]) -> int | None:
     """README: ``gateway.port`` may be omitted when the Gateway has a single port."""
     gw = _d(item.get("gateway"))
     gateway = res.gateways.get((str(gw.get("namespace")), str(gw.get("name"))))
-    ports = {lst.port for lst in gateway.listeners} if gateway else set()
+    ports = {lst.port for lst in merged_gateway(res, gateway).listeners} if gateway else set()
     return ports.pop() if len(ports) == 1 else None
 
 
