@@ -1024,3 +1024,38 @@ def test_an_extra_client_ca_in_the_xds_is_reported(tmp_path: Path, cli: CLI) -> 
     assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV224", 8451)]
     assert findings[0]["request"]["client_cert"]["issuer"].startswith("742a23a773a9")
     assert findings[0]["expected"]["status"] == 0 and findings[0]["actual"]["status"] == 200
+
+
+def test_client_cas_over_sds_are_not_guessed(tmp_path: Path, cli: CLI) -> None:
+    """With the trusted CAs over SDS (not in the snapshot) the Envoy model cannot
+    tell whether a certificate verifies; check must not report the spec's
+    refusals as disagreements (no false positives), yet still sees a chain that
+    lets clients without a certificate in."""
+    scenario = "gateway-frontend-client-certificate-validation"
+    doc = translated(tmp_path / "good.json", scenario)
+    listeners = section(doc, "Listeners")["dynamic_listeners"]
+    for entry in listeners:
+        for chain in entry["active_state"]["listener"]["filter_chains"]:
+            tls = (chain.get("transport_socket") or {}).get("typed_config") or {}
+            common = tls.get("common_tls_context") or {}
+            if "validation_context" in common:
+                del common["validation_context"]
+                common["validation_context_sds_secret_config"] = {
+                    "name": "client-ca",
+                    "sds_config": {"ads": {}, "resource_api_version": "V3"},
+                }
+    sds = tmp_path / "sds.json"
+    sds.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", *scenario_args(scenario), "--xds", str(sds), "--format", "json")
+    assert r.rc == 0, r.out
+    # The same SDS configuration without require_client_certificate on 8451.
+    (listener,) = [li for li in listeners if li["name"] == "edge-8451"]
+    for chain in listener["active_state"]["listener"]["filter_chains"]:
+        chain["transport_socket"]["typed_config"].pop("require_client_certificate", None)
+    open_port = tmp_path / "open.json"
+    open_port.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", *scenario_args(scenario), "--xds", str(open_port), "--format", "json")
+    assert r.rc == 1
+    findings = json.loads(r.out)["findings"]
+    assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV224", 8451)]
+    assert findings[0]["request"]["client_cert"] is None

@@ -40,8 +40,11 @@ DEFAULT_CONTROLLER = "gateway.aether.io/edge"
 
 def outcome_diff(spec: Outcome, envoy: Outcome) -> tuple[str, ...]:
     """The decision fields on which two outcomes differ."""
+    if envoy.may_refuse and spec.status == 0:
+        return ()  # Envoy may refuse the handshake too: nothing after it to compare
     diffs = []
-    if possible_statuses(spec) != possible_statuses(envoy) or spec.status != envoy.status:
+    envoy_statuses = possible_statuses(envoy) - ({0} if envoy.may_refuse else set())
+    if possible_statuses(spec) != envoy_statuses or spec.status != envoy.status:
         diffs.append("status")
     if spec.backends != envoy.backends:
         diffs.append("backends")

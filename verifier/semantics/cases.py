@@ -209,6 +209,8 @@ def possible_statuses(outcome: Outcome) -> set[int]:
     statuses = {outcome.status}
     if outcome.invalid_weight and outcome.backends:
         statuses.add(500)
+    if outcome.may_refuse:
+        statuses.add(0)  # NO_RESPONSE: the handshake may fail
     return statuses
 
 

@@ -24,7 +24,7 @@ from verifier.semantics.envoy_actions import BackendReply, RouteContext, run_act
 from verifier.semantics.envoy_clusters import ClusterResolver
 from verifier.semantics.envoy_config import CompiledRouteConfig, CompiledVhost
 from verifier.semantics.envoy_forward import Upstreams, upstream_deadline_ms
-from verifier.semantics.envoy_listeners import Escaped, Hcm, ListenerIndex
+from verifier.semantics.envoy_listeners import Chain, Escaped, Hcm, ListenerIndex
 from verifier.semantics.envoy_match import MatchContext
 from verifier.semantics.envoy_paths import (
     canonical_path,
@@ -189,12 +189,29 @@ class EnvoyModel:
                 + f" but the client speaks {'TLS' if tls else 'plaintext'}: no HTTP response"
             )
             return run.done(Outcome(NO_RESPONSE))
+        undecided = False
         if tls:
             run.notes += chain.client.notes
             refusal = chain.client.refusal(request.client_cert)
             if refusal is not None:
                 run.trace.append(f"client certificate: {refusal}: the TLS handshake fails")
                 return run.done(Outcome(NO_RESPONSE))
+            undecided = chain.client.undecided(request.client_cert)
+            if undecided:
+                run.trace.append(
+                    "client certificate: the trusted CAs are not in the configuration; "
+                    "if it verifies:"
+                )
+        found = self._after_handshake(request, chain, reply, run)
+        if undecided:
+            return dataclasses.replace(
+                found, outcome=dataclasses.replace(found.outcome, may_refuse=True)
+            )
+        return found
+
+    def _after_handshake(
+        self, request: Request, chain: Chain, reply: BackendReply | None, run: _Run
+    ) -> Evaluation:
         if chain.hcm is None:
             run.trace.append(f"filter chain has no HTTP connection manager ({chain.problem})")
             return run.done(Outcome(NO_RESPONSE))

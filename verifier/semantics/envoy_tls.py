@@ -51,12 +51,17 @@ class ClientValidation:
     accept_untrusted: bool
     notes: tuple[str, ...] = ()
 
+    def undecided(self, cert: ClientCert | None) -> bool:
+        """Is it unknowable here whether ``cert`` verifies (the trusted CAs are not
+        in the configuration) and would a failure refuse the handshake?"""
+        return cert is not None and self.asks and self.trusted is None and not self.accept_untrusted
+
     def refusal(self, cert: ClientCert | None) -> str | None:
         """Why the handshake fails with ``cert``, or None."""
         if cert is None:
             return "require_client_certificate and no client certificate" if self.require else None
         if not self.asks or self.accept_untrusted or self.trusted is None:
-            return None  # not verified, or failures permitted, or not knowable here
+            return None  # not verified, or failures permitted, or not knowable (undecided)
         if cert.issuer not in self.trusted:
             return (
                 f"the client certificate (issued by CA {short(cert.issuer)}) "

@@ -303,6 +303,10 @@ class Outcome:
     backend_timeout_ms: int | None = None
     route: RouteRef | None = field(default=None, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # The TLS handshake may also fail: the client certificate's validity depends
+    # on a CA bundle the configuration does not hold (SDS, a file). The rest of
+    # the outcome is what happens when it passes.
+    may_refuse: bool = field(default=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
