@@ -1026,6 +1026,20 @@ def test_an_extra_client_ca_in_the_xds_is_reported(tmp_path: Path, cli: CLI) -> 
     assert findings[0]["expected"]["status"] == 0 and findings[0]["actual"]["status"] == 200
 
 
+def _validation_over_sds(listeners: list[Any], secret_for: Callable[[int], str]) -> None:
+    """Every inline validation context becomes an SDS reference, named per port."""
+    for entry in listeners:
+        port = entry["active_state"]["listener"]["address"]["socket_address"]["port_value"]
+        for chain in entry["active_state"]["listener"]["filter_chains"]:
+            tls = (chain.get("transport_socket") or {}).get("typed_config") or {}
+            common = tls.get("common_tls_context") or {}
+            if common.pop("validation_context", None) is not None:
+                common["validation_context_sds_secret_config"] = {
+                    "name": secret_for(port),
+                    "sds_config": {"ads": {}, "resource_api_version": "V3"},
+                }
+
+
 def test_client_cas_over_sds_are_not_guessed(tmp_path: Path, cli: CLI) -> None:
     """With the trusted CAs over SDS (not in the snapshot) the Envoy model cannot
     tell whether a certificate verifies; check must not report the spec's
@@ -1034,16 +1048,7 @@ def test_client_cas_over_sds_are_not_guessed(tmp_path: Path, cli: CLI) -> None:
     scenario = "gateway-frontend-client-certificate-validation"
     doc = translated(tmp_path / "good.json", scenario)
     listeners = section(doc, "Listeners")["dynamic_listeners"]
-    for entry in listeners:
-        for chain in entry["active_state"]["listener"]["filter_chains"]:
-            tls = (chain.get("transport_socket") or {}).get("typed_config") or {}
-            common = tls.get("common_tls_context") or {}
-            if "validation_context" in common:
-                del common["validation_context"]
-                common["validation_context_sds_secret_config"] = {
-                    "name": "client-ca",
-                    "sds_config": {"ads": {}, "resource_api_version": "V3"},
-                }
+    _validation_over_sds(listeners, lambda port: "client-ca")
     sds = tmp_path / "sds.json"
     sds.write_text(json.dumps(doc), encoding="utf-8")
     r = cli("check", *scenario_args(scenario), "--xds", str(sds), "--format", "json")
@@ -1059,3 +1064,36 @@ def test_client_cas_over_sds_are_not_guessed(tmp_path: Path, cli: CLI) -> None:
     findings = json.loads(r.out)["findings"]
     assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV224", 8451)]
     assert findings[0]["request"]["client_cert"] is None
+
+
+def test_client_cas_over_sds_are_read_from_the_secrets_dump(tmp_path: Path, cli: CLI) -> None:
+    """A config_dump's SecretsConfigDump holds what SDS served: the CAs a chain
+    takes over SDS are then known. Port 8452 gets CA a where the Gateway trusts CA
+    b: EV224 there, and nothing on 8451, whose SDS secret holds CA a as it should."""
+    scenario = "gateway-frontend-client-certificate-validation"
+    doc = translated(tmp_path / "good.json", scenario)
+    _validation_over_sds(section(doc, "Listeners")["dynamic_listeners"], lambda p: f"ca-{p}")
+    ca_a = (FIXTURES / scenario / "client-ca-a.crt").read_text(encoding="utf-8")
+    secret_type = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+    doc["configs"].append(
+        {
+            "@type": "type.googleapis.com/envoy.admin.v3.SecretsConfigDump",
+            "dynamic_active_secrets": [
+                {
+                    "name": name,
+                    "secret": {
+                        "@type": secret_type,
+                        "name": name,
+                        "validation_context": {"trusted_ca": {"inline_string": ca_a}},
+                    },
+                }
+                for name in ("ca-8451", "ca-8452")
+            ],
+        }
+    )
+    dump = tmp_path / "sds.json"
+    dump.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", *scenario_args(scenario), "--xds", str(dump), "--format", "json")
+    assert r.rc == 1, r.out
+    findings = json.loads(r.out)["findings"]
+    assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV224", 8452)]

@@ -12,6 +12,7 @@ their index in the original virtual host, e.g.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,7 @@ def _replaced(items: tuple[object, ...], index: int, new: object | None) -> tupl
 
 def _with_rc_copy(snap: Snapshot, rc: int, new: RouteConfiguration) -> Snapshot:
     routes: tuple[RouteConfiguration, ...] = _replaced(snap.routes, rc, new)  # type: ignore[assignment]
-    return Snapshot(snap.clusters, snap.endpoints, snap.listeners, routes)
+    return dataclasses.replace(snap, routes=routes)
 
 
 def with_route_config(
@@ -147,7 +148,7 @@ def with_cluster(
     fn(new)
     clusters: tuple[Cluster, ...] = _replaced(snap.clusters, index, new)  # type: ignore[assignment]
     eps = endpoints(snap.endpoints) if endpoints else snap.endpoints
-    return Snapshot(clusters, eps, snap.listeners, snap.routes)
+    return dataclasses.replace(snap, clusters=clusters, endpoints=eps)
 
 
 def with_listener(snap: Snapshot, index: int, fn: Callable[[Listener], None] | None) -> Snapshot:
@@ -157,7 +158,7 @@ def with_listener(snap: Snapshot, index: int, fn: Callable[[Listener], None] | N
         new = copy.deepcopy(snap.listeners[index])
         fn(new)
     listeners: tuple[Listener, ...] = _replaced(snap.listeners, index, new)  # type: ignore[assignment]
-    return Snapshot(snap.clusters, snap.endpoints, listeners, snap.routes)
+    return dataclasses.replace(snap, listeners=listeners)
 
 
 # --- walking routes ------------------------------------------------------------------------------

@@ -128,7 +128,8 @@ def _hcm_summary(hcm: Hcm, rc: CompiledRouteConfig) -> str:
 class EnvoyModel:
     def __init__(self, snapshot: Snapshot, directory: BackendDirectory) -> None:
         routes = {rc.name: rc for rc in snapshot.routes}
-        self.listeners = ListenerIndex.build(snapshot.listeners, routes)
+        secrets = {s.name: s for s in snapshot.secrets}
+        self.listeners = ListenerIndex.build(snapshot.listeners, routes, secrets)
         self.resolver = ClusterResolver(snapshot.clusters, snapshot.endpoints, directory)
         self.upstreams = Upstreams(self.resolver)
         self._configs: dict[int, CompiledRouteConfig] = {}

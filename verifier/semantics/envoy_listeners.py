@@ -15,7 +15,7 @@ such a listener resets TLS clients with no_filter_chain_match).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import betterproto2
@@ -25,6 +25,7 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
     HttpConnectionManager,
     HttpConnectionManagerPathWithEscapedSlashesAction,
 )
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
 from verifier.semantics.envoy_tls import NO_VALIDATION, ClientValidation, client_validation
 from verifier.xds.codec import XdsLoadError, unpack_any
@@ -129,12 +130,17 @@ def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> H
     )
 
 
-def _chain(chain: FilterChain, routes: dict[str, RouteConfiguration], where: str) -> Chain:
+def _chain(
+    chain: FilterChain,
+    routes: dict[str, RouteConfiguration],
+    where: str,
+    secrets: Mapping[str, Secret] | None = None,
+) -> Chain:
     tls = chain.transport_socket is not None and chain.transport_socket.name != (
         "envoy.transport_sockets.raw_buffer"
     )
     name = chain.name or where
-    client = client_validation(chain.transport_socket) if tls else NO_VALIDATION
+    client = client_validation(chain.transport_socket, secrets) if tls else NO_VALIDATION
     for f in chain.filters:
         if f.typed_config is None:
             continue
@@ -203,14 +209,20 @@ class ListenerIndex:
 
     @classmethod
     def build(
-        cls, listeners: tuple[Listener, ...], routes: dict[str, RouteConfiguration]
+        cls,
+        listeners: tuple[Listener, ...],
+        routes: dict[str, RouteConfiguration],
+        secrets: Mapping[str, Secret] | None = None,
     ) -> ListenerIndex:
         index = cls()
         for li in listeners:
             addresses = [li.address] + [a.address for a in li.additional_addresses]
-            chains = [_chain(c, routes, f"{li.name}[{i}]") for i, c in enumerate(li.filter_chains)]
+            chains = [
+                _chain(c, routes, f"{li.name}[{i}]", secrets)
+                for i, c in enumerate(li.filter_chains)
+            ]
             default = (
-                _chain(li.default_filter_chain, routes, f"{li.name}[default]")
+                _chain(li.default_filter_chain, routes, f"{li.name}[default]", secrets)
                 if li.default_filter_chain
                 else None
             )

@@ -19,6 +19,8 @@ those properties, so they are noted, not modelled.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from envoy_data_plane.envoy.config.core.v3 import DataSource, TransportSocket
@@ -26,6 +28,8 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
     CertificateValidationContext,
     CertificateValidationContextTrustChainVerification,
     DownstreamTlsContext,
+    SdsSecretConfig,
+    Secret,
 )
 
 from verifier.semantics.pem import fingerprints, short
@@ -96,8 +100,27 @@ def _context(ctx: CertificateValidationContext, notes: list[str]) -> frozenset[s
     return frozenset(fingerprints(pem))
 
 
-def client_validation(socket: TransportSocket | None) -> ClientValidation:
-    """The client certificate policy of a chain's transport socket (TLS or not)."""
+def _sds_context(
+    config: SdsSecretConfig | None, secrets: Mapping[str, Secret], notes: list[str]
+) -> CertificateValidationContext | None:
+    """The validation context an SDS secret holds, when the snapshot has it (a
+    config_dump's SecretsConfigDump); None with a note when it does not."""
+    name = config.name if config is not None else ""
+    secret = secrets.get(name)
+    if secret is not None and secret.validation_context is not None:
+        return secret.validation_context
+    notes.append(
+        f"the validation context comes over SDS ({name or 'unnamed'}), which the snapshot "
+        "does not hold: whether a client certificate verifies is left open"
+    )
+    return None
+
+
+def client_validation(
+    socket: TransportSocket | None, secrets: Mapping[str, Secret] | None = None
+) -> ClientValidation:
+    """The client certificate policy of a chain's transport socket (TLS or not);
+    ``secrets`` are the SDS secrets the snapshot holds, by name."""
     if socket is None or socket.typed_config is None:
         return NO_VALIDATION
     try:
@@ -110,22 +133,33 @@ def client_validation(socket: TransportSocket | None) -> ClientValidation:
     common = msg.common_tls_context
     notes: list[str] = []
     ctx: CertificateValidationContext | None = None
-    elsewhere = False
+    unknown = False  # a validation context exists but its CAs are not in the snapshot
     if common is not None:
         if common.validation_context is not None:
             ctx = common.validation_context
         elif common.combined_validation_context is not None:
-            ctx = common.combined_validation_context.default_validation_context
-            elsewhere = True
-        elif common.validation_context_sds_secret_config is not None or (
-            common.validation_context_certificate_provider_instance is not None
-        ):
-            elsewhere = True
-    if ctx is None and not elsewhere:
+            combined = common.combined_validation_context
+            # "the default validation context is merged with the SDS one": the
+            # CAs come from SDS, the default may set trust_chain_verification.
+            fetched = _sds_context(
+                combined.validation_context_sds_secret_config, secrets or {}, notes
+            )
+            default = combined.default_validation_context
+            if fetched is None:
+                ctx, unknown = default, True
+            else:
+                ctx = copy.deepcopy(fetched)
+                if default is not None and default.trust_chain_verification:
+                    ctx.trust_chain_verification = default.trust_chain_verification
+        elif common.validation_context_sds_secret_config is not None:
+            ctx = _sds_context(common.validation_context_sds_secret_config, secrets or {}, notes)
+            unknown = ctx is None
+        elif common.validation_context_certificate_provider_instance is not None:
+            unknown = True
+            notes.append("the validation context comes from a certificate provider: left open")
+    if ctx is None and not unknown:
         return ClientValidation(require, asks=require, trusted=None, accept_untrusted=False)
-    if elsewhere:
-        notes.append("the validation context comes over SDS: client certificates taken as verified")
-    trusted = None if elsewhere or ctx is None else _context(ctx, notes)
+    trusted = None if unknown or ctx is None else _context(ctx, notes)
     return ClientValidation(
         require,
         asks=True,

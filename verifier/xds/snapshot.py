@@ -24,6 +24,7 @@ from envoy_data_plane.envoy.config.cluster.v3 import Cluster
 from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
 from envoy_data_plane.envoy.config.listener.v3 import Listener
 from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
 from verifier.forked import on_stop
 from verifier.xds.codec import (
@@ -50,13 +51,15 @@ HCM_TYPE: Final = (
 )
 _RESOURCE_WRAPPER: Final = "envoy.service.discovery.v3.Resource"
 KINDS: Final = ("clusters", "endpoints", "listeners", "routes")
+SECRET_TYPE: Final = type_url_of(Secret)
 _CLASSES: Final[dict[str, type[betterproto2.Message]]] = {
     CLUSTER_TYPE: Cluster,
     ENDPOINT_TYPE: ClusterLoadAssignment,
     LISTENER_TYPE: Listener,
     ROUTE_TYPE: RouteConfiguration,
+    SECRET_TYPE: Secret,
 }
-_KIND_OF: Final = dict(zip(_CLASSES, KINDS, strict=True))
+_KIND_OF: Final = dict(zip(_CLASSES, (*KINDS, "secrets"), strict=True))
 
 
 def resource_name(msg: betterproto2.Message) -> str:
@@ -79,9 +82,13 @@ class Snapshot:
     endpoints: tuple[ClusterLoadAssignment, ...] = ()
     listeners: tuple[Listener, ...] = ()
     routes: tuple[RouteConfiguration, ...] = ()
+    # SDS secrets a config_dump showed (SecretsConfigDump): only read, so the
+    # models can see CAs a DownstreamTlsContext takes over SDS; never served or
+    # written (the reference translator inlines what it needs).
+    secrets: tuple[Secret, ...] = ()
 
     def __post_init__(self) -> None:
-        for kind in KINDS:
+        for kind in (*KINDS, "secrets"):
             object.__setattr__(self, kind, _sorted(getattr(self, kind)))
 
 
@@ -153,6 +160,8 @@ def split_by_type(snap: Snapshot) -> dict[str, dict[str, Json]]:
     """One DiscoveryResponse-shaped object per resource type, for per-type golden files."""
     out: dict[str, dict[str, Json]] = {}
     for url, kind in _KIND_OF.items():
+        if kind not in KINDS:
+            continue  # secrets are read from dumps, never served or written
         resources = _resources(snap, kind)
         out[kind] = {"version_info": _version(resources), "type_url": url, "resources": resources}
     return out
@@ -178,6 +187,10 @@ _SECTIONS: Final[dict[str, tuple[str, str]]] = {
         "static_route_configs.route_config",
         "dynamic_route_configs.route_config",
     ),
+    "envoy.admin.v3.SecretsConfigDump": (
+        "static_secrets.secret",
+        "dynamic_active_secrets.secret",
+    ),
 }
 
 
@@ -186,7 +199,7 @@ class _Loader:
     """Accumulates resources from one or more documents, first occurrence of a name wins."""
 
     found: dict[str, dict[str, betterproto2.Message]] = field(
-        default_factory=lambda: {kind: {} for kind in KINDS}
+        default_factory=lambda: {kind: {} for kind in (*KINDS, "secrets")}
     )
     notes: list[Skipped] = field(default_factory=list)
 
@@ -194,7 +207,9 @@ class _Loader:
         def of(kind: str) -> Any:
             return tuple(self.found[kind].values())
 
-        return Snapshot(of("clusters"), of("endpoints"), of("listeners"), of("routes"))
+        return Snapshot(
+            of("clusters"), of("endpoints"), of("listeners"), of("routes"), of("secrets")
+        )
 
     def document(self, doc: Json, root: str) -> None:
         preload_types(doc)
@@ -233,10 +248,9 @@ class _Loader:
             section, *steps = spec.split(".")
             for i, entry in enumerate(_list(config, section, path)):
                 self.entry(entry, f"{path}.{section}[{i}]", steps)
-        for i, _ in enumerate(_list(config, "dynamic_warming_clusters", path)):
-            self.notes.append(
-                Skipped(f"{path}.dynamic_warming_clusters[{i}]", "warming, not active")
-            )
+        for warming in ("dynamic_warming_clusters", "dynamic_warming_secrets"):
+            for i, _ in enumerate(_list(config, warming, path)):
+                self.notes.append(Skipped(f"{path}.{warming}[{i}]", "warming, not active"))
 
     def entry(self, entry: Json, path: str, steps: list[str]) -> None:
         node: Json = entry
