@@ -10,19 +10,12 @@ conditions, and several routes competing for one host.
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
 from typing import Any
 
-import yaml
-from conftest import BASE
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from worlds import GROUP, assert_check_finds_nothing, grant_from, world_settings
 
-from verifier.cli import main
-
-GROUP = "gateway.networking.k8s.io"
 NAMESPACES = ["edge-infra", "edge-apps", "edge-web"]
 LISTENER_HOSTS = [None, "a.w.test", "*.w.test", "b.a.w.test"]
 ROUTE_HOSTS = ["a.w.test", "*.w.test", "b.a.w.test", "c.w.test", "*.a.w.test", "other.test"]
@@ -101,34 +94,11 @@ def worlds(draw: st.DrawFn) -> list[dict[str, Any]]:
     for i in range(draw(st.integers(1, 4))):
         docs.append(draw(routes(i, listeners)))
     for ns in sorted({d["metadata"]["namespace"] for d in docs} - {"edge-infra"}):
-        docs.append(
-            {
-                "apiVersion": f"{GROUP}/v1beta1",
-                "kind": "ReferenceGrant",
-                "metadata": {"name": f"from-{ns}", "namespace": "edge-infra"},
-                "spec": {
-                    "from": [{"group": GROUP, "kind": "HTTPRoute", "namespace": ns}],
-                    "to": [{"group": "", "kind": "Service"}],
-                },
-            }
-        )
+        docs.append(grant_from(ns))
     return docs
 
 
-@settings(
-    max_examples=80,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@world_settings(80)
 @given(docs=worlds())
 def test_translator_and_spec_model_agree_on_attachment(docs: list[dict[str, Any]]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        scenario = Path(tmp) / "world"
-        scenario.mkdir()
-        text = yaml.safe_dump_all(docs, sort_keys=False)
-        (scenario / "resources.yaml").write_text(text, encoding="utf-8")
-        report = Path(tmp) / "report.json"
-        rc = main(["check", str(BASE), str(scenario), "--format", "json", "-o", str(report)])
-        findings = json.loads(report.read_text(encoding="utf-8"))["findings"] if rc != 2 else []
-        assert rc == 0, text + "\n" + "\n".join(f["message"] for f in findings)
+    assert_check_finds_nothing(docs)

@@ -9,19 +9,14 @@ without ``ca.crt``), both modes, several HTTPS ports and an HTTP one.
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import BASE, FIXTURES
-from hypothesis import HealthCheck, given, settings
+from conftest import FIXTURES
+from hypothesis import given
 from hypothesis import strategies as st
+from worlds import GROUP, assert_check_finds_nothing, world_settings
 
-from verifier.cli import main
-
-GROUP = "gateway.networking.k8s.io"
 PKI = FIXTURES / "gateway-frontend-client-certificate-validation"
 SECRET = next(
     d
@@ -137,20 +132,7 @@ def worlds(draw: st.DrawFn) -> list[dict[str, Any]]:
     return docs
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@world_settings(60)
 @given(docs=worlds())
 def test_translator_and_spec_model_agree_on_client_validation(docs: list[dict[str, Any]]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        scenario = Path(tmp) / "world"
-        scenario.mkdir()
-        text = yaml.safe_dump_all(docs, sort_keys=False)
-        (scenario / "resources.yaml").write_text(text, encoding="utf-8")
-        report = Path(tmp) / "report.json"
-        rc = main(["check", str(BASE), str(scenario), "--format", "json", "-o", str(report)])
-        findings = json.loads(report.read_text(encoding="utf-8"))["findings"] if rc != 2 else []
-        assert rc == 0, text[-3000:] + "\n" + "\n".join(f["message"] for f in findings)
+    assert_check_finds_nothing(docs)

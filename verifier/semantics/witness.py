@@ -418,7 +418,8 @@ def witnesses(res: Resources, controller_name: str) -> list[Witness]:
             out.setdefault((wit.gateway, wit.request), wit)
         for wit in _listener_set_witnesses(gkey, gateway):
             out[(wit.gateway, wit.request)] = wit  # claims the request for its feature
-    return [_with_carrier_cert(res, w) for w in out.values()]
+    carriers: dict[tuple[tuple[str, str], int], ClientCert | None] = {}
+    return [_with_carrier_cert(res, w, carriers) for w in out.values()]
 
 
 def _listener_set_witnesses(gkey: tuple[str, str], gw: m.Gateway) -> Iterator[Witness]:
@@ -468,18 +469,27 @@ def named_cas(res: Resources, gw: m.Gateway, port: int) -> list[str]:
     return found
 
 
-def _with_carrier_cert(res: Resources, w: Witness) -> Witness:
+def _with_carrier_cert(
+    res: Resources,
+    w: Witness,
+    carriers: dict[tuple[tuple[str, str], int], ClientCert | None],
+) -> Witness:
     """On a port that validates client certificates, a witness that does not probe
     the validation presents a certificate of a CA the Gateway names, so its
-    request gets past the handshake to the routing it was made for."""
+    request gets past the handshake to the routing it was made for. ``carriers``
+    remembers the certificate per (Gateway, port): the CA bundles are parsed once."""
     req = w.request
     if req.scheme != "https" or w.feature == FRONTEND or req.client_cert is not None:
         return w
-    gw = res.gateways.get(w.gateway)
-    cas = named_cas(res, gw, req.port) if gw is not None else []
-    if not cas:
+    key = (w.gateway, req.port)
+    if key not in carriers:
+        gw = res.gateways.get(w.gateway)
+        cas = named_cas(res, gw, req.port) if gw is not None else []
+        carriers[key] = ClientCert(cas[0]) if cas else None
+    cert = carriers[key]
+    if cert is None:
         return w
-    return dataclasses.replace(w, request=dataclasses.replace(req, client_cert=ClientCert(cas[0])))
+    return dataclasses.replace(w, request=dataclasses.replace(req, client_cert=cert))
 
 
 def _client_cert_witnesses(
