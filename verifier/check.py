@@ -30,6 +30,7 @@ from verifier.semantics.request import (
     Evaluation,
     Outcome,
     Request,
+    RouteRef,
     apply_response_ops,
 )
 from verifier.semantics.spec import spec_evaluate
@@ -136,6 +137,9 @@ class Comparison:
     spec: Evaluation
     envoy: Evaluation
     diffs: tuple[str, ...]
+    # Set when Envoy's likelier answer agrees but a route with a runtime_fraction
+    # passes the rest of such requests on: ``envoy`` is then what they get.
+    fraction_of: RouteRef | None = None
 
     @property
     def request(self) -> Request:
@@ -143,7 +147,21 @@ class Comparison:
 
     def describe(self) -> str:
         spec, envoy = brief(self.spec.outcome), brief(self.envoy.outcome)
+        if self.fraction_of is not None:
+            name = self.fraction_of.xds_name or "route"
+            envoy += f" (for the requests the runtime_fraction of {name!r} passes on)"
         return f"{self.request.line()}: spec {spec}; Envoy {envoy}"
+
+
+def first_difference(spec: Outcome, envoy: Outcome) -> tuple[tuple[str, ...], Outcome]:
+    """How ``spec`` differs from the first of Envoy's possible outcomes that differs
+    (a route with a runtime_fraction answers a request one way or another), and
+    that outcome; no fields and ``envoy`` itself when every possibility agrees."""
+    for possible in envoy.possibilities():
+        diffs = outcome_diff(spec, possible)
+        if diffs:
+            return diffs, possible
+    return (), envoy
 
 
 def brief(o: Outcome) -> str:
@@ -282,7 +300,15 @@ class Context:
         e = self.envoy.evaluate(w.request, trace=False)
         s = self.spec(w.gateway, w.request, trace=False)
         diffs = outcome_diff(s.outcome, e.outcome)
-        return Comparison(w, s, e, diffs) if diffs else None
+        if diffs:
+            return Comparison(w, s, e, diffs)
+        if e.outcome.otherwise is None:
+            return None
+        diffs, other = first_difference(s.outcome, e.outcome)
+        if not diffs:
+            return None
+        shown = dataclasses.replace(other, notes=e.outcome.notes)
+        return Comparison(w, s, Evaluation(shown, e.trace), diffs, e.outcome.route)
 
     @cached_property
     def disagreements(self) -> dict[str, list[Comparison]]:
@@ -320,7 +346,9 @@ class Context:
         return route.rules[c.witness.rule]
 
     def xds_path_of(self, ev: Evaluation) -> str:
-        ref = ev.outcome.route
+        return self.xds_path_of_route(ev.outcome.route)
+
+    def xds_path_of_route(self, ref: RouteRef | None) -> str:
         if ref is None:
             return ""
         if ref.xds_path:
@@ -360,7 +388,9 @@ class Context:
             file=file,
             line=line,
             resource=resource,
-            xds_path=self.xds_path_of(c.envoy) or self.xds_path_of(c.spec),
+            xds_path=self.xds_path_of_route(c.fraction_of)
+            or self.xds_path_of(c.envoy)
+            or self.xds_path_of(c.spec),
             request=c.request.to_json(),
             expected=c.spec.outcome.to_json(),
             actual=c.envoy.outcome.to_json(),

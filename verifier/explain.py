@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from rich.table import Table
 
-from verifier.check import Context, brief, outcome_diff
+from verifier.check import Context, brief, first_difference
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
@@ -145,7 +145,7 @@ class Explanation:
 
     @property
     def diffs(self) -> tuple[str, ...]:
-        return outcome_diff(self.spec.outcome, self.envoy.outcome)
+        return first_difference(self.spec.outcome, self.envoy.outcome)[0]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -228,4 +228,8 @@ def print_side_by_side(ex: Explanation, console: Console) -> None:
 
 
 def _short(ev: Evaluation) -> str:
-    return brief(ev.outcome)
+    """The outcome; with a runtime_fraction, each answer the request may get."""
+    ways = ev.outcome.possibilities()
+    if len(ways) == 1:
+        return brief(ev.outcome)
+    return " | or, when the runtime_fraction passes it on: ".join(brief(o) for o in ways)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from envoy_data_plane.envoy.config.core.v3 import RuntimeFractionalPercent
 from envoy_data_plane.envoy.config.route.v3 import HeaderMatcher, Route, RouteMatch, VirtualHost
 from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
+from envoy_data_plane.envoy.type.v3 import FractionalPercent, FractionalPercentDenominatorType
 
 from verifier.mutate_core import (
     Edit,
@@ -232,6 +234,22 @@ def _alter_method(snap: Snapshot, r: Route) -> Iterator[Edit]:
         yield Edit(f".match.headers[{k}]", f":method {old} -> {new}", apply)
 
 
+def _fractional(snap: Snapshot, r: Route) -> Iterator[Edit]:
+    if r.match is None or r.match.runtime_fraction is not None:
+        return
+
+    def apply(x: Route) -> None:
+        assert x.match is not None
+        x.match.runtime_fraction = RuntimeFractionalPercent(
+            default_value=FractionalPercent(
+                numerator=50, denominator=FractionalPercentDenominatorType.HUNDRED
+            ),
+            runtime_key="edge-verifier.mutant",
+        )
+
+    yield Edit(".match.runtime_fraction", "route takes only 50% of its requests", apply)
+
+
 # --- order ---------------------------------------------------------------------------------------
 
 
@@ -398,5 +416,14 @@ OPERATORS: tuple[Operator, ...] = (
         "all its requests and the routes in between take none of them.",
         _drop_sites,
         prove_drop_route,
+    ),
+    Operator(
+        "fractional-route",
+        "A route made to take only half of the requests it matches (runtime_fraction 50%): "
+        "the rest fall through to later routes or 404, which no Gateway API route does. "
+        "The owning feature's rule should catch it. Equivalent when dropping the route "
+        "changes nothing.",
+        _on_routes(_fractional),
+        prove_route_local,
     ),
 )

@@ -254,7 +254,18 @@ def _check_redirect(want: Mapping[str, Any], outcome: Outcome, request: Request)
 
 
 def unmet(expect: Expectation, outcome: Outcome, request: Request) -> list[str]:
-    """Why ``outcome`` does not meet ``expect``; empty when it does."""
+    """Why ``outcome`` does not meet ``expect``; empty when it does. Every outcome the
+    request may get must meet it (a route with a runtime_fraction answers only some)."""
+    problems = _unmet(expect, outcome, request)
+    for other in outcome.possibilities()[1:]:
+        problems += [
+            f"when a runtime_fraction passes the request on: {p}"
+            for p in _unmet(expect, other, request)
+        ]
+    return problems
+
+
+def _unmet(expect: Expectation, outcome: Outcome, request: Request) -> list[str]:
     problems: list[str] = []
     statuses = possible_statuses(outcome)
     if not statuses <= set(expect.statuses):

@@ -93,6 +93,10 @@ METHODS = frozenset(
 # "host: ... default: the Gateway address"): an IP literal, which only '*' serves.
 ADDRESS_HOST = "192.0.2.1"
 
+# Fractional routes answered in a row before the rest are taken to match: each
+# is one more outcome to compare, and such chains do not come from Gateway API.
+MAX_ALTERNATIVES = 8
+
 __all__ = ["NO_RESPONSE", "BackendReply", "EnvoyModel", "ModelError", "upstream_deadline_ms"]
 
 
@@ -111,7 +115,7 @@ class _Run:
         if not self.notes and not outcome.notes:
             return Evaluation(outcome, tuple(self.trace))  # most requests: nothing to merge
         notes = tuple(dict.fromkeys([*outcome.notes, *self.notes]))
-        final = Outcome(**{**outcome.__dict__, "notes": notes})
+        final = dataclasses.replace(outcome, notes=notes)
         return Evaluation(final, tuple(self.trace))
 
 
@@ -296,24 +300,49 @@ class EnvoyModel:
         if route is None:
             run.trace.append(f"no route of virtual host {vhost.name!r} matches: 404")
             return run.done(Outcome(404))
-        run.trace.append(f"route {route.label} matches: {route.match.describe()}")
-        run.notes += route.match.notes
-        rctx = RouteContext(
-            request=request,
-            host=host,
-            path=full_path,
-            headers=headers,
-            view=view,
-            hcm=hcm,
-            config=rc,
-            vhost=vhost,
-            route=route,
-            resolver=self.resolver,
-            upstreams=self.upstreams,
-            reply=reply or BackendReply(),
-        )
-        outcome = run_action(rctx, run.trace)
-        return run.done(dataclasses.replace(outcome, route=self._located(rc, vhost, route)))
+        # A route with a runtime_fraction below 100% answers only a share of
+        # requests; the rest fall through to the next route that matches.
+        chain: list[CompiledRoute | None] = [route]
+        while (last := chain[-1]) is not None and last.match.fraction is not None:
+            if len(chain) > MAX_ALTERNATIVES:
+                run.notes.append(
+                    f"more than {MAX_ALTERNATIVES} routes with a runtime_fraction in a row: "
+                    "the later ones are taken to match"
+                )
+                break
+            chain.append(vhost.table.find(ctx, after=last.index))
+        answers: list[Outcome] = []
+        for i, step in enumerate(chain):
+            if step is None:
+                run.trace.append("  the rest: no later route matches: 404")
+                answers.append(Outcome(404))
+                continue
+            lead = "route" if i == 0 else "  the rest: route"
+            run.trace.append(f"{lead} {step.label} matches: {step.match.describe()}")
+            run.notes += step.match.notes
+            rctx = RouteContext(
+                request=request,
+                host=host,
+                path=full_path,
+                headers=headers,
+                view=view,
+                hcm=hcm,
+                config=rc,
+                vhost=vhost,
+                route=step,
+                resolver=self.resolver,
+                upstreams=self.upstreams,
+                reply=reply or BackendReply(),
+            )
+            answers.append(
+                dataclasses.replace(
+                    run_action(rctx, run.trace), route=self._located(rc, vhost, step)
+                )
+            )
+        outcome = answers[-1]
+        for earlier in reversed(answers[:-1]):
+            outcome = dataclasses.replace(earlier, otherwise=outcome)
+        return run.done(outcome)
 
     @staticmethod
     def _host(request: Request, hcm: Hcm, run: _Run) -> str:

@@ -150,6 +150,8 @@ class CompiledMatch:
         self.value = value.regex if isinstance(value, RegexMatcher) else value
         self.case_sensitive = match.case_sensitive is not False
         self.never = False
+        # Parts per million of matching requests when below 100% (runtime_fraction).
+        self.fraction: int | None = None
         self.path_check = self._path_check(kind, value)
         self.checks: list[tuple[Check, str]] = []
         self._runtime(match)
@@ -203,8 +205,13 @@ class CompiledMatch:
             self.never = True
             self.notes.append("runtime_fraction is 0%: never matches")
         elif ppm < 1_000_000:
+            # Envoy reads the runtime key when the layer has it; the default is what
+            # the snapshot says. Such a route answers some requests and lets the
+            # rest fall through, so the model answers both ways.
+            self.fraction = ppm
             self.notes.append(
-                f"runtime_fraction {ppm / 10_000:g}%: may or may not match; modelled as matching"
+                f"runtime_fraction {ppm / 10_000:g}%: matches only a share of requests; "
+                "the rest go on to later routes"
             )
 
     def matches(self, ctx: MatchContext) -> bool:
@@ -226,4 +233,6 @@ class CompiledMatch:
     def describe(self) -> str:
         parts = [f"{self.kind} {self.value!r}"]
         parts += [what for _, what in self.checks]
+        if self.fraction is not None:
+            parts.append(f"runtime_fraction {self.fraction / 10_000:g}% of these requests")
         return ", ".join(parts)

@@ -161,8 +161,11 @@ class RouteTable:
             return lists[0]
         return heapq.merge(*lists)
 
-    def find(self, ctx: MatchContext) -> CompiledRoute | None:
+    def find(self, ctx: MatchContext, after: int = -1) -> CompiledRoute | None:
+        """The first route that matches, among those after index ``after``."""
         for i in self.candidates(ctx.path_for_match):
+            if i <= after:
+                continue
             cr = self.routes[i]
             if cr.match.matches(ctx):
                 return cr

@@ -307,6 +307,17 @@ class Outcome:
     # on a CA bundle the configuration does not hold (SDS, a file). The rest of
     # the outcome is what happens when it passes.
     may_refuse: bool = field(default=False, compare=False)
+    # The answering route matches only a share of requests (a runtime_fraction
+    # below 100%): what the rest get. The spec has no such routes, so every
+    # possibility must meet it, not just the likelier one.
+    otherwise: Outcome | None = field(default=None, compare=False)
+
+    def possibilities(self) -> list[Outcome]:
+        """This outcome, then each one the same request may get instead."""
+        found = [self]
+        while found[-1].otherwise is not None:
+            found.append(found[-1].otherwise)
+        return found
 
     def to_json(self) -> dict[str, Any]:
         return {
