@@ -63,7 +63,7 @@ from hypothesis import strategies as st
 from verifier import mutate_match as mm
 from verifier.mutate import MAX_SITES, OPERATORS, Mutant, equivalent, mutants
 from verifier.mutate_core import RouteRef, Site, select, with_route
-from verifier.mutate_regex import regex_prefixes
+from verifier.mutate_regex import regex_literal, regex_prefixes, regex_segment_prefix
 from verifier.xds.codec import pack_any
 from verifier.xds.snapshot import Snapshot, dumps, envoy_validate, find_envoy, load_path
 
@@ -924,6 +924,38 @@ def test_regex_prefixes_are_sound(
     for text in strings:
         if re2.fullmatch(regex, text) is not None:
             assert any(text.startswith(p) for p in prefixes), (regex, text, prefixes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.booleans(),
+    st.lists(st.sampled_from([*_PIECES, "(/.*)?", "(?:/.*)?", "x", "\\$"]), max_size=5),
+    st.booleans(),
+    st.lists(st.text(alphabet="/ab.$x1", max_size=7), min_size=1, max_size=20),
+)
+def test_regex_literal_readings_are_exact(
+    anchored: bool, pieces: list[str], dollar: bool, strings: list[str]
+) -> None:
+    """Where a regex is read as one literal, or as a literal and its sub-paths, RE2
+    fully matches exactly those strings (the proofs use these sets on both sides)."""
+    regex = ("^" if anchored else "") + "".join(pieces) + ("$" if dollar else "")
+    literal, seg = regex_literal(regex), regex_segment_prefix(regex)
+    for text in [*strings, literal or "", (seg or "") + "/a", seg or ""]:
+        hit = re2.fullmatch(regex, text) is not None
+        if literal is not None:
+            assert hit == (text == literal), (regex, text)
+        if seg is not None:
+            assert hit == (text == seg or text.startswith(seg + "/")), (regex, text)
+
+
+def test_regex_literal_readings() -> None:
+    assert regex_literal("^/\\.well-known$") == "/.well-known"
+    assert regex_literal("exact\\-value") == "exact-value"
+    assert regex_literal("/a.b") is None
+    assert regex_segment_prefix("/foo(/.*)?") == "/foo"
+    assert regex_segment_prefix("^/foo\\.x(?:/.*)?$") == "/foo.x"
+    assert regex_segment_prefix("/foo/(/.*)?") is None
+    assert regex_segment_prefix("/fo+(/.*)?") is None
 
 
 def test_timeout_changes_with_the_same_deadline_are_equivalent() -> None:

@@ -35,7 +35,7 @@ from envoy_data_plane.envoy.config.route.v3 import (
 )
 from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 
-from verifier.mutate_regex import regex_prefixes
+from verifier.mutate_regex import regex_literal, regex_prefixes, regex_segment_prefix
 
 # --- string sets ---------------------------------------------------------------------------------
 
@@ -114,6 +114,9 @@ def strings_subset(inner: StrSet, outer: StrSet) -> bool:
 
 
 def string_matcher_set(sm: StringMatcher) -> StrSet | None:
+    if sm.safe_regex is not None:  # ignore_case has no effect on a regex
+        literal = regex_literal(sm.safe_regex.regex)
+        return None if literal is None else StrSet.of(((EXACT, literal),), False)
     if sm.exact is not None:
         return StrSet.of(((EXACT, sm.exact),), sm.ignore_case)
     if sm.prefix is not None:
@@ -131,6 +134,14 @@ def path_set(match: RouteMatch) -> StrSet | None:
     p = match.path_separated_prefix
     if p is not None:
         return StrSet.of(((EXACT, p), (PREFIX, p + "/")), fold)
+    if match.safe_regex is not None:  # case_sensitive has no effect on a regex
+        regex = match.safe_regex.regex
+        literal = regex_literal(regex)
+        if literal is not None:
+            return StrSet.of(((EXACT, literal),), False)
+        seg = regex_segment_prefix(regex)
+        if seg is not None:
+            return StrSet.of(((EXACT, seg), (PREFIX, seg + "/")), False)
     return None
 
 
@@ -140,6 +151,9 @@ def path_superset(match: RouteMatch) -> StrSet | None:
     Only for the side of a comparison where more is safe (disjointness, the narrower match).
     """
     if match.safe_regex is not None:
+        exact = path_set(match)
+        if exact is not None:
+            return exact
         prefixes = regex_prefixes(match.safe_regex.regex)  # case_sensitive: ignored for regexes
         return None if prefixes is None else StrSet(tuple((PREFIX, p) for p in prefixes))
     return path_set(match)

@@ -97,3 +97,34 @@ def regex_prefixes(regex: str) -> tuple[str, ...] | None:
         prefixes = [p + lit[0] for p in prefixes]
         k = lit[1]
     return tuple(sorted(set(prefixes)))
+
+
+def regex_literal(regex: str) -> str | None:
+    """The one string a regex fully matches when it is nothing but literals, anchors
+    aside (``^/\\.well-known$`` -> ``/.well-known``): how another implementation may
+    write an exact match. None for any other regex."""
+    k = 1 if regex.startswith("^") else 0
+    out: list[str] = []
+    while k < len(regex):
+        if regex[k] == "$" and k == len(regex) - 1:
+            break
+        lit = _literal(regex, k)
+        if lit is None:
+            return None
+        out.append(lit[0])
+        k = lit[1]
+    return "".join(out)
+
+
+_SEGMENT_TAILS: Final = ("(/.*)?", "(?:/.*)?", "(/.*)?$", "(?:/.*)?$")
+
+
+def regex_segment_prefix(regex: str) -> str | None:
+    """``P`` for a regex that fully matches exactly ``P`` and ``P/...`` (``^/foo(/.*)?$``):
+    PathPrefix as implementations wrote it before ``path_separated_prefix``."""
+    for tail in _SEGMENT_TAILS:
+        if regex.endswith(tail):
+            head = regex_literal(regex[: -len(tail)])
+            if head and head.startswith("/") and not head.endswith("/"):
+                return head
+    return None
