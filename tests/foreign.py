@@ -1,0 +1,175 @@
+"""The same behaviour in another implementation's words: a re-encoding of xDS.
+
+`check` must judge xDS it did not generate, from any Gateway API implementation,
+by behaviour and not by names. This rewrites the reference translator's xDS the
+way other implementations write theirs, keeping what every request gets:
+
+- every name is new (listeners, filter chains, route configurations, virtual
+  hosts, routes, clusters: Istio's ``outbound|port||host`` for Services), and the
+  aether metadata on routes and clusters is gone;
+- a virtual host with several domains becomes one per domain (``<domain>:<port>``);
+- PathPrefix as a regex (``^/foo(/.*)?$``, as implementations did before
+  ``path_separated_prefix``) and exact header values as anchored regexes;
+- a plain (not mesh) Service reached by EDS at its clusterIP instead of by DNS.
+
+Each rewrite is one Envoy documents as equivalent; none is the reference
+translator's way. Works on the config_dump JSON, as another implementation's
+output arrives.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+from verifier.gatewayapi.resources import Resources
+from verifier.xds.snapshot import Snapshot, from_config_dump, to_config_dump
+
+Json = Any
+_REGEX_SPECIAL = set("\\.+*?()|[]{}^$")
+_SUFFIX = ".svc.cluster.local"
+_CLA = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+
+
+def _escape(text: str) -> str:
+    return "".join("\\" + c if c in _REGEX_SPECIAL else c for c in text)
+
+
+def _section(doc: Json, kind: str) -> Json:
+    return next(c for c in doc["configs"] if c["@type"].endswith(f".{kind}ConfigDump"))
+
+
+def _walk(node: Json) -> Iterator[dict[str, Json]]:
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def _dns_target(cluster: Json) -> tuple[str, int] | None:
+    """(host, port) of a cluster with one DNS endpoint, else None."""
+    try:
+        (locality,) = cluster["load_assignment"]["endpoints"]
+        (lb,) = locality["lb_endpoints"]
+        sock = lb["endpoint"]["address"]["socket_address"]
+    except (KeyError, ValueError):
+        return None
+    return str(sock["address"]), int(sock["port_value"])
+
+
+def _cluster_ip(res: Resources, host: str) -> str | None:
+    if not host.endswith(_SUFFIX):
+        return None
+    name, _, namespace = host.removesuffix(_SUFFIX).partition(".")
+    svc = res.services.get((namespace, name))
+    return svc.cluster_ip if svc is not None and svc.cluster_ip not in (None, "None") else None
+
+
+def _clusters(doc: Json, res: Resources) -> dict[str, str]:
+    """Rename clusters; plain Services by EDS at their clusterIP. Old name -> new."""
+    renamed: dict[str, str] = {}
+    assignments = []
+    for i, entry in enumerate(_section(doc, "Clusters").get("dynamic_active_clusters", [])):
+        c = entry["cluster"]
+        target = _dns_target(c)
+        new = f"outbound|{target[1]}||{target[0]}" if target else f"cluster-{i}"
+        renamed[c["name"]] = new
+        c["name"] = new
+        c.pop("metadata", None)
+        ip = _cluster_ip(res, target[0]) if target else None
+        if target and ip and c.get("type") == "STRICT_DNS" and "transport_socket" not in c:
+            del c["load_assignment"], c["type"]
+            c.pop("dns_lookup_family", None)
+            c["type"] = "EDS"
+            c["eds_cluster_config"] = {"eds_config": {"ads": {}, "resource_api_version": "V3"}}
+            endpoint = {"address": {"socket_address": {"address": ip, "port_value": target[1]}}}
+            assignments.append(
+                {
+                    "endpoint_config": {
+                        "@type": _CLA,
+                        "cluster_name": new,
+                        "endpoints": [{"lb_endpoints": [{"endpoint": endpoint}]}],
+                    }
+                }
+            )
+        elif "load_assignment" in c:
+            c["load_assignment"]["cluster_name"] = new
+    if assignments:
+        _section(doc, "Endpoints")["dynamic_endpoint_configs"] = assignments
+    return renamed
+
+
+def _rewrites_prefix(route: Json) -> bool:
+    """prefix_rewrite replaces what a prefix matched, but the whole path after a
+    regex: such routes keep their prefix match (as other implementations do)."""
+    return any("prefix_rewrite" in route.get(k, {}) for k in ("route", "redirect"))
+
+
+def _route_match(match: Json, *, keep_prefix: bool) -> None:
+    prefix = match.get("path_separated_prefix")
+    if prefix is not None and match.get("case_sensitive", True) and not keep_prefix:
+        del match["path_separated_prefix"]
+        match["safe_regex"] = {"regex": f"{_escape(prefix)}(/.*)?"}
+    for h in match.get("headers", []):
+        sm = h.get("string_match", {})
+        if set(sm) == {"exact"} and h["name"] != ":method":
+            h["string_match"] = {"safe_regex": {"regex": _escape(sm["exact"])}}
+
+
+def _routes(doc: Json, clusters: dict[str, str]) -> dict[str, str]:
+    """Rename route configurations (old -> new), split virtual hosts per domain,
+    rename routes and drop their metadata; regex forms of prefix and header matches."""
+    renamed: dict[str, str] = {}
+    for entry in _section(doc, "Routes").get("dynamic_route_configs", []):
+        rc = entry["route_config"]
+        new = f"http.{rc['name']}"
+        renamed[rc["name"]] = new
+        rc["name"] = new
+        vhosts = []
+        for vh in rc.get("virtual_hosts", []):
+            for k, route in enumerate(vh.get("routes", [])):
+                route["name"] = f"route-{k}"
+                route.pop("metadata", None)
+                _route_match(route.setdefault("match", {}), keep_prefix=_rewrites_prefix(route))
+            for domain in vh.get("domains", []):
+                one = copy.deepcopy(vh)
+                one["domains"] = [domain]
+                one["name"] = f"{domain}:{new}"
+                vhosts.append(one)
+        rc["virtual_hosts"] = vhosts
+    for node in _walk(doc):
+        for key in ("cluster", "cluster_name"):
+            if isinstance(node.get(key), str) and node[key] in clusters:
+                node[key] = clusters[node[key]]
+        if "clusters" in node and isinstance(node["clusters"], list):
+            for wc in node["clusters"]:
+                if isinstance(wc, dict) and wc.get("name") in clusters:
+                    wc["name"] = clusters[wc["name"]]
+    return renamed
+
+
+def _listeners(doc: Json, routes: dict[str, str]) -> None:
+    for entry in _section(doc, "Listeners").get("dynamic_listeners", []):
+        listener = entry["active_state"]["listener"]
+        port = listener["address"]["socket_address"]["port_value"]
+        listener["name"] = entry["name"] = f"0.0.0.0_{port}"
+        for k, chain in enumerate(listener.get("filter_chains", [])):
+            chain["name"] = f"chain-{k}"
+    for node in _walk(doc):
+        rds = node.get("rds")
+        if isinstance(rds, dict) and rds.get("route_config_name") in routes:
+            rds["route_config_name"] = routes[rds["route_config_name"]]
+
+
+def reencode(snap: Snapshot, res: Resources) -> Snapshot:
+    """``snap``'s behaviour in another implementation's encoding."""
+    doc = copy.deepcopy(to_config_dump(snap))
+    clusters = _clusters(doc, res)
+    _listeners(doc, _routes(doc, clusters))
+    out, skipped = from_config_dump(doc, "foreign")
+    assert not skipped, skipped
+    return out
