@@ -10,7 +10,8 @@ way other implementations write theirs, keeping what every request gets:
 - a virtual host with several domains becomes one per domain (``<domain>:<port>``);
 - PathPrefix as a regex (``^/foo(/.*)?$``, as implementations did before
   ``path_separated_prefix``) and exact header values as anchored regexes;
-- a plain (not mesh) Service reached by EDS at its clusterIP instead of by DNS.
+- a plain (not mesh) Service reached by EDS at its clusterIP instead of by DNS;
+- neighbouring routes that no request matches both of in the other order.
 
 Each rewrite is one Envoy documents as equivalent; none is the reference
 translator's way. Works on the config_dump JSON, as another implementation's
@@ -20,10 +21,12 @@ output arrives.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 from verifier.gatewayapi.resources import Resources
+from verifier.mutate_match import matches_disjoint
 from verifier.xds.snapshot import Snapshot, from_config_dump, to_config_dump
 
 Json = Any
@@ -165,6 +168,22 @@ def _listeners(doc: Json, routes: dict[str, str]) -> None:
             rds["route_config_name"] = routes[rds["route_config_name"]]
 
 
+def reorder(snap: Snapshot) -> Snapshot:
+    """Swap neighbouring routes that no request can match both of (as implementations
+    that sort routes their own way do): first match wins, so nothing changes."""
+    configs = copy.deepcopy(list(snap.routes))
+    for rc in configs:
+        for vh in rc.virtual_hosts:
+            routes, i = vh.routes, 0
+            while i + 1 < len(routes):
+                if matches_disjoint(routes[i].match, routes[i + 1].match):
+                    routes[i], routes[i + 1] = routes[i + 1], routes[i]
+                    i += 2
+                else:
+                    i += 1
+    return dataclasses.replace(snap, routes=tuple(configs))
+
+
 def reencode(snap: Snapshot, res: Resources) -> Snapshot:
     """``snap``'s behaviour in another implementation's encoding."""
     doc = copy.deepcopy(to_config_dump(snap))
@@ -172,4 +191,4 @@ def reencode(snap: Snapshot, res: Resources) -> Snapshot:
     _listeners(doc, _routes(doc, clusters))
     out, skipped = from_config_dump(doc, "foreign")
     assert not skipped, skipped
-    return out
+    return reorder(out)

@@ -19,14 +19,14 @@ import pytest
 from conftest import FIXTURES, REPO_ROOT, rel, scenario_params, translate_scenario
 from conftest import load_scenario as load_fixture
 from conftest import valid_scenarios as _valid
-from foreign import reencode
+from foreign import reencode, reorder
 from verifier.rules import RULES
 
 from verifier import mutation_run
 from verifier.mutate import OPERATORS, mutants
 from verifier.mutation_run import MutationReport
 from verifier.pipeline import CheckOptions, check_scenario, discover
-from verifier.xds.snapshot import dumps
+from verifier.xds.snapshot import Snapshot, dumps
 
 PROFILE = "gateway-api"
 
@@ -77,6 +77,17 @@ def test_reencoding_changes_what_it_says() -> None:
     assert names and not any(f'"{n}"' in after for n in names)
     assert "aether.io/route" not in after and "path_separated_prefix" not in after
     assert '"EDS"' in after and other.endpoints
+
+
+def test_reencoding_reorders_disjoint_routes() -> None:
+    snap = translate_scenario(FIXTURES / "httproute-matching-precedence")
+
+    def matches(s: Snapshot) -> list[list[bytes]]:
+        return [[bytes(r.match) for r in vh.routes] for rc in s.routes for vh in rc.virtual_hosts]
+
+    before, after = matches(snap), matches(reorder(snap))
+    assert sorted(map(sorted, before)) == sorted(map(sorted, after))
+    assert before != after
 
 
 # The gateway-api profile does not judge a plain Service's upstream transport (a
