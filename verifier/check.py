@@ -26,6 +26,7 @@ from verifier.semantics.cases import Case, possible_statuses
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy import EnvoyModel, ModelError
 from verifier.semantics.request import (
+    Backend,
     ClientCert,
     Evaluation,
     Outcome,
@@ -47,7 +48,8 @@ def outcome_diff(spec: Outcome, envoy: Outcome) -> tuple[str, ...]:
     envoy_statuses = possible_statuses(envoy) - ({0} if envoy.may_refuse else set())
     if possible_statuses(spec) != envoy_statuses or spec.status != envoy.status:
         diffs.append("status")
-    if spec.backends != envoy.backends:
+    envoy_backends = named_as(spec.backends, envoy.backends)
+    if spec.backends != envoy_backends:
         diffs.append("backends")
     # Shares are relative: compare the invalid share normalised.
     if spec.invalid_weight != envoy.invalid_weight and _share(spec) != _share(envoy):
@@ -75,13 +77,30 @@ def outcome_diff(spec: Outcome, envoy: Outcome) -> tuple[str, ...]:
                     a, b = a.lower(), b.lower()
                 if a != b:
                     diffs.append(f"redirect.{f}")
-    if spec.mirrors != envoy.mirrors:
+    if spec.mirrors != named_as(spec.mirrors, envoy.mirrors):
         diffs.append("mirrors")
     if spec.request is not None and envoy.request is not None and deadline(spec) != deadline(envoy):
         diffs.append("timeouts")
-    if "backends" in diffs and _shares(spec) == _shares(envoy):
+    if "backends" in diffs and _shares(spec) == _shares(
+        dataclasses.replace(envoy, backends=envoy_backends)
+    ):
         diffs.remove("backends")  # same proportions, other scale: equivalent
     return tuple(diffs)
+
+
+def named_as(wanted: tuple[Backend, ...], found: tuple[Backend, ...]) -> tuple[Backend, ...]:
+    """``found`` with each backend called by the name ``wanted`` uses for it, when the
+    xDS cannot tell them apart (its ``aliases``: Services sharing the pods it dials)."""
+    if not any(b.aliases for b in found):
+        return found
+    names = {(b.namespace, b.name, b.port) for b in wanted}
+    merged: dict[tuple[str, str, int], int] = {}
+    for b in found:
+        key = (b.namespace, b.name, b.port)
+        if key not in names:
+            key = next((a for a in sorted(b.aliases) if a in names), key)
+        merged[key] = merged.get(key, 0) + b.weight
+    return tuple(sorted(Backend(*key, weight=w) for key, w in merged.items()))
 
 
 DEFAULT_TIMEOUT_MS = 15_000  # Envoy's route timeout when none is set

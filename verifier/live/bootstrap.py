@@ -137,15 +137,12 @@ class _Planner:
     def plan(self, key: ServiceKey) -> BackendPlan:
         return self.plans.setdefault(key, BackendPlan(*key))
 
-    def owner_of(self, address: str, sni: str | None) -> ServiceKey | None:
-        """The Service whose EndpointSlice lists this pod IP (the TLS SNI breaks ties)."""
-        owners = sorted(
-            {
-                (s.meta.namespace, s.service_name)
-                for s in self.res.endpoint_slices.values()
-                if address in s.addresses
-            }
-        )
+    def owner_of(self, address: str, sni: str | None, port: int | None = None) -> ServiceKey | None:
+        """The Service whose EndpointSlice lists this pod IP (on ``port``, when one does;
+        the TLS SNI breaks ties)."""
+        listing = [s for s in self.res.endpoint_slices.values() if address in s.addresses]
+        on_port = [s for s in listing if any(n == port for _, n in s.ports)]
+        owners = sorted({(s.meta.namespace, s.service_name) for s in on_port or listing})
         if len(owners) > 1 and sni and (m := FQDN.match(sni)):
             named = (m.group(2), m.group(1))
             if named in owners:
@@ -173,20 +170,22 @@ class _Planner:
         )
 
     def pod_ip(self, cluster: str, sa: Mapping[str, Any], tls: bool, sni: str | None) -> None:
-        owner = self.owner_of(str(sa["address"]), sni)
+        port = int(sa.get("port_value", 0))
+        owner = self.owner_of(str(sa["address"]), sni, port)
         if owner is None:
             self.notes.append(f"{cluster}: no Service owns {sa['address']}")
             return
         plan = self.plan(owner)
-        port = int(sa.get("port_value", 0))
-        plan.ports[port] = (self.all_h2c(owner), tls)
+        plan.ports[port] = (self.speaks_h2c(owner, port), tls)
         plan.ip_endpoints.append((cluster, str(sa["address"]), port))
 
-    def all_h2c(self, key: ServiceKey) -> bool:
-        """Behind a pod IP we cannot tell ports apart; h2c only if every Service port says so."""
+    def speaks_h2c(self, key: ServiceKey, target: int) -> bool:
+        """A pod port speaks h2c when the Service ports behind it say so (all of them,
+        when none names that targetPort: then the ports cannot be told apart)."""
         svc = self.res.services.get(key)
         ports = svc.ports if svc else ()
-        return bool(ports) and all(p.app_protocol == H2C_APP_PROTOCOL for p in ports)
+        named = [p for p in ports if p.target_port == str(target)] or list(ports)
+        return bool(named) and all(p.app_protocol == H2C_APP_PROTOCOL for p in named)
 
 
 def plan_backends(

@@ -307,11 +307,16 @@ class EmbeddedHarness:
 
     def _port_of(self, echo: Mapping[str, Any], service: ServiceKey) -> int:
         port = echo.get("servicePort")
+        svc = self.res.services.get(service)
         if isinstance(port, int) and port != MESH_PORT:
+            if svc is not None and all(p.port != port for p in svc.ports):
+                # xDS that dials pod IPs reaches the targetPort: name the Service
+                # port behind it (the lowest, when several share one targetPort).
+                behind = sorted(p.port for p in svc.ports if p.target_port == str(port))
+                return behind[0] if behind else port
             return port
         # The mesh path dials the workload's :15008, which names no Service
         # port; the identity is the Service, so a one-port Service is unambiguous.
-        svc = self.res.services.get(service)
         if svc is not None and len(svc.ports) == 1:
             return svc.ports[0].port
         if isinstance(port, int):

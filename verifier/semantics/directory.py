@@ -56,6 +56,9 @@ class Resolution:
 
     target: ServicePortRef | None
     notes: tuple[str, ...] = ()
+    # Every Service port the targets fit, ``target`` first: pods shared by several
+    # Services (or ports with one targetPort) are all of them at once.
+    candidates: tuple[ServicePortRef, ...] = ()
 
 
 @dataclass
@@ -141,7 +144,7 @@ class BackendDirectory:
                 + ", ".join(f"{r.namespace}/{r.service}:{r.port}" for r in ordered)
                 + f"); taking {ordered[0].namespace}/{ordered[0].service}:{ordered[0].port}"
             )
-        return Resolution(ordered[0], tuple(notes))
+        return Resolution(ordered[0], tuple(notes), tuple(ordered))
 
     def _target(
         self,

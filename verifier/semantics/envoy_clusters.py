@@ -138,5 +138,6 @@ class ClusterResolver:
             backend = Backend("", name, 0)
         else:
             t = res.target
-            backend = Backend(t.namespace, t.service, t.port)
+            aliases = tuple((c.namespace, c.service, c.port) for c in res.candidates if c != t)
+            backend = Backend(t.namespace, t.service, t.port, aliases=aliases)
         return ClusterTarget(backend, dns_host, tuple(notes))

@@ -7,6 +7,7 @@ Service port.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -54,7 +55,7 @@ class Upstream:
 
 
 def _shares(shares: dict[Backend, int]) -> tuple[Backend, ...]:
-    return tuple(sorted(Backend(b.namespace, b.name, b.port, w) for b, w in shares.items()))
+    return tuple(sorted(dataclasses.replace(b, weight=w) for b, w in shares.items()))
 
 
 class Upstreams:
@@ -127,7 +128,7 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
             invalid += weight
             out.trace.append(f"weighted cluster {cw.name!r} ({weight}) does not exist")
             continue
-        key = Backend(target.backend.namespace, target.backend.name, target.backend.port)
+        key = dataclasses.replace(target.backend, weight=1)
         shares[key] = shares.get(key, 0) + weight
         out.trace.append(f"weighted cluster {cw.name!r} ({weight}) -> {key.namespace}/{key.name}")
         label = f"weighted cluster {cw.name}"
@@ -186,9 +187,9 @@ def mirrors(
             notes.append(f"mirror to {p.cluster!r} at 0%: never mirrored")
             continue
         b = target.backend
-        key = Backend(b.namespace, b.name, b.port)
+        key = dataclasses.replace(b, weight=1)
         out[key] = max(out.get(key, 0), ppm)
-    return tuple(sorted(Backend(b.namespace, b.name, b.port, w) for b, w in out.items())), notes
+    return tuple(sorted(dataclasses.replace(b, weight=w) for b, w in out.items())), notes
 
 
 def _ms(value: timedelta | None) -> int | None:

@@ -199,6 +199,10 @@ class Backend:
     name: str
     port: int
     weight: int = 1
+    # Other Service ports the same endpoints stand for, (namespace, name, port):
+    # xDS that dials pod IPs does not say which of the Services sharing those pods
+    # it means, so any of them is the backend the spec may name.
+    aliases: tuple[tuple[str, str, int], ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
