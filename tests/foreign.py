@@ -10,7 +10,8 @@ way other implementations write theirs, keeping what every request gets:
 - a virtual host with several domains becomes one per domain (``<domain>:<port>``);
 - PathPrefix as a regex (``^/foo(/.*)?$``, as implementations did before
   ``path_separated_prefix``) and exact header values as anchored regexes;
-- a plain (not mesh) Service reached by EDS at its clusterIP instead of by DNS;
+- a plain (not mesh) Service reached by EDS at its ready pods' addresses and
+  targetPort instead of by DNS;
 - neighbouring routes that no request matches both of in the other order.
 
 Each rewrite is one Envoy documents as equivalent; none is the reference
@@ -64,12 +65,26 @@ def _dns_target(cluster: Json) -> tuple[str, int] | None:
     return str(sock["address"]), int(sock["port_value"])
 
 
-def _cluster_ip(res: Resources, host: str) -> str | None:
+def _pod_endpoints(res: Resources, host: str, port: int) -> list[tuple[str, int]]:
+    """The ready pod addresses behind a Service port, on its targetPort (from the
+    Service's EndpointSlices), as Istio and Envoy Gateway dial them; else none."""
     if not host.endswith(_SUFFIX):
-        return None
+        return []
     name, _, namespace = host.removesuffix(_SUFFIX).partition(".")
     svc = res.services.get((namespace, name))
-    return svc.cluster_ip if svc is not None and svc.cluster_ip not in (None, "None") else None
+    spec = next((p for p in svc.ports if p.port == port), None) if svc else None
+    if spec is None:
+        return []
+    out = []
+    for sl in res.endpoint_slices.values():
+        if (sl.meta.namespace, sl.service_name) != (namespace, name):
+            continue
+        target = next(
+            (n for pn, n in sl.ports if str(n) == spec.target_port or pn == spec.target_port),
+            None,
+        )
+        out += [(a, target) for a in sl.addresses if target is not None]
+    return sorted(out)
 
 
 def _clusters(doc: Json, res: Resources) -> dict[str, str]:
@@ -83,19 +98,22 @@ def _clusters(doc: Json, res: Resources) -> dict[str, str]:
         renamed[c["name"]] = new
         c["name"] = new
         c.pop("metadata", None)
-        ip = _cluster_ip(res, target[0]) if target else None
-        if target and ip and c.get("type") == "STRICT_DNS" and "transport_socket" not in c:
+        pods = _pod_endpoints(res, *target) if target else []
+        if pods and c.get("type") == "STRICT_DNS" and "transport_socket" not in c:
             del c["load_assignment"], c["type"]
             c.pop("dns_lookup_family", None)
             c["type"] = "EDS"
             c["eds_cluster_config"] = {"eds_config": {"ads": {}, "resource_api_version": "V3"}}
-            endpoint = {"address": {"socket_address": {"address": ip, "port_value": target[1]}}}
+            endpoints = [
+                {"endpoint": {"address": {"socket_address": {"address": a, "port_value": p}}}}
+                for a, p in pods
+            ]
             assignments.append(
                 {
                     "endpoint_config": {
                         "@type": _CLA,
                         "cluster_name": new,
-                        "endpoints": [{"lb_endpoints": [{"endpoint": endpoint}]}],
+                        "endpoints": [{"lb_endpoints": endpoints}],
                     }
                 }
             )

@@ -13,11 +13,13 @@ one backend, which must have a positive share in the model.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import valid_scenarios
 
+from verifier.gatewayapi.resources import Resources
 from verifier.live.echo_model import echo_reply
 from verifier.live.envoy_process import envoy_available
 from verifier.live.harness import EmbeddedHarness
@@ -27,6 +29,7 @@ from verifier.semantics.cases import possible_statuses
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy import EnvoyModel
 from verifier.semantics.request import Outcome, Request
+from verifier.xds.snapshot import Snapshot
 
 pytestmark = [
     pytest.mark.live,
@@ -45,7 +48,13 @@ def decision_mismatches(model: Outcome, live: Outcome) -> list[str]:
     if live.status not in possible_statuses(model):
         return [f"status {live.status}, model allows {sorted(possible_statuses(model))}"]
     if live.status == 200 and model.backends and live.backends:
-        allowed = {(b.namespace, b.name, b.port) for b in model.backends if b.weight > 0}
+        # A backend is also any Service the model says shares its endpoints.
+        allowed = {
+            key
+            for b in model.backends
+            if b.weight > 0
+            for key in ((b.namespace, b.name, b.port), *b.aliases)
+        }
         got = {(b.namespace, b.name, b.port) for b in live.backends}
         if not got <= allowed:
             problems.append(f"backend {sorted(got)}, model allows {sorted(allowed)}")
@@ -83,8 +92,15 @@ def decision_mismatches(model: Outcome, live: Outcome) -> list[str]:
     return problems
 
 
-async def _check_scenario(scenario: Path) -> list[str]:
+Reencoding = Callable[[Snapshot, Resources], Snapshot]
+
+
+async def live_mismatches(scenario: Path, reencode: Reencoding | None = None) -> list[str]:
+    """Why the Envoy model and real Envoy differ on the scenario's requests (the
+    scenario's xDS, or ``reencode`` of it)."""
     res, snap = load_scenario(scenario)
+    if reencode is not None:
+        snap = reencode(snap, res)
     model = EnvoyModel(snap, backend_directory_from(res))
     cases = load_cases(scenario, res)
     requests: list[tuple[str, Request]] = [
@@ -125,7 +141,7 @@ def results() -> dict[str, list[str]]:
 
         async def one(s: Path) -> tuple[str, list[str]]:
             async with sem:
-                return s.name, await _check_scenario(s)
+                return s.name, await live_mismatches(s)
 
         return dict(await asyncio.gather(*(one(s) for s in SCENARIOS)))
 
