@@ -10,6 +10,7 @@ way other implementations write theirs, keeping what every request gets:
 - a virtual host with several domains becomes one per domain (``<domain>:<port>``);
 - PathPrefix as a regex (``^/foo(/.*)?$``, as implementations did before
   ``path_separated_prefix``) and exact header values as anchored regexes;
+- ReplacePrefixMatch as a ``regex_rewrite`` of the prefix (Envoy Gateway's way);
 - a plain (not mesh) Service reached by EDS at its ready pods' addresses and
   targetPort instead of by DNS;
 - neighbouring routes that no request matches both of in the other order.
@@ -124,6 +125,24 @@ def _clusters(doc: Json, res: Resources) -> dict[str, str]:
     return renamed
 
 
+def _regex_rewrite(route: Json) -> None:
+    """prefix_rewrite as the regex_rewrite of the matched prefix (as Envoy Gateway
+    writes ReplacePrefixMatch): the same path, whatever the match is written as."""
+    match = route.get("match", {})
+    prefix = match.get("path_separated_prefix", match.get("prefix"))
+    if prefix is None or not match.get("case_sensitive", True):
+        return
+    for key in ("route", "redirect"):
+        action = route.get(key, {})
+        rewrite = action.get("prefix_rewrite")
+        if rewrite is not None and "\\" not in rewrite:
+            del action["prefix_rewrite"]
+            action["regex_rewrite"] = {
+                "pattern": {"regex": "^" + _escape(prefix)},
+                "substitution": rewrite,
+            }
+
+
 def _rewrites_prefix(route: Json) -> bool:
     """prefix_rewrite replaces what a prefix matched, but the whole path after a
     regex: such routes keep their prefix match (as other implementations do)."""
@@ -155,6 +174,7 @@ def _routes(doc: Json, clusters: dict[str, str]) -> dict[str, str]:
             for k, route in enumerate(vh.get("routes", [])):
                 route["name"] = f"route-{k}"
                 route.pop("metadata", None)
+                _regex_rewrite(route)
                 _route_match(route.setdefault("match", {}), keep_prefix=_rewrites_prefix(route))
             for domain in vh.get("domains", []):
                 one = copy.deepcopy(vh)
