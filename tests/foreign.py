@@ -9,8 +9,10 @@ way other implementations write theirs, keeping what every request gets:
   aether metadata on routes and clusters is gone;
 - a virtual host with several domains becomes one per domain (``<domain>:<port>``);
 - PathPrefix as a regex (``^/foo(/.*)?$``, as implementations did before
-  ``path_separated_prefix``) and exact header values as anchored regexes;
+  ``path_separated_prefix``), exact header values (``:method`` too) and query
+  parameter values as regexes;
 - ReplacePrefixMatch as a ``regex_rewrite`` of the prefix (Envoy Gateway's way);
+- ``https_redirect`` for ``scheme_redirect: https``, and 301 left to the default;
 - a plain (not mesh) Service reached by EDS at its ready pods' addresses and
   targetPort instead of by DNS;
 - neighbouring routes that no request matches both of in the other order.
@@ -143,6 +145,18 @@ def _regex_rewrite(route: Json) -> None:
             }
 
 
+def _redirect_forms(route: Json) -> None:
+    """``https_redirect`` for ``scheme_redirect: https``; 301 left to its default."""
+    redirect = route.get("redirect")
+    if not isinstance(redirect, dict):
+        return
+    if redirect.get("scheme_redirect") == "https":
+        del redirect["scheme_redirect"]
+        redirect["https_redirect"] = True
+    if redirect.get("response_code") == "MOVED_PERMANENTLY":
+        del redirect["response_code"]
+
+
 def _rewrites_prefix(route: Json) -> bool:
     """prefix_rewrite replaces what a prefix matched, but the whole path after a
     regex: such routes keep their prefix match (as other implementations do)."""
@@ -154,10 +168,10 @@ def _route_match(match: Json, *, keep_prefix: bool) -> None:
     if prefix is not None and match.get("case_sensitive", True) and not keep_prefix:
         del match["path_separated_prefix"]
         match["safe_regex"] = {"regex": f"{_escape(prefix)}(/.*)?"}
-    for h in match.get("headers", []):
-        sm = h.get("string_match", {})
-        if set(sm) == {"exact"} and h["name"] != ":method":
-            h["string_match"] = {"safe_regex": {"regex": _escape(sm["exact"])}}
+    for m in [*match.get("headers", []), *match.get("query_parameters", [])]:
+        sm = m.get("string_match", {})
+        if set(sm) == {"exact"}:
+            m["string_match"] = {"safe_regex": {"regex": _escape(sm["exact"])}}
 
 
 def _routes(doc: Json, clusters: dict[str, str]) -> dict[str, str]:
@@ -175,6 +189,7 @@ def _routes(doc: Json, clusters: dict[str, str]) -> dict[str, str]:
                 route["name"] = f"route-{k}"
                 route.pop("metadata", None)
                 _regex_rewrite(route)
+                _redirect_forms(route)
                 _route_match(route.setdefault("match", {}), keep_prefix=_rewrites_prefix(route))
             for domain in vh.get("domains", []):
                 one = copy.deepcopy(vh)
