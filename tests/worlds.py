@@ -1,5 +1,6 @@
 """Shared by the drawn-world tests: small Gateway API worlds that the translator
-and the spec model, which read the spec separately, must agree on."""
+and the spec model, which read the spec separately, must agree on, in the
+reference encoding and in another implementation's (tests/foreign.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from typing import Any
 
 import yaml
 from conftest import BASE
+from foreign import reencode
 from hypothesis import HealthCheck, settings
 
 from verifier.cli import main
+from verifier.gatewayapi.attach import build_graph
+from verifier.gatewayapi.resources import load_resources
+from verifier.translate import TranslateOptions, translate
+from verifier.xds.snapshot import Snapshot, dumps
 
 GROUP = "gateway.networking.k8s.io"
 
@@ -53,3 +59,15 @@ def assert_check_finds_nothing(docs: list[dict[str, Any]]) -> None:
         rc = main(["check", str(BASE), str(scenario), "--format", "json", "-o", str(report)])
         findings = json.loads(report.read_text(encoding="utf-8"))["findings"] if rc != 2 else []
         assert rc == 0, text + "\n" + "\n".join(f["message"] for f in findings)
+        # The same world's xDS as another implementation would write it (tests/foreign.py).
+        foreign = Path(tmp) / "foreign.json"
+        foreign.write_text(dumps(_reencoded(scenario)), encoding="utf-8")
+        args = ["check", str(BASE), str(scenario), "--xds", str(foreign), "--profile"]
+        rc = main([*args, "gateway-api", "--format", "json", "-o", str(report)])
+        findings = json.loads(report.read_text(encoding="utf-8"))["findings"] if rc != 2 else []
+        assert rc == 0, "re-encoded:\n" + text + "\n".join(f["message"] for f in findings)
+
+
+def _reencoded(scenario: Path) -> Snapshot:
+    res = load_resources([str(BASE), str(scenario)])
+    return reencode(translate(res, build_graph(res), TranslateOptions()), res)
