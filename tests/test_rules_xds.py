@@ -41,9 +41,15 @@ from envoy_data_plane.envoy.config.route.v3 import (
     RouteAction,
     RouteActionClusterNotFoundResponseCode,
     RouteMatch,
+    RouteMatchGrpcRouteMatchOptions,
     VirtualHost,
     WeightedCluster,
     WeightedClusterClusterWeight,
+)
+from envoy_data_plane.envoy.extensions.filters.http.ext_authz.v3 import ExtAuthz
+from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    HttpConnectionManager,
+    HttpFilter,
 )
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
 from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
@@ -66,6 +72,7 @@ from verifier.rules import (
     no_orphan_clusters,
     regex_program_size,
     unique_names,
+    unmodelled_xds,
     unreachable_routes,
     virtual_host_domains,
 )
@@ -75,7 +82,7 @@ from verifier.findings import Finding
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources
 from verifier.registry import Rule
-from verifier.xds.codec import unpack_any
+from verifier.xds.codec import pack_any, unpack_any
 from verifier.xds.snapshot import Snapshot, find_envoy
 
 STATIC_RULES = (
@@ -90,6 +97,7 @@ STATIC_RULES = (
     no_orphan_clusters.RULE,
     regex_program_size.RULE,
     unique_names.RULE,
+    unmodelled_xds.RULE,
     unreachable_routes.RULE,
     virtual_host_domains.RULE,
 )
@@ -736,3 +744,54 @@ def test_envoy_rejects_what_static_rules_report(case: str) -> None:
 
     ok, output = envoy_validate(REJECTED[case]())
     assert not ok, output
+
+
+# ------------------------------------------------------------------ unmodelled xDS
+
+
+def _with_http_filter(snap: Snapshot, listener: str, http_filter: HttpFilter) -> Snapshot:
+    """``snap`` with ``http_filter`` first in the HCM of every chain of ``listener``."""
+    out = []
+    for li in snap.listeners:
+        if li.name == listener:
+            li = copy.deepcopy(li)
+            for chain in li.filter_chains:
+                for f in chain.filters:
+                    hcm = unpack_any(f.typed_config)
+                    assert isinstance(hcm, HttpConnectionManager)
+                    hcm.http_filters.insert(0, http_filter)
+                    f.typed_config = pack_any(hcm)
+        out.append(li)
+    return dataclasses.replace(snap, listeners=tuple(out))
+
+
+def test_unmodelled_http_filters_are_named_once_per_kind() -> None:
+    res, snap = scenario("gateway-port-8080")
+    authz = HttpFilter(name="envoy.filters.http.ext_authz", typed_config=pack_any(ExtAuthz()))
+    for name in ("edge-80", "edge-8080"):
+        snap = _with_http_filter(snap, name, authz)
+    snap = _with_http_filter(snap, "edge-80", HttpFilter(name="off", disabled=True))
+    f = only(run(unmodelled_xds.RULE, res, snap), "EV109")  # the disabled one is not named
+    assert f.xds_path == "listeners[edge-80].filter_chains[0].filters[0].http_filters[1]"
+    assert f.message == (
+        "HTTP filter envoy.filters.http.ext_authz "
+        "(envoy.extensions.filters.http.ext_authz.v3.ExtAuthz) is not modelled (2x): "
+        "check judges requests as if it passes every request through"
+    )
+
+
+def test_route_conditions_taken_to_hold_are_named() -> None:
+    res, snap = scenario("httproute-path-prefix-matching")
+    route, path = _route_and_path(snap)
+    assert route.match is not None
+    route.match.grpc = RouteMatchGrpcRouteMatchOptions()
+    (f,) = run(unmodelled_xds.RULE, res, snap)
+    assert (f.code, f.xds_path) == ("EV109", f"{path}.match.grpc")
+    assert "route match on grpc is not modelled (1x)" in f.message
+    assert f.message.endswith("as if the condition holds")
+
+
+def _route_and_path(snap: Snapshot) -> tuple[Route, str]:
+    rc = snap.routes[0]
+    vh = rc.virtual_hosts[0]
+    return vh.routes[0], f"routes[{rc.name}].virtual_hosts[{vh.name}].routes[0]"

@@ -158,7 +158,8 @@ class CompiledMatch:
         self.checks += [_header_check(h) for h in match.headers]
         self.checks += [_query_check(q) for q in match.query_parameters]
         for extra in ("grpc", "tls_context", "dynamic_metadata", "filter_state", "cookies"):
-            if getattr(match, extra):
+            value = getattr(match, extra)  # an empty message is falsy, yet set
+            if value if isinstance(value, list) else value is not None:
                 self.notes.append(f"{extra} matcher not modelled; assumed to match")
 
     def _path_check(self, kind: str, value: object) -> Callable[[str], bool]:
