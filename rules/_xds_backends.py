@@ -38,6 +38,12 @@ class Dialled:
     service: m.Service
     port: m.ServicePort | None  # None: the endpoints do not say which Service port
     targets: tuple[tuple[str, int], ...]
+    # Pods dialled by IP may stand for several Services at once; these are the
+    # others (``service`` is the first by namespace/name). Empty when it is one.
+    others: tuple[m.Service, ...] = ()
+    # Every (Service, port) the endpoints may stand for: more than one when pods
+    # are shared, or when several Service ports have the dialled targetPort.
+    readings: tuple[tuple[m.Service, m.ServicePort], ...] = ()
 
 
 def kind(cluster: Cluster) -> str:
@@ -128,13 +134,35 @@ class Directory:
                 for addr in sl.addresses:
                     self.by_ip.setdefault(addr, set()).add(key)
 
-    def services(self, host: str) -> set[tuple[str, str]]:
+    def services(self, host: str, port: int | None = None) -> set[tuple[str, str]]:
+        """The Services behind a DNS name or an IP; for a pod IP, those whose
+        EndpointSlices publish ``port`` when any does (a pod serves several)."""
         h = host.lower().rstrip(".")
         for suffix in DNS_SUFFIXES:
             parts = h[: len(h) - len(suffix)].split(".") if h.endswith(suffix) else []
             if len(parts) == 2 and (parts[1], parts[0]) in self.res.services:
                 return {(parts[1], parts[0])}
-        return set(self.by_ip.get(host, set()))
+        found = set(self.by_ip.get(host, set()))
+        on_port = {
+            k
+            for k in found
+            if host != self.res.services[k].cluster_ip
+            and any(n == port for _, n in self.slice_ports.get(k, set()))
+        }
+        return on_port or found
+
+    def fits(self, key: tuple[str, str], ts: tuple[tuple[str, int], ...]) -> list[m.ServicePort]:
+        """The ports of the Service that every target may be (a one-port Service's
+        only port when the targets say nothing, as on the mesh port)."""
+        svc = self.res.services[key]
+        out = [p for p in svc.ports if all(self._may_be(key, h, n, p) for h, n in ts)]
+        return out or (list(svc.ports) if len(svc.ports) == 1 else [])
+
+    def _may_be(self, key: tuple[str, str], host: str, number: int, p: m.ServicePort) -> bool:
+        if host == self.res.services[key].cluster_ip or host not in self.by_ip:
+            return p.port == number
+        names = {n for n, num in self.slice_ports.get(key, set()) if num == number}
+        return p.target_port == str(number) or p.target_port in names
 
     def port(self, key: tuple[str, str], host: str, number: int) -> m.ServicePort | None:
         svc = self.res.services[key]
@@ -153,20 +181,23 @@ def dialled(cluster: Cluster, snap: Snapshot, directory: Directory) -> Dialled |
     if not probes and tls is not None and tls.sni:
         probes = ((tls.sni, 0),)
     keys: set[tuple[str, str]] | None = None
-    for host, _port in probes:
-        found = directory.services(host)
+    for host, port_number in probes:
+        found = directory.services(host, port_number)
         keys = found if keys is None else keys & found
     if keys and len(keys) > 1 and tls is not None and tls.sni:
         keys &= directory.services(tls.sni)  # pods behind several Services: SNI says which
-    if not keys or len(keys) != 1:
+    if not keys:
         return None
-    key = next(iter(keys))
-    svc = directory.res.services[key]
-    ports = {directory.port(key, h, p) for h, p in ts}
+    first, *others = sorted(keys)
+    svc = directory.res.services[first]
+    ports = {directory.port(first, h, p) for h, p in ts}
     port = next(iter(ports)) if len(ports) == 1 else None
     if port is None and len(svc.ports) == 1:
         port = svc.ports[0]  # the mesh port carries every Service port: only one here
-    return Dialled(svc, port, ts)
+    readings = tuple(
+        (directory.res.services[k], p) for k in sorted(keys) for p in directory.fits(k, ts)
+    )
+    return Dialled(svc, port, ts, tuple(directory.res.services[k] for k in others), readings)
 
 
 def routed_clusters(snap: Snapshot) -> dict[str, list[walk.RouteRef]]:
@@ -185,15 +216,16 @@ def routed_clusters(snap: Snapshot) -> dict[str, list[walk.RouteRef]]:
 
 
 def with_service(
-    snap: Snapshot, res: Resources
+    snap: Snapshot, res: Resources, *, shared: bool = False
 ) -> Iterator[tuple[Cluster, Dialled, list[walk.RouteRef]]]:
-    """Routed clusters of the snapshot whose Service is known."""
+    """Routed clusters of the snapshot whose Service is known (one Service, unless
+    ``shared``: then also pods that stand for several, with ``others`` set)."""
     directory = Directory(res)
     routed = routed_clusters(snap)
     for cluster in snap.clusters:
         if cluster.name in routed:
             found = dialled(cluster, snap, directory)
-            if found is not None:
+            if found is not None and (shared or not found.others):
                 yield cluster, found, routed[cluster.name]
 
 

@@ -8,9 +8,11 @@ proxy will not upgrade never reaches the backend; an HTTP/1.1-only backend spoke
 in HTTP/2 fails.
 
 How: a cluster's Service port is found from what it dials (DNS name, clusterIP,
-EndpointSlice addresses); cluster names are never read. For ``kubernetes.io/h2c`` the
-cluster must always use HTTP/2 (``HttpProtocolOptions.explicit_http_config
-.http2_protocol_options``, or the legacy ``http2_protocol_options``). For
+EndpointSlice addresses and ports); cluster names are never read. Pods that several
+Service ports may stand for are judged on what would be wrong for each of them. For
+``kubernetes.io/h2c`` the cluster must always use HTTP/2
+(``HttpProtocolOptions.explicit_http_config.http2_protocol_options``, or the legacy
+``http2_protocol_options``). For
 ``kubernetes.io/ws`` every route forwarding to the cluster must allow WebSocket
 upgrades, decided as Envoy's ``createUpgradeFilterChain`` does: a route-level
 ``upgrade_configs`` entry wins, else the HCM's entry (``enabled`` defaults to true);
@@ -79,14 +81,19 @@ def _ws_problems(ctx: Context, cluster: Cluster, refs: list[walk.RouteRef]) -> I
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    for cluster, found, refs in bk.with_service(ctx.snapshot, ctx.res):
-        port = found.port
-        if port is None:
+    for cluster, found, refs in bk.with_service(ctx.snapshot, ctx.res, shared=True):
+        # Endpoints that may stand for several Service ports (pods shared, or one
+        # targetPort behind several ports): a problem only if it is one for each.
+        readings = found.readings or ((found.service, found.port),)
+        if any(p is None for _, p in readings):
             continue
+        svc, port = readings[0]
+        assert port is not None
         problems = [_protocol_problem(cluster, port.app_protocol)]
-        if port.app_protocol == WS:
+        if problems[0] and not all(_protocol_problem(cluster, p.app_protocol) for _, p in readings):
+            problems = [None]
+        if all(p.app_protocol == WS for _, p in readings):
             problems += list(_ws_problems(ctx, cluster, refs))
-        svc = found.service
         index = svc.ports.index(port)
         where = svc.meta.where(f"spec.ports[{index}]")
         for problem in filter(None, problems):
