@@ -16,11 +16,14 @@ in lower case; a case-insensitive later route is only covered by a case-insensit
 one. A ``safe_regex`` route is only covered by ``prefix: /`` without conditions.
 Not reported, because the spec itself makes one of the two unreachable and
 httproute-precedence judges which: equivalent matches (the spec orders identical
-matches of different HTTPRoutes by age, then name); and routes whose
+matches of different HTTPRoutes by age, then name); routes whose
 ``aether.io/route`` metadata names HTTPRoutes with different hostnames (the spec
 ranks the matching hostname before the path, so ``/`` of ``foo.example.com`` beats
-``/api`` of ``*.example.com`` for that host). Without such metadata, that second case
-is reported: the later route is dead configuration in that virtual host.
+``/api`` of ``*.example.com`` for that host); and, metadata or not, a later route
+whose requests the spec also gives to the earlier one: witness requests
+that both routes match are answered by the earlier route, and the spec model
+agrees with that answer, on every such witness. Otherwise the later route is reported
+as dead configuration in that virtual host.
 
 Example: ``prefix: /`` (no conditions) first, ``path_separated_prefix: /api`` second:
 the second is unreachable.
@@ -35,10 +38,14 @@ import betterproto2
 from envoy_data_plane.envoy.config.route.v3 import HeaderMatcher, Route, RouteMatch
 from verifier.rules import _xds_walk as walk
 
-from verifier.check import Context
+from verifier.check import Context, outcome_diff
 from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.registry import Rule
+from verifier.semantics.envoy import ModelError
+from verifier.semantics.envoy_match import CompiledMatch, MatchContext
+from verifier.semantics.request import Evaluation, Request
+from verifier.semantics.witness import Witness
 
 NAME = "unreachable-routes"
 CODE = "EV402"
@@ -137,7 +144,59 @@ def _may_cover(early: PathInfo | None, late: PathInfo) -> bool:
     return kind in ("path", "path_separated_prefix") and late[1].lower().startswith(value.lower())
 
 
+class _SpecAgrees:
+    """Whether the spec gives a shadowed route's requests to the route that shadows it,
+    judged on the witness requests (built lazily: most configurations never ask)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._by_route: dict[str, list[tuple[Witness, Evaluation]]] | None = None
+
+    def _answered(self) -> dict[str, list[tuple[Witness, Evaluation]]]:
+        if self._by_route is None:
+            self._by_route = {}
+            for w in self.ctx.witnesses:
+                ev = self.ctx.envoy.evaluate(w.request, trace=False)
+                ref = ev.outcome.route
+                if ref is not None and ref.xds_path:
+                    self._by_route.setdefault(ref.xds_path, []).append((w, ev))
+        return self._by_route
+
+    def __call__(self, early_path: str, late: RouteMatch) -> bool:
+        if self.ctx.models_problem is not None:
+            return False
+        try:
+            matcher = CompiledMatch(late)
+        except ModelError:
+            return False
+        seen = False
+        for w, ev in self._answered().get(early_path, []):
+            if matcher.matches(_router_view(w.request)):
+                spec = self.ctx.spec(w.gateway, w.request, trace=False)
+                if outcome_diff(spec.outcome, ev.outcome):
+                    return False
+                seen = True
+        return seen
+
+
+def _router_view(request: Request) -> MatchContext:
+    """The request as a router sees it, near enough to ask whether a match holds."""
+    joined: dict[str, list[str]] = {}
+    for name, values in request.headers:
+        joined.setdefault(name.lower(), []).extend(values)
+    headers = {k: ",".join(v) for k, v in joined.items()}
+    headers |= {
+        ":method": request.method.upper(),
+        ":path": request.path,
+        ":authority": request.host,
+        ":scheme": request.scheme.lower(),
+    }
+    path = request.path.split("?", 1)[0]
+    return MatchContext(request.path, path, headers, {k: tuple(v) for k, v in joined.items()})
+
+
 def check(ctx: Context) -> Iterable[Finding]:
+    spec_agrees = _SpecAgrees(ctx)
     infos: dict[int, list[PathInfo | None]] = {}
     for ref in walk.routes(ctx.snapshot):
         late = ref.route.match
@@ -155,6 +214,8 @@ def check(ctx: Context) -> Iterable[Finding]:
             if shadowed_by(late, earlier.match) or _hostname_precedence(ctx, earlier, ref.route):
                 continue
             base = ref.path.rsplit("[", 1)[0]
+            if spec_agrees(f"{base}[{i}]", late):
+                continue
             yield new(
                 CODE,
                 NAME,

@@ -539,6 +539,19 @@ def test_unreachable_after_catch_all() -> None:
     assert [f.xds_path for f in findings] == [f"{base}[1]", f"{base}[2]"]
 
 
+def test_a_dead_route_the_spec_disagrees_with_is_reported_without_metadata() -> None:
+    """Without metadata the spec model decides: /foo's witnesses reach the catch-all,
+    which the spec does not agree with, so /foo is dead by mistake, not by design."""
+    res, snap = scenario("httproute-path-prefix-matching")
+    vh = vhost(snap, "edge-80", "path-prefix.example.com")
+    for r in vh.routes:
+        r.metadata = None
+    vh.routes = [vh.routes[-1], *vh.routes[:-1]]  # the catch-all first
+    findings = run(unreachable_routes.RULE, res, snap)
+    base = "routes[edge-80].virtual_hosts[path-prefix.example.com].routes"
+    assert [f.xds_path for f in findings] == [f"{base}[1]", f"{base}[2]"]
+
+
 def test_header_conditions_keep_a_route_reachable() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
     vh = vhost(snap, "edge-80", "path-prefix.example.com")
