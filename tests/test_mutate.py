@@ -63,7 +63,12 @@ from hypothesis import strategies as st
 from verifier import mutate_match as mm
 from verifier.mutate import MAX_SITES, OPERATORS, Mutant, equivalent, mutants
 from verifier.mutate_core import RouteRef, Site, select, with_route
-from verifier.mutate_regex import regex_literal, regex_prefixes, regex_segment_prefix
+from verifier.mutate_regex import (
+    regex_any_after,
+    regex_literal,
+    regex_prefixes,
+    regex_segment_prefix,
+)
 from verifier.xds.codec import pack_any
 from verifier.xds.snapshot import Snapshot, dumps, envoy_validate, find_envoy, load_path
 
@@ -926,10 +931,13 @@ def test_regex_prefixes_are_sound(
             assert any(text.startswith(p) for p in prefixes), (regex, text, prefixes)
 
 
+_LITERAL_PIECES = ["(/.*)?", "(?:/.*)?", "x", "\\$", ".*", "\\.*"]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.booleans(),
-    st.lists(st.sampled_from([*_PIECES, "(/.*)?", "(?:/.*)?", "x", "\\$"]), max_size=5),
+    st.lists(st.sampled_from([*_PIECES, *_LITERAL_PIECES]), max_size=5),
     st.booleans(),
     st.lists(st.text(alphabet="/ab.$x1", max_size=7), min_size=1, max_size=20),
 )
@@ -940,12 +948,15 @@ def test_regex_literal_readings_are_exact(
     fully matches exactly those strings (the proofs use these sets on both sides)."""
     regex = ("^" if anchored else "") + "".join(pieces) + ("$" if dollar else "")
     literal, seg = regex_literal(regex), regex_segment_prefix(regex)
-    for text in [*strings, literal or "", (seg or "") + "/a", seg or ""]:
+    head = regex_any_after(regex)
+    for text in [*strings, literal or "", (seg or "") + "/a", seg or "", (head or "") + "x"]:
         hit = re2.fullmatch(regex, text) is not None
         if literal is not None:
             assert hit == (text == literal), (regex, text)
         if seg is not None:
             assert hit == (text == seg or text.startswith(seg + "/")), (regex, text)
+        if head is not None:
+            assert hit == text.startswith(head), (regex, text)
 
 
 def test_regex_literal_readings() -> None:
@@ -956,6 +967,9 @@ def test_regex_literal_readings() -> None:
     assert regex_segment_prefix("^/foo\\.x(?:/.*)?$") == "/foo.x"
     assert regex_segment_prefix("/foo/(/.*)?") is None
     assert regex_segment_prefix("/fo+(/.*)?") is None
+    assert regex_any_after("/.*") == "/"
+    assert regex_any_after("^/api.*$") == "/api"
+    assert regex_any_after("/a\\.*") is None
 
 
 def test_timeout_changes_with_the_same_deadline_are_equivalent() -> None:

@@ -35,7 +35,12 @@ from envoy_data_plane.envoy.config.route.v3 import (
 )
 from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 
-from verifier.mutate_regex import regex_literal, regex_prefixes, regex_segment_prefix
+from verifier.mutate_regex import (
+    regex_any_after,
+    regex_literal,
+    regex_prefixes,
+    regex_segment_prefix,
+)
 
 # --- string sets ---------------------------------------------------------------------------------
 
@@ -116,7 +121,10 @@ def strings_subset(inner: StrSet, outer: StrSet) -> bool:
 def string_matcher_set(sm: StringMatcher) -> StrSet | None:
     if sm.safe_regex is not None:  # ignore_case has no effect on a regex
         literal = regex_literal(sm.safe_regex.regex)
-        return None if literal is None else StrSet.of(((EXACT, literal),), False)
+        if literal is not None:
+            return StrSet.of(((EXACT, literal),), False)
+        head = regex_any_after(sm.safe_regex.regex)
+        return None if head is None else StrSet.of(((PREFIX, head),), False)
     if sm.exact is not None:
         return StrSet.of(((EXACT, sm.exact),), sm.ignore_case)
     if sm.prefix is not None:
@@ -142,6 +150,9 @@ def path_set(match: RouteMatch) -> StrSet | None:
         seg = regex_segment_prefix(regex)
         if seg is not None:
             return StrSet.of(((EXACT, seg), (PREFIX, seg + "/")), False)
+        head = regex_any_after(regex)
+        if head is not None:
+            return StrSet.of(((PREFIX, head),), False)
     return None
 
 

@@ -128,3 +128,15 @@ def regex_segment_prefix(regex: str) -> str | None:
             if head and head.startswith("/") and not head.endswith("/"):
                 return head
     return None
+
+
+def regex_any_after(regex: str) -> str | None:
+    """``P`` for a regex that fully matches exactly the strings starting with ``P``
+    (``/.*``, ``^/api.*$``): a prefix match written as a regex. ``.`` does not match
+    a newline, which no path or header value holds (Envoy's codecs refuse them)."""
+    for tail in (".*", ".*$"):
+        if regex.endswith(tail):  # /a\.* (any dots) leaves /a\ , no literal: not read
+            head = regex_literal(regex[: -len(tail)])
+            if head is not None:
+                return head
+    return None
