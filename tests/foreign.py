@@ -8,9 +8,9 @@ way other implementations write theirs, keeping what every request gets:
   hosts, routes, clusters: Istio's ``outbound|port||host`` for Services), and the
   aether metadata on routes and clusters is gone;
 - a virtual host with several domains becomes one per domain (``<domain>:<port>``);
-- PathPrefix as a regex (``^/foo(/.*)?$``, as implementations did before
-  ``path_separated_prefix``), exact header values (``:method`` too) and query
-  parameter values as regexes;
+- every path match as a regex (PathPrefix ``/foo(/.*)?``, as implementations did
+  before ``path_separated_prefix``; Exact ``^/foo$``; the catch-all ``/.*``), and
+  exact header (``:method`` too) and query parameter values as regexes;
 - ReplacePrefixMatch as a ``regex_rewrite`` of the prefix (Envoy Gateway's way);
 - ``https_redirect`` for ``scheme_redirect: https``, and 301 left to the default;
 - a plain (not mesh) Service reached by EDS at its ready pods' addresses and
@@ -168,6 +168,13 @@ def _route_match(match: Json, *, keep_prefix: bool) -> None:
     if prefix is not None and match.get("case_sensitive", True) and not keep_prefix:
         del match["path_separated_prefix"]
         match["safe_regex"] = {"regex": f"{_escape(prefix)}(/.*)?"}
+    exact = match.get("path")
+    if exact is not None and match.get("case_sensitive", True) and not keep_prefix:
+        del match["path"]
+        match["safe_regex"] = {"regex": f"^{_escape(exact)}$"}
+    if match.get("prefix") == "/" and not keep_prefix:
+        del match["prefix"]
+        match["safe_regex"] = {"regex": "/.*"}
     for m in [*match.get("headers", []), *match.get("query_parameters", [])]:
         sm = m.get("string_match", {})
         if set(sm) == {"exact"}:
