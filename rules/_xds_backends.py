@@ -165,11 +165,8 @@ class Directory:
         return p.target_port == str(number) or p.target_port in names
 
     def port(self, key: tuple[str, str], host: str, number: int) -> m.ServicePort | None:
-        svc = self.res.services[key]
-        if host == svc.cluster_ip or host not in self.by_ip:
-            return next((p for p in svc.ports if p.port == number), None)
-        names = {n for n, num in self.slice_ports.get(key, set()) if num == number}
-        fits = [p for p in svc.ports if p.target_port == str(number) or p.target_port in names]
+        """The one Service port a target is, if it is one."""
+        fits = [p for p in self.res.services[key].ports if self._may_be(key, host, number, p)]
         return fits[0] if len(fits) == 1 else None
 
 

@@ -43,8 +43,8 @@ from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.registry import Rule
 from verifier.semantics.envoy import ModelError
-from verifier.semantics.envoy_match import CompiledMatch, MatchContext
-from verifier.semantics.request import Evaluation, Request
+from verifier.semantics.envoy_match import CompiledMatch, router_view
+from verifier.semantics.request import Evaluation
 from verifier.semantics.witness import Witness
 
 NAME = "unreachable-routes"
@@ -171,28 +171,13 @@ class _SpecAgrees:
             return False
         seen = False
         for w, ev in self._answered().get(early_path, []):
-            if matcher.matches(_router_view(w.request)):
+            r = w.request
+            if matcher.matches(router_view(r, r.host, r.path, r.path.split("?", 1)[0])):
                 spec = self.ctx.spec(w.gateway, w.request, trace=False)
                 if outcome_diff(spec.outcome, ev.outcome):
                     return False
                 seen = True
         return seen
-
-
-def _router_view(request: Request) -> MatchContext:
-    """The request as a router sees it, near enough to ask whether a match holds."""
-    joined: dict[str, list[str]] = {}
-    for name, values in request.headers:
-        joined.setdefault(name.lower(), []).extend(values)
-    headers = {k: ",".join(v) for k, v in joined.items()}
-    headers |= {
-        ":method": request.method.upper(),
-        ":path": request.path,
-        ":authority": request.host,
-        ":scheme": request.scheme.lower(),
-    }
-    path = request.path.split("?", 1)[0]
-    return MatchContext(request.path, path, headers, {k: tuple(v) for k, v in joined.items()})
 
 
 def check(ctx: Context) -> Iterable[Finding]:

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 from verifier.gatewayapi.resources import Resources
+from verifier.live.bootstrap import walk
 from verifier.mutate_match import matches_disjoint
 from verifier.xds.snapshot import Snapshot, from_config_dump, to_config_dump
 
@@ -45,16 +45,6 @@ def _escape(text: str) -> str:
 
 def _section(doc: Json, kind: str) -> Json:
     return next(c for c in doc["configs"] if c["@type"].endswith(f".{kind}ConfigDump"))
-
-
-def _walk(node: Json) -> Iterator[dict[str, Json]]:
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from _walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v)
 
 
 def _dns_target(cluster: Json) -> tuple[str, int] | None:
@@ -204,7 +194,7 @@ def _routes(doc: Json, clusters: dict[str, str]) -> dict[str, str]:
                 one["name"] = f"{domain}:{new}"
                 vhosts.append(one)
         rc["virtual_hosts"] = vhosts
-    for node in _walk(doc):
+    for node in walk(doc):
         for key in ("cluster", "cluster_name"):
             if isinstance(node.get(key), str) and node[key] in clusters:
                 node[key] = clusters[node[key]]
@@ -222,7 +212,7 @@ def _listeners(doc: Json, routes: dict[str, str]) -> None:
         listener["name"] = entry["name"] = f"0.0.0.0_{port}"
         for k, chain in enumerate(listener.get("filter_chains", [])):
             chain["name"] = f"chain-{k}"
-    for node in _walk(doc):
+    for node in walk(doc):
         rds = node.get("rds")
         if isinstance(rds, dict) and rds.get("route_config_name") in routes:
             rds["route_config_name"] = routes[rds["route_config_name"]]

@@ -931,9 +931,9 @@ def test_missing_client_certificate_validation_is_reported_per_port(
     _without_client_validation(doc)
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(doc), encoding="utf-8")
-    r = cli("check", *scenario_args(scenario), "--xds", str(broken), "--format", "json")
-    assert r.rc == 1
-    findings = json.loads(r.out)["findings"]
+    rc, report = check_json(cli, scenario, "--xds", str(broken))
+    assert rc == 1
+    findings = report["findings"]
     resources = rel(FIXTURES / scenario / "resources.yaml")
     lines = Path(resources).read_text(encoding="utf-8").splitlines()
     got = sorted((f["code"], f["request"]["port"], f["location"]) for f in findings)
@@ -990,11 +990,11 @@ def test_listener_set_the_gateway_refuses_is_reported_when_served(tmp_path: Path
     listeners.append(stray)
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(doc), encoding="utf-8")
-    r = cli("check", *scenario_args(scenario), "--xds", str(broken), "--format", "json")
-    assert r.rc == 1, r.err
-    findings = json.loads(r.out)["findings"]
+    rc, report = check_json(cli, scenario, "--xds", str(broken))
+    assert rc == 1
+    findings = report["findings"]
     # One wrong behaviour, one finding: every request to the port shows it.
-    assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV225", 8173)], r.out
+    assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV225", 8173)], report
     (finding,) = findings
     assert finding["expected"]["status"] == 0 and finding["actual"]["status"] != 0
     assert finding["resource"] == "ListenerSet edge-apps/not-allowed"
@@ -1018,9 +1018,9 @@ def test_an_extra_client_ca_in_the_xds_is_reported(tmp_path: Path, cli: CLI) -> 
         tls["common_tls_context"]["validation_context"]["trusted_ca"]["inline_string"] += rogue
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(doc), encoding="utf-8")
-    r = cli("check", *scenario_args(scenario), "--xds", str(broken), "--format", "json")
-    assert r.rc == 1, r.err
-    findings = json.loads(r.out)["findings"]
+    rc, report = check_json(cli, scenario, "--xds", str(broken))
+    assert rc == 1
+    findings = report["findings"]
     assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV224", 8451)]
     assert findings[0]["request"]["client_cert"]["issuer"].startswith("742a23a773a9")
     assert findings[0]["expected"]["status"] == 0 and findings[0]["actual"]["status"] == 200
@@ -1051,17 +1051,17 @@ def test_client_cas_over_sds_are_not_guessed(tmp_path: Path, cli: CLI) -> None:
     _validation_over_sds(listeners, lambda port: "client-ca")
     sds = tmp_path / "sds.json"
     sds.write_text(json.dumps(doc), encoding="utf-8")
-    r = cli("check", *scenario_args(scenario), "--xds", str(sds), "--format", "json")
-    assert r.rc == 0, r.out
+    rc, report = check_json(cli, scenario, "--xds", str(sds))
+    assert rc == 0, report
     # The same SDS configuration without require_client_certificate on 8451.
     (listener,) = [li for li in listeners if li["name"] == "edge-8451"]
     for chain in listener["active_state"]["listener"]["filter_chains"]:
         chain["transport_socket"]["typed_config"].pop("require_client_certificate", None)
     open_port = tmp_path / "open.json"
     open_port.write_text(json.dumps(doc), encoding="utf-8")
-    r = cli("check", *scenario_args(scenario), "--xds", str(open_port), "--format", "json")
-    assert r.rc == 1
-    findings = json.loads(r.out)["findings"]
+    rc, report = check_json(cli, scenario, "--xds", str(open_port))
+    assert rc == 1
+    findings = report["findings"]
     assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV224", 8451)]
     assert findings[0]["request"]["client_cert"] is None
 
@@ -1093,7 +1093,7 @@ def test_client_cas_over_sds_are_read_from_the_secrets_dump(tmp_path: Path, cli:
     )
     dump = tmp_path / "sds.json"
     dump.write_text(json.dumps(doc), encoding="utf-8")
-    r = cli("check", *scenario_args(scenario), "--xds", str(dump), "--format", "json")
-    assert r.rc == 1, r.out
-    findings = json.loads(r.out)["findings"]
+    rc, report = check_json(cli, scenario, "--xds", str(dump))
+    assert rc == 1
+    findings = report["findings"]
     assert [(f["code"], f["request"]["port"]) for f in findings] == [("EV224", 8452)]

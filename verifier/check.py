@@ -323,11 +323,12 @@ class Context:
             return Comparison(w, s, e, diffs)
         if e.outcome.otherwise is None:
             return None
-        diffs, other = first_difference(s.outcome, e.outcome)
-        if not diffs:
-            return None
-        shown = dataclasses.replace(other, notes=e.outcome.notes)
-        return Comparison(w, s, Evaluation(shown, e.trace), diffs, e.outcome.route)
+        for other in e.outcome.possibilities()[1:]:  # a runtime_fraction passes it on
+            diffs = outcome_diff(s.outcome, other)
+            if diffs:
+                shown = dataclasses.replace(other, notes=e.outcome.notes)
+                return Comparison(w, s, Evaluation(shown, e.trace), diffs, e.outcome.route)
+        return None
 
     @cached_property
     def disagreements(self) -> dict[str, list[Comparison]]:

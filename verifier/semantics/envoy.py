@@ -25,7 +25,7 @@ from verifier.semantics.envoy_clusters import ClusterResolver
 from verifier.semantics.envoy_config import CompiledRouteConfig, CompiledVhost
 from verifier.semantics.envoy_forward import Upstreams, upstream_deadline_ms
 from verifier.semantics.envoy_listeners import Chain, Escaped, Hcm, ListenerIndex
-from verifier.semantics.envoy_match import MatchContext
+from verifier.semantics.envoy_match import router_view
 from verifier.semantics.envoy_paths import (
     canonical_path,
     merge_slashes,
@@ -274,25 +274,9 @@ class EnvoyModel:
             return run.done(
                 Outcome(301, redirect=RedirectTarget("https", name.lower(), port or 443, path))
             )
-        headers = [(k, v) for k, vs in request.headers for v in vs if k not in ("host",)]
-        joined: dict[str, list[str]] = {}
-        for k, v in headers:
-            joined.setdefault(k, []).append(v)
-        view = {k: ",".join(v) for k, v in joined.items()}
-        view.update(
-            {
-                # The client upper-cases the method (aiohttp, as the live pass
-                # sends it; Envoy 1.40's codec answers a raw `put` with 400).
-                ":method": request.method.upper(),
-                ":path": full_path,
-                ":authority": host,
-                ":scheme": request.scheme.lower(),
-            }
-        )
         path_for_match = strip_path_parameters(path) if rc.ignore_path_parameters else path
-        ctx = MatchContext(
-            full_path, path_for_match, view, {k: tuple(v) for k, v in joined.items()}
-        )
+        ctx = router_view(request, host, full_path, path_for_match)
+        headers = [(k, v) for k, vs in request.headers for v in vs if k != "host"]
         route = vhost.table.find(ctx)
         if run.tracing:
             upto = route.index if route is not None else len(vhost.table.routes)
@@ -325,7 +309,7 @@ class EnvoyModel:
                 host=host,
                 path=full_path,
                 headers=headers,
-                view=view,
+                view=ctx.headers,
                 hcm=hcm,
                 config=rc,
                 vhost=vhost,

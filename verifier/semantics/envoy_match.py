@@ -28,6 +28,7 @@ from verifier.semantics.envoy_strings import (
     describe_string_matcher,
     string_matcher,
 )
+from verifier.semantics.request import Request
 
 # FractionalPercent.DenominatorType: HUNDRED, TEN_THOUSAND, MILLION.
 DENOMINATORS: dict[str, int] = {"HUNDRED": 100, "TEN_THOUSAND": 10_000, "MILLION": 1_000_000}
@@ -60,6 +61,28 @@ class MatchContext:
             q = self.path.split("?", 1)[1] if "?" in self.path else ""
             self._query = first_query_values(q.split("#", 1)[0])
         return self._query
+
+
+def router_view(request: Request, host: str, path: str, path_for_match: str) -> MatchContext:
+    """The request as the router matches it: its headers but Host, joined by ","
+    per name, and the pseudo-headers for ``host`` and ``path`` (after the HCM's
+    host and path handling)."""
+    joined: dict[str, list[str]] = {}
+    for name, values in request.headers:
+        if name != "host":
+            joined.setdefault(name, []).extend(values)
+    view = {k: ",".join(v) for k, v in joined.items()}
+    view.update(
+        {
+            # The client upper-cases the method (aiohttp, as the live pass
+            # sends it; Envoy 1.40's codec answers a raw `put` with 400).
+            ":method": request.method.upper(),
+            ":path": path,
+            ":authority": host,
+            ":scheme": request.scheme.lower(),
+        }
+    )
+    return MatchContext(path, path_for_match, view, {k: tuple(v) for k, v in joined.items()})
 
 
 Check = Callable[[MatchContext], bool]
