@@ -1,6 +1,7 @@
 """Rules: one file per rule, listed here explicitly (no registration on import).
 
-Order does not matter: the registry runs them sorted by name.
+Order does not matter: the registry runs them sorted by name. Shared helpers live in
+``support/``. No rule ever imports the translator: rules judge xDS from any source.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
     SubjectAltNameMatcherSanType,
 )
 from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
-from verifier.rules import _xds_backends as bk
-from verifier.rules import _xds_spec as spec
+from verifier.rules.support import backends as bk
+from verifier.rules.support import served as spec
 
 from verifier.check import Context
 from verifier.findings import Finding

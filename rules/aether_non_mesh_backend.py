@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from envoy_data_plane.envoy.config.cluster.v3 import Cluster
-from verifier.rules import _xds_backends as bk
-from verifier.rules import _xds_spec as spec
+from verifier.rules.support import backends as bk
+from verifier.rules.support import served as spec
 
 from verifier.check import Context
 from verifier.findings import Finding

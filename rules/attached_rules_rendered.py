@@ -9,7 +9,7 @@ Example: An accepted HTTPRoute with `/checkout` whose xDS lacks the route answer
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="attached-rules-rendered",

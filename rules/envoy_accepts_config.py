@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new

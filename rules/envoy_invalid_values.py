@@ -45,9 +45,9 @@ from envoy_data_plane.envoy.config.route.v3 import (
     RouteAction,
     RouteMatch,
 )
-from verifier.rules import _xds_headers as hdr
-from verifier.rules import _xds_regex as rx
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import headers as hdr
+from verifier.rules.support import regex as rx
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new

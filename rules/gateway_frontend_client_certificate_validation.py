@@ -18,7 +18,7 @@ request without a client certificate is answered 200 instead of failing the hand
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 from verifier.check import Comparison, Context
 

@@ -9,7 +9,7 @@ Example: SNI `foo.example.com`, Host `bar.example.com`, on separate HTTPS listen
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="gateway-https-misdirected-requests",

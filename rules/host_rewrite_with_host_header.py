@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verifier.rules import _xds_headers as hdr
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import headers as hdr
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new

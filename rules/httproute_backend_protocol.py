@@ -32,8 +32,8 @@ from envoy_data_plane.envoy.config.route.v3 import RouteAction
 from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
     HttpConnectionManager,
 )
-from verifier.rules import _xds_backends as bk
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import backends as bk
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new

@@ -9,7 +9,7 @@ Example: Weights 90/10 with the 10 pointing at a missing Service: 10% of request
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="httproute-backend-weights",

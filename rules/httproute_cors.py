@@ -10,7 +10,7 @@ Example: `allowOrigins: [https://app.example]`: a preflight from https://evil.ex
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule, filter_path
+from verifier.rules.support.disagreement import disagreement_rule, filter_path
 
 RULE = disagreement_rule(
     name="httproute-cors",

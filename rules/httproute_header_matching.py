@@ -10,7 +10,7 @@ Example: `headers: [{name: Version, value: two}]` must not match `Version: Two`.
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="httproute-header-matching",

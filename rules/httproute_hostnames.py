@@ -11,7 +11,7 @@ only reach routes of the `foo.example.com` listener.
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="httproute-hostnames",

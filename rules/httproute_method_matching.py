@@ -9,7 +9,7 @@ Example: `method: POST` on `/api` must leave `GET /api` to other rules or 404.
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="httproute-method-matching",

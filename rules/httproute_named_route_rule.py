@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new

@@ -8,7 +8,7 @@ Example: `parentRefs: [{name: gw, port: 8080}]`: a request on port 80 gets 404.
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule, rule_path
+from verifier.rules.support.disagreement import disagreement_rule, rule_path
 
 RULE = disagreement_rule(
     name="httproute-parent-ref-port",

@@ -10,7 +10,7 @@ Example: `path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}` on prefix 
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule, filter_path
+from verifier.rules.support.disagreement import disagreement_rule, filter_path
 
 RULE = disagreement_rule(
     name="httproute-path-redirect",

@@ -9,7 +9,7 @@ Example: Prefix `/api` rewritten to `/` must turn `/api/users?x=1` into `/users?
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule, filter_path
+from verifier.rules.support.disagreement import disagreement_rule, filter_path
 
 RULE = disagreement_rule(
     name="httproute-path-rewrite",

@@ -11,7 +11,7 @@ Example: On a listener at 8080, `scheme: https` without a port must redirect to 
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule, filter_path
+from verifier.rules.support.disagreement import disagreement_rule, filter_path
 
 RULE = disagreement_rule(
     name="httproute-port-redirect",

@@ -10,7 +10,7 @@ Example: Rules `/foo` (route A, older) and `/foo/bar` (route B): `/foo/bar/x` mu
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="httproute-precedence",

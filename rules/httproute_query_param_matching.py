@@ -9,7 +9,7 @@ Example: `queryParams: [{name: animal, value: whale}]` must not match `?animal=d
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="httproute-query-param-matching",

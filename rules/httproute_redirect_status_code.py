@@ -9,7 +9,7 @@ Example: `statusCode: 308` must answer 308, not Envoy's default 301.
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule, filter_path
+from verifier.rules.support.disagreement import disagreement_rule, filter_path
 
 RULE = disagreement_rule(
     name="httproute-redirect-status-code",

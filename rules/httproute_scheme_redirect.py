@@ -9,7 +9,7 @@ Example: `scheme: https` must give `Location: https://...`.
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule, filter_path
+from verifier.rules.support.disagreement import disagreement_rule, filter_path
 
 RULE = disagreement_rule(
     name="httproute-scheme-redirect",

@@ -9,7 +9,7 @@ Example: `timeouts: {request: 500ms}` must answer 504 after 500 ms, not 15 s.
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="httproute-timeouts",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from envoy_data_plane.envoy.config.listener.v3 import Listener
-from verifier.rules import _xds_spec as spec
+from verifier.rules.support import served as spec
 
 from verifier.check import Context
 from verifier.findings import Finding

@@ -10,7 +10,7 @@ Example: A request for `unmatched.invalid` gets 404.
 
 from __future__ import annotations
 
-from verifier.rules._disagreement import disagreement_rule
+from verifier.rules.support.disagreement import disagreement_rule
 
 RULE = disagreement_rule(
     name="no-route-default-404",

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verifier.rules import _xds_regex as rx
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import regex as rx
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verifier.rules import _xds_spec as spec
+from verifier.rules.support import served as spec
 
 from verifier.check import Context
 from verifier.features import NOT_CHECKED

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new

@@ -32,12 +32,12 @@ from collections.abc import Iterable, Iterator
 
 from envoy_data_plane.envoy.config.cluster.v3 import Cluster
 from envoy_data_plane.envoy.config.listener.v3 import Listener
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
-from verifier.semantics.envoy_listeners import UNMODELLED_CRITERIA
+from verifier.semantics.envoy.listeners import UNMODELLED_CRITERIA
 
 NAME = "unmodelled-xds"
 CODE = "EV109"

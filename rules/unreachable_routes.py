@@ -36,14 +36,14 @@ from collections.abc import Iterable
 
 import betterproto2
 from envoy_data_plane.envoy.config.route.v3 import HeaderMatcher, Route, RouteMatch
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import walk
 
 from verifier.check import Context, outcome_diff
 from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.registry import Rule
-from verifier.semantics.envoy import ModelError
-from verifier.semantics.envoy_match import CompiledMatch, router_view
+from verifier.semantics.envoy.match import CompiledMatch, router_view
+from verifier.semantics.envoy.model import ModelError
 from verifier.semantics.request import Evaluation
 from verifier.semantics.witness import Witness
 

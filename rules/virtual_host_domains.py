@@ -28,8 +28,8 @@ from collections.abc import Iterable
 
 import betterproto2
 from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
-from verifier.rules import _xds_spec as spec
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import served as spec
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding

@@ -30,7 +30,7 @@ from typing import Any
 
 from verifier.gatewayapi.resources import Resources
 from verifier.live.bootstrap import walk
-from verifier.mutate_match import matches_disjoint
+from verifier.mutate.algebra import matches_disjoint
 from verifier.xds.snapshot import Snapshot, from_config_dump, to_config_dump
 
 Json = Any

@@ -2,7 +2,7 @@
 
 ``docs/rules.md`` is generated whole from ``verifier.rules.RULES`` and the message
 catalogue (``verifier/messages.yaml``); the operator table in ``docs/mutate.md`` (between
-its GENERATED markers) from ``verifier.mutate.OPERATORS``. Like every golden, they are
+its GENERATED markers) from ``verifier.mutate.catalog.OPERATORS``. Like every golden, they are
 never edited by hand: the test fails when they are stale, and
 ``pytest tests/test_docs_rules.py --update-goldens`` rewrites them.
 """
@@ -17,19 +17,18 @@ from collections.abc import Iterable
 import pytest
 import verifier.rules
 from conftest import REPO_ROOT
+from docblocks import check_block
 from test_goldens import check_golden
 from verifier.rules import RULES
 
 from verifier.features import AETHER_EDGE, CORE, EXTENDED, NOT_CHECKED, PROFILES
 from verifier.findings import catalogue, retired
-from verifier.mutate import OPERATORS
+from verifier.mutate.catalog import OPERATORS
 from verifier.registry import Rule
 
 RULES_MD = REPO_ROOT / "docs" / "rules.md"
 MUTATE_MD = REPO_ROOT / "docs" / "mutate.md"
 REGENERATE = "pytest tests/test_docs_rules.py --update-goldens"
-BEGIN_OPERATORS = "<!-- BEGIN GENERATED: operators -->"
-END_OPERATORS = "<!-- END GENERATED: operators -->"
 
 
 def _cell(text: str) -> str:
@@ -55,7 +54,7 @@ def _rule_modules() -> dict[str, str]:
     """Rule name -> the module under rules/ that defines its RULE."""
     found = {}
     for info in pkgutil.iter_modules(verifier.rules.__path__):
-        if info.name.startswith("_"):
+        if info.name.startswith("_") or info.ispkg:
             continue
         module = importlib.import_module(f"verifier.rules.{info.name}")
         rule = getattr(module, "RULE", None)
@@ -159,16 +158,14 @@ def render_rules_md() -> str:
 
 
 def render_operators() -> str:
-    """The operator table of docs/mutate.md, markers included."""
+    """The operator table of docs/mutate.md, without its markers."""
     lines = [
-        BEGIN_OPERATORS,
-        f"<!-- From verifier.mutate.OPERATORS; run `{REGENERATE}` to refresh. -->",
+        f"<!-- From verifier.mutate.catalog.OPERATORS; run `{REGENERATE}` to refresh. -->",
         "",
         _row(["operator", "the mistake, who should catch it, when it is equivalent"]),
         _row(["---"] * 2),
     ]
     lines += [_row([f"`{op.name}`", op.doc]) for op in OPERATORS]
-    lines.append(END_OPERATORS)
     return "\n".join(lines)
 
 
@@ -188,10 +185,6 @@ def test_every_rule_has_a_row() -> None:
 
 
 def test_mutate_md_operator_table_is_current(update_goldens: bool) -> None:
-    text = MUTATE_MD.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN_OPERATORS) + ".*?" + re.escape(END_OPERATORS), re.S)
-    assert len(pattern.findall(text)) == 1, f"docs/mutate.md needs one {BEGIN_OPERATORS} block"
-    current = pattern.sub(lambda _: render_operators(), text)
-    problem = check_golden(MUTATE_MD, current, update_goldens)
+    problem = check_block(MUTATE_MD, "operators", render_operators(), update_goldens, REGENERATE)
     if problem:
-        pytest.fail(problem.replace("pytest --update-goldens", REGENERATE), pytrace=False)
+        pytest.fail(problem, pytrace=False)

@@ -91,8 +91,8 @@ from verifier.semantics.directory import (
     SliceSpec,
     backend_directory_from,
 )
-from verifier.semantics.envoy import NO_RESPONSE, EnvoyModel
-from verifier.semantics.envoy_routes import RouteTable
+from verifier.semantics.envoy.model import NO_RESPONSE, EnvoyModel
+from verifier.semantics.envoy.routes import RouteTable
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     Backend,
@@ -597,7 +597,7 @@ REDIRECTS: list[tuple[dict[str, Any], str, str, str, str]] = [
 def test_redirect_location(
     action: dict[str, Any], host: str, path: str, scheme: str, location: str
 ) -> None:
-    from verifier.semantics.envoy_redirect import parse_location
+    from verifier.semantics.envoy.redirect import parse_location
 
     vh = VirtualHost(name="v", domains=["*"], routes=[red(**action)])
     out = ev(snapshot([vh]), host=host, path=path, scheme=scheme)
@@ -1172,7 +1172,7 @@ def real_envoy(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _agree(real: Any, host: str, headers: dict[str, Any], path: str = "/") -> None:
-    from verifier.semantics.envoy_redirect import parse_location
+    from verifier.semantics.envoy.redirect import parse_location
 
     port, model = real
     outcome = model.evaluate(

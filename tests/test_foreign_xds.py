@@ -24,10 +24,10 @@ from foreign import reencode, reorder
 from test_model_vs_live import live_mismatches
 from verifier.rules import RULES
 
-from verifier import mutation_run
 from verifier.live.envoy_process import envoy_available
-from verifier.mutate import OPERATORS, mutants
-from verifier.mutation_run import MutationReport
+from verifier.mutate import run as mutation_run
+from verifier.mutate.catalog import OPERATORS, mutants
+from verifier.mutate.run import MutationReport
 from verifier.pipeline import CheckOptions, check_scenario, discover
 from verifier.xds.snapshot import Snapshot, dumps
 

@@ -27,7 +27,7 @@ from verifier.live.replay import load_cases, load_scenario
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import possible_statuses
 from verifier.semantics.directory import backend_directory_from
-from verifier.semantics.envoy import EnvoyModel
+from verifier.semantics.envoy.model import EnvoyModel
 from verifier.semantics.request import Outcome, Request
 from verifier.xds.snapshot import Snapshot
 

@@ -60,10 +60,10 @@ from envoy_data_plane.envoy.type.v3 import FractionalPercent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verifier import mutate_match as mm
-from verifier.mutate import MAX_SITES, OPERATORS, Mutant, equivalent, mutants
-from verifier.mutate_core import RouteRef, Site, select, with_route
-from verifier.mutate_regex import (
+from verifier.mutate import algebra as mm
+from verifier.mutate.catalog import MAX_SITES, OPERATORS, Mutant, equivalent, mutants
+from verifier.mutate.core import RouteRef, Site, select, with_route
+from verifier.mutate.regex_prefixes import (
     regex_any_after,
     regex_literal,
     regex_prefixes,
@@ -189,7 +189,7 @@ def test_domain_equivalences_hold_on_every_host() -> None:
     404, when proven equivalent: the Envoy model answers every probe (a host of each
     domain, on every port and server name, plain and over TLS) as on the original."""
     from verifier.semantics.directory import BackendDirectory
-    from verifier.semantics.envoy import EnvoyModel
+    from verifier.semantics.envoy.model import EnvoyModel
     from verifier.semantics.request import Request
 
     checked = 0
@@ -230,7 +230,7 @@ def test_envoy_accepts_one_mutant_per_operator() -> None:
     assert not bad, "\n".join(bad)
 
 
-# --- a reference matcher (independent of verifier.mutate_match) ----------------------------------
+# --- a reference matcher (independent of verifier.mutate.algebra) ----------------------------
 
 
 @dataclass(frozen=True)
@@ -974,7 +974,7 @@ def test_regex_literal_readings() -> None:
 
 def test_timeout_changes_with_the_same_deadline_are_equivalent() -> None:
     """With no retries, min(route timeout, per-try timeout) is all a client can observe."""
-    from verifier.mutate_proofs import prove_same_deadline
+    from verifier.mutate.proofs import prove_same_deadline
 
     for name, snap, ms in fixture_mutants():
         for m in ms:
@@ -1014,7 +1014,7 @@ def _deadlines(snap: Snapshot) -> list[float]:
 
 
 def test_method_case_proof_only_covers_upper_case_methods() -> None:
-    from verifier.mutate_proofs import prove_method_case, prove_route_local
+    from verifier.mutate.proofs import prove_method_case, prove_route_local
 
     proven, refused = 0, 0
     for _name, snap, ms in fixture_mutants():

@@ -15,7 +15,7 @@ import pytest
 from verifier.rules import RULES
 
 from verifier import pipeline
-from verifier.mutation_run import MutationReport, mutate_all
+from verifier.mutate.run import MutationReport, mutate_all
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TARGET = 0.98

@@ -9,7 +9,7 @@ import pytest
 from verifier.rules import RULES
 
 from verifier import check, pipeline, registry
-from verifier.mutate import mutants
+from verifier.mutate.catalog import mutants
 from verifier.registry import run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -137,7 +137,7 @@ def test_mutating_a_suite_on_several_cores_reports_as_in_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import verifier.forked
-    from verifier.mutation_run import mutate_all
+    from verifier.mutate.run import mutate_all
 
     suite = tmp_path / "suite"
     suite.mkdir()

@@ -1,4 +1,4 @@
-"""``_xds_walk.instances`` reads only the fields that can lead to the type it looks for:
+"""``support.walk.instances`` reads only the fields that can lead to the type it looks for:
 it must find exactly what reading every field finds, in the same order, with the same
 paths, wherever the message hides (route matchers, inside ``Any``s, map values)."""
 
@@ -25,8 +25,8 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
 from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
 from envoy_data_plane.google.protobuf import Any as PbAny
 from envoy_data_plane.google.protobuf import Struct
-from verifier.rules import _xds_regex as rx
-from verifier.rules import _xds_walk as walk
+from verifier.rules.support import regex as rx
+from verifier.rules.support import walk
 
 from verifier.xds.codec import pack_any, unpack_any
 from verifier.xds.snapshot import Snapshot

@@ -25,11 +25,11 @@ from verifier.gatewayapi.resources import Resources
 from verifier.live.echo_model import echo_reply
 from verifier.live.envoy_process import envoy_available
 from verifier.live.harness import EmbeddedHarness
-from verifier.mutate import OPERATORS, Mutant, equivalent, mutants
+from verifier.mutate.catalog import OPERATORS, Mutant, equivalent, mutants
 from verifier.registry import run
 from verifier.semantics import witness as wt
 from verifier.semantics.directory import backend_directory_from
-from verifier.semantics.envoy import EnvoyModel
+from verifier.semantics.envoy.model import EnvoyModel
 from verifier.semantics.request import Outcome, Request
 from verifier.xds.snapshot import Snapshot
 

@@ -25,10 +25,21 @@ from verifier.gatewayapi.load import load_texts
 from verifier.gatewayapi.model import PathModifier, Redirect
 from verifier.gatewayapi.resources import Resources, build, load_resources
 from verifier.live.echo_model import spec_client_view
-from verifier.semantics import spec as spec_module
 from verifier.semantics.cases import Case, parse_cases, unmet
 from verifier.semantics.request import Outcome, Request
-from verifier.semantics.spec import (
+from verifier.semantics.spec import model as spec_module
+from verifier.semantics.spec.backends import duration_ms
+from verifier.semantics.spec.cors import origin_allowed
+from verifier.semantics.spec.filters import modify_path, redirect_target
+from verifier.semantics.spec.hostnames import (
+    hostname_matches,
+    intersect,
+    listener_specificity,
+    route_hostname_key,
+)
+from verifier.semantics.spec.index import path_segment, regex_segment
+from verifier.semantics.spec.match import regex_full_match
+from verifier.semantics.spec.model import (
     NO_RESPONSE,
     SpecModel,
     default_port,
@@ -36,17 +47,6 @@ from verifier.semantics.spec import (
     spec_evaluate,
     spec_evaluate_scan,
 )
-from verifier.semantics.spec_backends import duration_ms
-from verifier.semantics.spec_cors import origin_allowed
-from verifier.semantics.spec_filters import modify_path, redirect_target
-from verifier.semantics.spec_hostnames import (
-    hostname_matches,
-    intersect,
-    listener_specificity,
-    route_hostname_key,
-)
-from verifier.semantics.spec_index import path_segment, regex_segment
-from verifier.semantics.spec_match import regex_full_match
 from verifier.semantics.witness import witnesses
 
 # ------------------------------------------------------------ echo-basic behaviour

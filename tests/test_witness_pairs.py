@@ -13,7 +13,7 @@ from verifier.gatewayapi import model as m
 from verifier.semantics import witness as wt
 from verifier.semantics import witness_pairs as wp
 from verifier.semantics.request import wire_problem
-from verifier.semantics.spec import DEFAULT_CONTROLLER
+from verifier.semantics.spec.model import DEFAULT_CONTROLLER
 
 
 def _served(path_type: str, value: str) -> wp.Served:

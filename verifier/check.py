@@ -24,7 +24,7 @@ from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import Case, possible_statuses
 from verifier.semantics.directory import backend_directory_from
-from verifier.semantics.envoy import EnvoyModel, ModelError
+from verifier.semantics.envoy.model import EnvoyModel, ModelError
 from verifier.semantics.request import (
     Backend,
     ClientCert,
@@ -34,7 +34,7 @@ from verifier.semantics.request import (
     RouteRef,
     apply_response_ops,
 )
-from verifier.semantics.spec import spec_evaluate
+from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"

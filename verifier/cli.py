@@ -233,7 +233,8 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     """Score `check` against plausible translator mistakes applied to the xDS."""
     import json
 
-    from verifier import mutation_run, pipeline
+    from verifier import pipeline
+    from verifier.mutate import run as mutation_run
     from verifier.rules import RULES
 
     opts = pipeline.CheckOptions(

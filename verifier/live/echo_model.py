@@ -15,7 +15,7 @@ import re
 from dataclasses import replace
 
 from verifier.gatewayapi.resources import Resources
-from verifier.semantics.envoy import BackendReply
+from verifier.semantics.envoy.model import BackendReply
 from verifier.semantics.request import Outcome, Request, apply_response_ops, headers_from_mapping
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3

@@ -35,7 +35,7 @@ from verifier.live.client import LiveResponse
 from verifier.live.harness import EmbeddedHarness
 from verifier.semantics.cases import Case, Expectation, parse_case, unmet
 from verifier.semantics.request import Outcome
-from verifier.semantics.spec_listenersets import merged_gateway
+from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.xds.snapshot import Snapshot
 
 MESH_REGISTRY = "mesh-registry.yaml"

@@ -21,8 +21,8 @@ from verifier.semantics.request import (
     percent_encode,
     sendable_value,
 )
-from verifier.semantics.spec_index import regex_segment
-from verifier.semantics.spec_match import regex_full_match
+from verifier.semantics.spec.index import regex_segment
+from verifier.semantics.spec.match import regex_full_match
 
 PRECEDENCE = "HTTPRouteMatchingPrecedence"
 ROOT = ""  # bucket of matches every path may satisfy

@@ -4,7 +4,8 @@ Pure: reads the attachment ``Graph`` and ``Resources``, touches no disk or
 network (the mesh registry is read by the caller and passed in). One Envoy
 listener and one RouteConfiguration per distinct Gateway port, named
 ``edge-<port>``; Gateways that share a port share them, separated by host as
-listener isolation requires.
+listener isolation requires. Never imports the models or the rules: it is what they judge,
+and may share their types (resources, Request), never their decisions.
 """
 
 from __future__ import annotations

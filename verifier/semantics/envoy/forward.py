@@ -1,0 +1,212 @@
+"""A RouteAction's upstream side: which clusters, in what shares, mirrors, timeouts.
+
+Weights are reported as configured (a backend's share is its weight over the total,
+the missing clusters' weight included), merged when several clusters reach the same
+Service port.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from envoy_data_plane.envoy.config.route.v3 import (
+    RetryPolicy,
+    RouteAction,
+    RouteActionClusterNotFoundResponseCode,
+    RouteActionRequestMirrorPolicy,
+    RouteConfiguration,
+    VirtualHost,
+)
+
+from verifier.semantics.envoy.clusters import ClusterResolver
+from verifier.semantics.envoy.headers import HeaderParser, header_parser
+from verifier.semantics.envoy.match import parts_per_million
+from verifier.semantics.request import Backend
+
+NotFound = RouteActionClusterNotFoundResponseCode
+
+# RouteAction.cluster_not_found_response_code: "The HTTP status code to use when
+# configured cluster is not found. The default response code is 503 Service Unavailable."
+CLUSTER_NOT_FOUND_STATUS: dict[NotFound, int] = {
+    NotFound.SERVICE_UNAVAILABLE: 503,
+    NotFound.NOT_FOUND: 404,
+    NotFound.INTERNAL_SERVER_ERROR: 500,
+}
+# RouteAction.timeout: "If not specified, the default is 15s. ... A value of 0 will
+# disable the route's timeout." Reported as None (the proxy's default) when unset.
+DEFAULT_ROUTE_TIMEOUT_MS = 15_000
+
+
+@dataclass
+class Upstream:
+    """Where a routed request goes; ``status`` is what the client sees if it goes nowhere."""
+
+    status: int
+    backends: tuple[Backend, ...] = ()
+    invalid_weight: int = 0
+    host_literal: str | None = None  # weighted cluster host_rewrite_literal
+    dns_host: str | None = None  # for auto_host_rewrite
+    request_headers: list[HeaderParser] = field(default_factory=list)
+    response_headers: list[HeaderParser] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+
+
+def _shares(shares: dict[Backend, int]) -> tuple[Backend, ...]:
+    return tuple(sorted(dataclasses.replace(b, weight=w) for b, w in shares.items()))
+
+
+class Upstreams:
+    """``upstream`` per route action, worked out once when the request cannot change
+    it (no ``cluster_header``): check asks it for every witness a route forwards.
+    The Upstreams it returns are shared: read them, never change them."""
+
+    def __init__(self, resolver: ClusterResolver) -> None:
+        self.resolver = resolver
+        self._known: dict[int, tuple[RouteAction, Upstream]] = {}
+
+    def of(self, action: RouteAction, headers: dict[str, str]) -> Upstream:
+        if action.cluster_header:
+            return upstream(action, self.resolver, headers)
+        known = self._known.get(id(action))
+        if known is None or known[0] is not action:
+            known = self._known[id(action)] = (action, upstream(action, self.resolver, headers))
+        return known[1]
+
+
+def upstream(action: RouteAction, resolver: ClusterResolver, headers: dict[str, str]) -> Upstream:
+    code = action.cluster_not_found_response_code or NotFound.SERVICE_UNAVAILABLE
+    missing_status = CLUSTER_NOT_FOUND_STATUS.get(code, 503)
+    if action.weighted_clusters is not None:
+        return _weighted(action, resolver, missing_status)
+    name = action.cluster
+    if action.cluster_header:
+        name = headers.get(action.cluster_header.lower(), "").split(",")[0]
+        note = f"cluster_header {action.cluster_header!r} names cluster {name!r}"
+        out = _single(name, resolver, missing_status)
+        out.notes.append(note)
+        return out
+    if not name:
+        out = Upstream(missing_status)
+        out.notes.append("cluster specifier not modelled (plugin)")
+        return out
+    return _single(name, resolver, missing_status)
+
+
+def _single(name: str, resolver: ClusterResolver, missing_status: int) -> Upstream:
+    target = resolver.target(name)
+    if target.backend is None:
+        out = Upstream(missing_status, notes=list(target.notes))
+        out.trace.append(f"cluster {name!r} does not exist: {missing_status}")
+        return out
+    out = Upstream(200, (target.backend,), dns_host=target.dns_host, notes=list(target.notes))
+    b = target.backend
+    out.trace.append(f"cluster {name!r} -> {b.namespace}/{b.name}:{b.port}")
+    return out
+
+
+def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: int) -> Upstream:
+    wc = action.weighted_clusters
+    assert wc is not None
+    out = Upstream(200)
+    shares: dict[Backend, int] = {}
+    invalid = 0
+    first = True
+    for cw in wc.clusters:
+        weight = cw.weight or 0
+        if weight <= 0:
+            out.trace.append(f"weighted cluster {cw.name!r} has weight 0: never used")
+            continue
+        if cw.cluster_header:
+            out.notes.append(f"weighted cluster_header {cw.cluster_header!r} not modelled")
+            continue
+        target = resolver.target(cw.name)
+        out.notes += target.notes
+        if target.backend is None:
+            invalid += weight
+            out.trace.append(f"weighted cluster {cw.name!r} ({weight}) does not exist")
+            continue
+        key = dataclasses.replace(target.backend, weight=1)
+        shares[key] = shares.get(key, 0) + weight
+        out.trace.append(f"weighted cluster {cw.name!r} ({weight}) -> {key.namespace}/{key.name}")
+        label = f"weighted cluster {cw.name}"
+        req = header_parser(
+            label, cw.request_headers_to_add, cw.request_headers_to_remove, request=True
+        )
+        resp = header_parser(
+            label, cw.response_headers_to_add, cw.response_headers_to_remove, request=False
+        )
+        if first:
+            out.request_headers, out.response_headers = [req], [resp]
+            out.host_literal = cw.host_rewrite_literal or None
+            out.dns_host = target.dns_host
+            first = False
+        elif (req, resp) != (out.request_headers[0], out.response_headers[0]):
+            out.notes.append(
+                "weighted clusters modify headers differently; the first cluster's are shown"
+            )
+    if wc.header_name or wc.use_hash_policy:
+        out.notes.append("weighted cluster selection by header/hash not modelled")
+    if invalid and missing_status != 500:
+        out.notes.append(
+            f"a share of the traffic names a missing cluster and is answered {missing_status}"
+        )
+    out.invalid_weight = invalid if missing_status == 500 else 0
+    if not shares:
+        out.status = missing_status
+        out.trace.append(f"no weighted cluster exists: {missing_status}")
+        return out
+    out.backends = _shares(shares)
+    return out
+
+
+def mirrors(
+    action: RouteAction, vhost: VirtualHost, rc: RouteConfiguration, resolver: ClusterResolver
+) -> tuple[tuple[Backend, ...], list[str]]:
+    """request_mirror_policies of the most specific level that has any (route, virtual
+    host, route configuration), each with its share in parts per million."""
+    policies: list[RouteActionRequestMirrorPolicy] = list(
+        action.request_mirror_policies
+        or vhost.request_mirror_policies
+        or rc.request_mirror_policies
+    )
+    out: dict[Backend, int] = {}
+    notes: list[str] = []
+    for p in policies:
+        ppm = parts_per_million(p.runtime_fraction.default_value) if p.runtime_fraction else 10**6
+        if p.cluster_header:
+            notes.append(f"mirror cluster_header {p.cluster_header!r} not modelled")
+            continue
+        target = resolver.target(p.cluster)
+        if target.backend is None:
+            notes.append(f"mirror cluster {p.cluster!r} does not exist: nothing is mirrored")
+            continue
+        if ppm == 0:
+            notes.append(f"mirror to {p.cluster!r} at 0%: never mirrored")
+            continue
+        b = target.backend
+        key = dataclasses.replace(b, weight=1)
+        out[key] = max(out.get(key, 0), ppm)
+    return tuple(sorted(dataclasses.replace(b, weight=w) for b, w in out.items())), notes
+
+
+def _ms(value: timedelta | None) -> int | None:
+    if value is None:
+        return None
+    return round(value.total_seconds() * 1000)
+
+
+def timeouts(action: RouteAction, vhost: VirtualHost) -> tuple[int | None, int | None]:
+    """(route timeout, per-try timeout) in ms. RouteAction.retry_policy: "if this is set,
+    it'll take precedence over the virtual host level retry policy entirely"."""
+    retry: RetryPolicy | None = action.retry_policy or vhost.retry_policy
+    return _ms(action.timeout), _ms(retry.per_try_timeout) if retry is not None else None
+
+
+def upstream_deadline_ms(request_ms: int | None, backend_ms: int | None) -> int | None:
+    """How long Envoy waits for a backend before answering 504; None: forever."""
+    route = DEFAULT_ROUTE_TIMEOUT_MS if request_ms is None else request_ms
+    limits = [t for t in (route, backend_ms) if t]
+    return min(limits) if limits else None

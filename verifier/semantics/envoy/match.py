@@ -1,0 +1,262 @@
+"""One ``RouteMatch``, compiled once, judged against a request as Envoy 1.40 does.
+
+``RouteEntryImplBase::matchRoute`` plus the path matcher of each route type. Every
+matcher is built in ``__init__`` (lower-cased names, compiled RE2) so a request only
+pays for comparisons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import betterproto2
+from envoy_data_plane.envoy.config.route.v3 import (
+    HeaderMatcher,
+    QueryParameterMatcher,
+    RouteMatch,
+)
+from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
+from envoy_data_plane.envoy.type.v3 import FractionalPercent, Int64Range
+
+from verifier.semantics.envoy.paths import first_query_values
+from verifier.semantics.envoy.strings import (
+    Match,
+    ModelError,
+    ascii_lower,
+    compile_regex,
+    describe_string_matcher,
+    string_matcher,
+)
+from verifier.semantics.request import Request
+
+# FractionalPercent.DenominatorType: HUNDRED, TEN_THOUSAND, MILLION.
+DENOMINATORS: dict[str, int] = {"HUNDRED": 100, "TEN_THOUSAND": 10_000, "MILLION": 1_000_000}
+
+
+def parts_per_million(fraction: FractionalPercent | None) -> int:
+    """A FractionalPercent as parts per million, capped at 100%."""
+    if fraction is None:
+        return 1_000_000
+    denominator = DENOMINATORS.get(fraction.denominator.name or "HUNDRED", 100)
+    return min(1_000_000, fraction.numerator * (1_000_000 // denominator))
+
+
+@dataclass
+class MatchContext:
+    """The request as the router sees it, after the HCM's path and host handling."""
+
+    path: str  # :path with query, after normalization
+    path_for_match: str  # path without query (and without ;params if configured)
+    headers: dict[str, str]  # lower-cased name -> values joined by "," (incl. pseudo-headers)
+    # Each value of a header received several times: Envoy 1.40 matches a value
+    # matcher against each of them (checked: exact "first" matches the two
+    # headers `x-dup: first` and `x-dup: second`, not one `x-dup: first,second`).
+    values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _query: dict[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def query(self) -> dict[str, str]:
+        if self._query is None:
+            q = self.path.split("?", 1)[1] if "?" in self.path else ""
+            self._query = first_query_values(q.split("#", 1)[0])
+        return self._query
+
+
+def router_view(request: Request, host: str, path: str, path_for_match: str) -> MatchContext:
+    """The request as the router matches it: its headers but Host, joined by ","
+    per name, and the pseudo-headers for ``host`` and ``path`` (after the HCM's
+    host and path handling)."""
+    joined: dict[str, list[str]] = {}
+    for name, values in request.headers:
+        if name != "host":
+            joined.setdefault(name, []).extend(values)
+    view = {k: ",".join(v) for k, v in joined.items()}
+    view.update(
+        {
+            # The client upper-cases the method (aiohttp, as the live pass
+            # sends it; Envoy 1.40's codec answers a raw `put` with 400).
+            ":method": request.method.upper(),
+            ":path": path,
+            ":authority": host,
+            ":scheme": request.scheme.lower(),
+        }
+    )
+    return MatchContext(path, path_for_match, view, {k: tuple(v) for k, v in joined.items()})
+
+
+Check = Callable[[MatchContext], bool]
+
+
+def _header_check(m: HeaderMatcher) -> tuple[Check, str]:
+    """HeaderUtility::matchHeaders, per HeaderMatcher form (checked on Envoy 1.40).
+
+    A missing header fails every value matcher, inverted or not, unless
+    ``treat_missing_header_as_empty``; ``present_match`` is judged on presence and
+    ``invert_match`` flips it. A header received several times matches when
+    any of its values does.
+    A legacy ``exact_match`` of "" matches any value.
+    """
+    name = m.name.lower()
+    invert = bool(m.invert_match)
+    kind, value = betterproto2.which_one_of(m, "header_match_specifier")
+    if kind == "present_match" or not kind:
+        want = True if not kind else bool(value)
+
+        def present(ctx: MatchContext) -> bool:
+            return ((name in ctx.headers) == want) != invert
+
+        return present, f"header {name} {'present' if want else 'absent'}" + (
+            " (inverted)" if invert else ""
+        )
+    test: Match
+    if isinstance(value, StringMatcher):
+        test = string_matcher(value)
+        what = describe_string_matcher(value)
+    elif isinstance(value, RegexMatcher):
+        test = compile_regex(value.regex).matches
+        what = f"safe_regex {value.regex!r}"
+    elif isinstance(value, Int64Range):
+        start, end = value.start, value.end
+        test = lambda v: v.lstrip("+-").isdigit() and start <= int(v) < end  # noqa: E731
+        what = f"range [{start},{end})"
+    else:
+        expected = str(value)
+        legacy: dict[str, Match] = {
+            "exact_match": lambda v: not expected or v == expected,
+            "prefix_match": lambda v: v.startswith(expected),
+            "suffix_match": lambda v: v.endswith(expected),
+            "contains_match": lambda v: expected in v,
+        }
+        test = legacy[kind]
+        what = f"{kind} {expected!r}"
+    missing_as_empty = bool(m.treat_missing_header_as_empty)
+
+    def check(ctx: MatchContext) -> bool:
+        got = ctx.headers.get(name)
+        if got is None:
+            if not missing_as_empty:
+                return False
+            got = ""
+        values = ctx.values.get(name, (got,))
+        return any(test(v) for v in values) != invert
+
+    return check, f"header {name} {what}" + (" (inverted)" if invert else "")
+
+
+def _query_check(m: QueryParameterMatcher) -> tuple[Check, str]:
+    name = m.name
+    if m.string_match is not None:
+        test = string_matcher(m.string_match)
+        what = describe_string_matcher(m.string_match)
+
+        def check(ctx: MatchContext) -> bool:
+            got = ctx.query.get(name)
+            return got is not None and test(got)
+
+        return check, f"query {name} {what}"
+    want = m.present_match if m.present_match is not None else True
+
+    def present(ctx: MatchContext) -> bool:
+        return (name in ctx.query) == want
+
+    return present, f"query {name} {'present' if want else 'absent'}"
+
+
+class CompiledMatch:
+    """A route's match, as cheap predicates plus what the path index needs."""
+
+    def __init__(self, match: RouteMatch) -> None:
+        self.notes: list[str] = []
+        kind, value = betterproto2.which_one_of(match, "path_specifier")
+        self.kind = kind or "none"
+        self.value = value.regex if isinstance(value, RegexMatcher) else value
+        self.case_sensitive = match.case_sensitive is not False
+        self.never = False
+        # Parts per million of matching requests when below 100% (runtime_fraction).
+        self.fraction: int | None = None
+        self.path_check = self._path_check(kind, value)
+        self.checks: list[tuple[Check, str]] = []
+        self._runtime(match)
+        self.checks += [_header_check(h) for h in match.headers]
+        self.checks += [_query_check(q) for q in match.query_parameters]
+        for extra in ("grpc", "tls_context", "dynamic_metadata", "filter_state", "cookies"):
+            value = getattr(match, extra)  # an empty message is falsy, yet set
+            if value if isinstance(value, list) else value is not None:
+                self.notes.append(f"{extra} matcher not modelled; assumed to match")
+
+    def _path_check(self, kind: str, value: object) -> Callable[[str], bool]:
+        if kind == "safe_regex":
+            return compile_regex(str(self.value)).matches
+        if kind == "connect_matcher":
+            self.notes.append("connect_matcher matches only CONNECT requests")
+            self.never = True
+            return lambda p: False
+        if kind == "path_match_policy":
+            self.notes.append("path_match_policy (URI templates) not modelled; never matches")
+            self.never = True
+            return lambda p: False
+        if kind not in ("prefix", "path", "path_separated_prefix"):
+            raise ModelError("RouteMatch without a path specifier")
+        expected = str(value)
+        fold = not self.case_sensitive
+        if fold:
+            expected = ascii_lower(expected)
+        if kind == "prefix":
+            if fold:
+                return lambda p: p.lower().startswith(expected)
+            return lambda p: p.startswith(expected)
+        if kind == "path":
+            if fold:
+                return lambda p: p.lower() == expected
+            return lambda p: p == expected
+        size = len(expected)
+
+        # path_separated_prefix: "the prefix must match ... and the path must be
+        # either exactly the prefix or the prefix followed by /" (query excluded).
+        def separated(p: str) -> bool:
+            head = p[:size].lower() if fold else p[:size]
+            return head == expected and (len(p) == size or p[size] == "/")
+
+        return separated
+
+    def _runtime(self, match: RouteMatch) -> None:
+        fraction = match.runtime_fraction
+        if fraction is None:
+            return
+        ppm = parts_per_million(fraction.default_value)
+        if ppm == 0:
+            self.never = True
+            self.notes.append("runtime_fraction is 0%: never matches")
+        elif ppm < 1_000_000:
+            # Envoy reads the runtime key when the layer has it; the default is what
+            # the snapshot says. Such a route answers some requests and lets the
+            # rest fall through, so the model answers both ways.
+            self.fraction = ppm
+            self.notes.append(
+                f"runtime_fraction {ppm / 10_000:g}%: matches only a share of requests; "
+                "the rest go on to later routes"
+            )
+
+    def matches(self, ctx: MatchContext) -> bool:
+        if self.never or not self.path_check(ctx.path_for_match):
+            return False
+        return all(check(ctx) for check, _ in self.checks)
+
+    def why_not(self, ctx: MatchContext) -> str:
+        if self.never:
+            return "; ".join(self.notes)
+        if not self.path_check(ctx.path_for_match):
+            case = "" if self.case_sensitive else " (case-insensitive)"
+            return f"path {ctx.path_for_match!r} does not match {self.kind} {self.value!r}{case}"
+        for check, what in self.checks:
+            if not check(ctx):
+                return f"{what} does not match"
+        return "matches"
+
+    def describe(self) -> str:
+        parts = [f"{self.kind} {self.value!r}"]
+        parts += [what for _, what in self.checks]
+        if self.fraction is not None:
+            parts.append(f"runtime_fraction {self.fraction / 10_000:g}% of these requests")
+        return ", ".join(parts)

@@ -1,0 +1,364 @@
+"""An executable model of what Envoy 1.40 does with a request, given an xDS snapshot.
+
+It judges xDS from any source (our translator, another one, a live edge's
+config_dump), so it reads only Envoy's own semantics: no translator code, and no
+naming convention (cluster, route or metadata names) takes part in a decision.
+
+The request flows as in Envoy: listener by port, filter chain by TLS and SNI, the
+HTTP connection manager's host and path handling, virtual host by Host, the first
+matching route, then the route's action (forward, redirect, direct response), CORS
+and header mutations. ``evaluate`` returns the Outcome and a human-readable trace.
+Status ``NO_RESPONSE`` (0) means Envoy sends no HTTP response at all (connection
+refused or closed). Indexes are built once in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
+
+from verifier.semantics.directory import BackendDirectory
+from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
+from verifier.semantics.envoy.clusters import ClusterResolver
+from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
+from verifier.semantics.envoy.forward import Upstreams, upstream_deadline_ms
+from verifier.semantics.envoy.listeners import Chain, Escaped, Hcm, ListenerIndex
+from verifier.semantics.envoy.match import router_view
+from verifier.semantics.envoy.paths import (
+    canonical_path,
+    merge_slashes,
+    split_target,
+    strip_path_parameters,
+    unescape_slashes,
+)
+from verifier.semantics.envoy.redirect import port_start, split_host
+from verifier.semantics.envoy.routes import CompiledRoute
+from verifier.semantics.envoy.strings import ModelError
+from verifier.semantics.request import (
+    Evaluation,
+    Outcome,
+    RedirectTarget,
+    Request,
+    RouteRef,
+    wire_problem,
+)
+from verifier.xds.snapshot import Snapshot
+
+NO_RESPONSE = 0
+
+# The methods Envoy's HTTP/1 codec (Balsa, the default) accepts unless the HCM's
+# http_protocol_options.allow_custom_methods is set; any other is a 400.
+METHODS = frozenset(
+    [
+        "ACL",
+        "BIND",
+        "CHECKOUT",
+        "CONNECT",
+        "COPY",
+        "DELETE",
+        "GET",
+        "HEAD",
+        "LINK",
+        "LOCK",
+        "MERGE",
+        "MKACTIVITY",
+        "MKCALENDAR",
+        "MKCOL",
+        "MOVE",
+        "MSEARCH",
+        "NOTIFY",
+        "OPTIONS",
+        "PATCH",
+        "POST",
+        "PROPFIND",
+        "PROPPATCH",
+        "PURGE",
+        "PUT",
+        "REBIND",
+        "REPORT",
+        "SEARCH",
+        "SOURCE",
+        "SUBSCRIBE",
+        "TRACE",
+        "UNBIND",
+        "UNLINK",
+        "UNLOCK",
+        "UNSUBSCRIBE",
+    ]
+)
+
+# Request.host "" means the client sent the Gateway's address as Host (cases.yaml:
+# "host: ... default: the Gateway address"): an IP literal, which only '*' serves.
+ADDRESS_HOST = "192.0.2.1"
+
+# Fractional routes answered in a row before the rest are taken to match: each
+# is one more outcome to compare, and such chains do not come from Gateway API.
+MAX_ALTERNATIVES = 8
+
+__all__ = ["NO_RESPONSE", "BackendReply", "EnvoyModel", "ModelError", "upstream_deadline_ms"]
+
+
+@dataclass
+class _Run:
+    """What one evaluation accumulates."""
+
+    trace: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # Off when only the outcome matters (check answers ~18 witnesses a rule):
+    # the costliest lines (the HCM summary, why every earlier route missed)
+    # are then not written.
+    tracing: bool = True
+
+    def done(self, outcome: Outcome) -> Evaluation:
+        if not self.notes and not outcome.notes:
+            return Evaluation(outcome, tuple(self.trace))  # most requests: nothing to merge
+        notes = tuple(dict.fromkeys([*outcome.notes, *self.notes]))
+        final = dataclasses.replace(outcome, notes=notes)
+        return Evaluation(final, tuple(self.trace))
+
+
+def _hcm_summary(hcm: Hcm, rc: CompiledRouteConfig) -> str:
+    return (
+        f"HCM: route configuration {rc.config.name!r}; normalize_path={hcm.normalize_path}, "
+        f"merge_slashes={hcm.merge_slashes}, escaped slashes {hcm.escaped_slashes.name}, "
+        f"strip port {hcm.strip_port or 'no'}, ignore_port_in_host_matching={rc.ignore_port}, "
+        f"upgrades {sorted(k for k, v in hcm.upgrades.items() if v) or 'none'}, "
+        f"CORS filter {'yes' if hcm.cors_filter else 'no'}"
+    )
+
+
+class EnvoyModel:
+    def __init__(self, snapshot: Snapshot, directory: BackendDirectory) -> None:
+        routes = {rc.name: rc for rc in snapshot.routes}
+        secrets = {s.name: s for s in snapshot.secrets}
+        self.listeners = ListenerIndex.build(snapshot.listeners, routes, secrets)
+        self.resolver = ClusterResolver(snapshot.clusters, snapshot.endpoints, directory)
+        self.upstreams = Upstreams(self.resolver)
+        self._configs: dict[int, CompiledRouteConfig] = {}
+        self._refs: dict[tuple[int, int, int], RouteRef] = {}
+        for entries in self.listeners.by_port.values():
+            for _li, chains, default in entries:
+                for chain in [*chains, *([default] if default else [])]:
+                    if chain.hcm is not None and chain.hcm.route_config is not None:
+                        self._compiled(chain.hcm.route_config)
+
+    def _located(
+        self, rc: CompiledRouteConfig, vhost: CompiledVhost, route: CompiledRoute
+    ) -> RouteRef:
+        """The route's reference with its xDS path, made once per route."""
+        key = (id(rc), id(vhost), route.index)
+        found = self._refs.get(key)
+        if found is None:
+            where = f"routes[{rc.config.name}].virtual_hosts[{vhost.name}].routes[{route.index}]"
+            found = self._refs[key] = dataclasses.replace(route.ref, xds_path=where)
+        return found
+
+    def _compiled(self, rc: RouteConfiguration) -> CompiledRouteConfig:
+        key = id(rc)
+        found = self._configs.get(key)
+        if found is None:
+            found = self._configs[key] = CompiledRouteConfig.build(rc)
+        return found
+
+    def trusted_client_cas(self) -> dict[int, frozenset[str]]:
+        """Per port, the CA fingerprints its TLS filter chains verify client
+        certificates against (inline trusted_ca only)."""
+        out: dict[int, set[str]] = {}
+        for port, entries in self.listeners.by_port.items():
+            for _li, chains, default in entries:
+                for chain in [*chains, *([default] if default else [])]:
+                    if chain.client.trusted:
+                        out.setdefault(port, set()).update(chain.client.trusted)
+        return {port: frozenset(cas) for port, cas in out.items()}
+
+    def evaluate(
+        self, request: Request, reply: BackendReply | None = None, *, trace: bool = True
+    ) -> Evaluation:
+        """What Envoy does with ``request``; ``reply`` says how the backend would answer
+        (its response headers and latency), by default at once and without headers.
+        ``trace=False``: the same outcome with a shorter trace (no HCM summary, no
+        reasons for the routes that did not match)."""
+        run = _Run(tracing=trace)
+        tls = request.scheme.lower() == "https"
+        sni = (request.sni or request.hostname).lower() if tls else ""
+        chain, notes = self.listeners.select(request.port, tls, sni, run.trace)
+        run.notes += notes
+        if chain is None:
+            return run.done(Outcome(NO_RESPONSE))
+        if chain.tls != tls:
+            run.trace.append(
+                "the filter chain "
+                + ("terminates TLS" if chain.tls else "speaks plaintext")
+                + f" but the client speaks {'TLS' if tls else 'plaintext'}: no HTTP response"
+            )
+            return run.done(Outcome(NO_RESPONSE))
+        undecided = False
+        if tls:
+            run.notes += chain.client.notes
+            refusal = chain.client.refusal(request.client_cert)
+            if refusal is not None:
+                run.trace.append(f"client certificate: {refusal}: the TLS handshake fails")
+                return run.done(Outcome(NO_RESPONSE))
+            undecided = chain.client.undecided(request.client_cert)
+            if undecided:
+                run.trace.append(
+                    "client certificate: the trusted CAs are not in the configuration; "
+                    "if it verifies:"
+                )
+        found = self._after_handshake(request, chain, reply, run)
+        if undecided:
+            return dataclasses.replace(
+                found, outcome=dataclasses.replace(found.outcome, may_refuse=True)
+            )
+        return found
+
+    def _after_handshake(
+        self, request: Request, chain: Chain, reply: BackendReply | None, run: _Run
+    ) -> Evaluation:
+        if chain.hcm is None:
+            run.trace.append(f"filter chain has no HTTP connection manager ({chain.problem})")
+            return run.done(Outcome(NO_RESPONSE))
+        hcm = chain.hcm
+        run.notes += hcm.notes
+        if hcm.route_config is None:
+            run.trace.append("no route configuration: every request gets 404")
+            return run.done(Outcome(404))
+        return self._http(request, hcm, self._compiled(hcm.route_config), reply, run)
+
+    def _http(
+        self,
+        request: Request,
+        hcm: Hcm,
+        rc: CompiledRouteConfig,
+        reply: BackendReply | None,
+        run: _Run,
+    ) -> Evaluation:
+        run.notes += rc.notes
+        if run.tracing:
+            run.trace.append(_hcm_summary(hcm, rc))
+        problem = wire_problem(request)
+        if problem is None and not hcm.custom_methods and request.method.upper() not in METHODS:
+            problem = f"method {request.method.upper()!r} is not one it knows"
+        if problem is not None:
+            run.trace.append(f"the HTTP/1 codec rejects the request: {problem} (400)")
+            return run.done(Outcome(400))
+        host = self._host(request, hcm, run)
+        path, query = split_target(request.path)
+        if hcm.escaped_slashes != Escaped.KEEP_UNCHANGED:
+            path, found = unescape_slashes(path)
+            if found and hcm.escaped_slashes == Escaped.REJECT_REQUEST:
+                run.trace.append("escaped slash in path: REJECT_REQUEST (400)")
+                return run.done(Outcome(400))
+            if found and hcm.escaped_slashes == Escaped.UNESCAPE_AND_REDIRECT:
+                return self._unescape_redirect(request, host, path, query, hcm, run)
+        if hcm.normalize_path:
+            path = canonical_path(path)
+        if hcm.merge_slashes:
+            path = merge_slashes(path)
+        full_path = path + query
+        if full_path != request.path:
+            run.trace.append(f"HCM path handling: {request.path!r} -> {full_path!r}")
+        match_host = host or ADDRESS_HOST
+        if rc.ignore_port and port_start(host) != -1:
+            match_host = host[: port_start(host)]
+        vhost, why = rc.vhosts.find(match_host)
+        if vhost is None:
+            run.trace.append(f"no virtual host for {match_host!r} ({why}): 404")
+            return run.done(Outcome(404))
+        run.trace.append(f"virtual host {vhost.name!r} for {match_host!r}: {why}")
+        if vhost.require_tls and request.scheme.lower() != "https":
+            run.trace.append("virtual host requires TLS: 301 to https")
+            name, port = split_host(host)
+            return run.done(
+                Outcome(301, redirect=RedirectTarget("https", name.lower(), port or 443, path))
+            )
+        path_for_match = strip_path_parameters(path) if rc.ignore_path_parameters else path
+        ctx = router_view(request, host, full_path, path_for_match)
+        headers = [(k, v) for k, vs in request.headers for v in vs if k != "host"]
+        route = vhost.table.find(ctx)
+        if run.tracing:
+            upto = route.index if route is not None else len(vhost.table.routes)
+            run.trace += vhost.table.explain_misses(ctx, upto)
+        if route is None:
+            run.trace.append(f"no route of virtual host {vhost.name!r} matches: 404")
+            return run.done(Outcome(404))
+        # A route with a runtime_fraction below 100% answers only a share of
+        # requests; the rest fall through to the next route that matches.
+        chain: list[CompiledRoute | None] = [route]
+        while (last := chain[-1]) is not None and last.match.fraction is not None:
+            if len(chain) > MAX_ALTERNATIVES:
+                run.notes.append(
+                    f"more than {MAX_ALTERNATIVES} routes with a runtime_fraction in a row: "
+                    "the later ones are taken to match"
+                )
+                break
+            chain.append(vhost.table.find(ctx, after=last.index))
+        answers: list[Outcome] = []
+        for i, step in enumerate(chain):
+            if step is None:
+                run.trace.append("  the rest: no later route matches: 404")
+                answers.append(Outcome(404))
+                continue
+            lead = "route" if i == 0 else "  the rest: route"
+            run.trace.append(f"{lead} {step.label} matches: {step.match.describe()}")
+            run.notes += step.match.notes
+            rctx = RouteContext(
+                request=request,
+                host=host,
+                path=full_path,
+                headers=headers,
+                view=ctx.headers,
+                hcm=hcm,
+                config=rc,
+                vhost=vhost,
+                route=step,
+                resolver=self.resolver,
+                upstreams=self.upstreams,
+                reply=reply or BackendReply(),
+            )
+            answers.append(
+                dataclasses.replace(
+                    run_action(rctx, run.trace), route=self._located(rc, vhost, step)
+                )
+            )
+        outcome = answers[-1]
+        for earlier in reversed(answers[:-1]):
+            outcome = dataclasses.replace(earlier, otherwise=outcome)
+        return run.done(outcome)
+
+    @staticmethod
+    def _host(request: Request, hcm: Hcm, run: _Run) -> str:
+        """strip_trailing_host_dot, then strip_any_host_port / strip_matching_host_port;
+        unlike ignore_port_in_host_matching these rewrite the Host the backend sees."""
+        host = request.host
+        if hcm.strip_trailing_dot:
+            name, port = split_host(host)
+            if name.endswith("."):
+                host = name[:-1] + (f":{port}" if port is not None else "")
+        pos = port_start(host)
+        port_text = host[pos + 1 :] if pos != -1 else ""
+        if port_text.isdigit() and (
+            hcm.strip_port == "any"
+            or (hcm.strip_port == "matching" and int(port_text) == request.port)
+        ):
+            run.trace.append(f"HCM strips the port from Host {host!r}")
+            host = host[:pos]
+        return host
+
+    @staticmethod
+    def _unescape_redirect(
+        request: Request, host: str, path: str, query: str, hcm: Hcm, run: _Run
+    ) -> Evaluation:
+        """UNESCAPE_AND_REDIRECT: "redirect to the same path with escaped slashes
+        unescaped" (307, relative Location: same scheme, host and port)."""
+        if hcm.normalize_path:
+            path = canonical_path(path)
+        if hcm.merge_slashes:
+            path = merge_slashes(path)
+        name, port = split_host(host)
+        default = 443 if request.scheme.lower() == "https" else 80
+        run.trace.append(f"escaped slashes: UNESCAPE_AND_REDIRECT to {path + query!r} (307)")
+        target = RedirectTarget(request.scheme.lower(), name.lower(), port or default, path)
+        return run.done(Outcome(307, redirect=target))
