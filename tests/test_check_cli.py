@@ -29,11 +29,13 @@ from xml.etree import ElementTree as ET
 import pytest
 import yaml
 from conftest import BASE, FIXTURES, REPO_ROOT, fixture_dirs, rel
+from docblocks import check_block
 from verifier.rules import RULES
 
 from verifier.cli import build_parser, main
 from verifier.features import AETHER_EDGE
 from verifier.findings import catalogue
+from verifier.report.text import summary_line
 
 FINDING_KEYS = {
     "code",
@@ -346,6 +348,21 @@ def test_fixture_suite_is_clean(suite: SuiteRuns) -> None:
         "rules_skipped": 0,
         "scenarios": len(fixture_dirs()),
     }
+
+
+def test_check_md_suite_summary_comes_from_this_run(suite: SuiteRuns, update_goldens: bool) -> None:
+    """docs/check.md quotes the summary of ``check fixtures/`` as it is today, not from memory."""
+    line = summary_line(suite.json_a.json()["summary"])
+    sample = f"```text\n$ edge-verify check fixtures/\n{line}\n```"
+    problem = check_block(
+        REPO_ROOT / "docs" / "check.md",
+        "check-suite-summary",
+        sample,
+        update_goldens,
+        "pytest tests/test_check_cli.py --update-goldens",
+    )
+    if problem:
+        pytest.fail(problem, pytrace=False)
 
 
 def test_suite_output_is_byte_identical_across_runs(suite: SuiteRuns) -> None:
