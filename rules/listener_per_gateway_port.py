@@ -47,10 +47,13 @@ def check(ctx: Context) -> Iterable[Finding]:
     bound = bound_ports(ctx.snapshot.listeners)
     for gw in spec.our_gateways(ctx.res, ctx.controller_name):
         reported: set[int] = set()
+        others = (
+            spec.shared_with(ctx.res, ctx.controller_name, gw) if ctx.addressing.shared else None
+        )
         for lst in gw.listeners:
             if lst.port in bound or lst.port in reported:
                 continue
-            if spec.listener_state(ctx.res, gw, lst) != "ready":
+            if spec.listener_state(ctx.res, gw, lst, others) != "ready":
                 continue
             reported.add(lst.port)
             yield spec.gateway_finding(

@@ -97,7 +97,7 @@ def _forwards(vh: VirtualHost) -> bool:
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    served = spec.served_hostnames(ctx.res, ctx.controller_name)
+    served = spec.served_hostnames(ctx.res, ctx.controller_name, ctx.addressing.shared)
     for port, (names, configs) in sorted(_configs_by_port(ctx).items()):
         want = served.get(port)
         if want is None:

@@ -63,7 +63,17 @@ OUTCOME_KEYS = {
     "timeouts",
     "route",
 }
-REQUEST_KEYS = {"method", "scheme", "host", "port", "path", "headers", "sni", "client_cert"}
+REQUEST_KEYS = {
+    "method",
+    "scheme",
+    "host",
+    "port",
+    "address",
+    "path",
+    "headers",
+    "sni",
+    "client_cert",
+}
 ERROR_COUNT = re.compile(r"^edge-verify: (\d+) input errors?$")
 AETHER_RULES = sorted(r.name for r in RULES if AETHER_EDGE in r.features)
 
@@ -128,6 +138,15 @@ def scenario_args(name: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- xDS, broken by hand
+
+
+def route_config(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    """The RouteConfiguration ``name`` of a config_dump."""
+    configs = section(doc, "Routes")["dynamic_route_configs"]
+    found: dict[str, Any] = next(
+        c["route_config"] for c in configs if c["route_config"]["name"] == name
+    )
+    return found
 
 
 def translated(out: Path, scenario: str) -> dict[str, Any]:
@@ -483,7 +502,7 @@ def test_one_mistake_one_finding(tmp_path: Path, cli: CLI) -> None:
 def test_swapped_routes_with_overlapping_headers_are_reported(tmp_path: Path, cli: CLI) -> None:
     doc = translated(tmp_path / "xds.json", "httproute-header-matching")
     _, path = xds_route(doc, "edge-infra/header-matching/rule/4/match/0")
-    routes = section(doc, "Routes")["dynamic_route_configs"][0]["route_config"]["virtual_hosts"][0]
+    routes = route_config(doc, "edge-edge-infra-same-namespace-80")["virtual_hosts"][0]
     i = int(path.rsplit("[", 1)[1][:-1])
     routes["routes"][i], routes["routes"][i + 1] = routes["routes"][i + 1], routes["routes"][i]
     (tmp_path / "swapped.json").write_text(json.dumps(doc), encoding="utf-8")
@@ -969,7 +988,7 @@ def test_xds_envoy_refuses_is_reported_and_the_models_stand_aside(tmp_path: Path
     reports it (EV604) and says which rules did not run; explain refuses to guess.
     Found by fuzzing config_dumps: both used to end in a traceback."""
     doc = translated(tmp_path / "good.json", "httproute-header-matching")
-    entry = section(doc, "Routes")["dynamic_route_configs"][0]["route_config"]
+    entry = route_config(doc, "edge-edge-infra-same-namespace-80")
     route = entry["virtual_hosts"][0]["routes"][0]
     match = route["match"]
     for key in ("prefix", "path", "safe_regex", "path_separated_prefix"):
@@ -999,10 +1018,12 @@ def test_listener_set_the_gateway_refuses_is_reported_when_served(tmp_path: Path
     scenario = "listener-set"
     doc = translated(tmp_path / "good.json", scenario)
     listeners = section(doc, "Listeners")["dynamic_listeners"]
-    source = next(li for li in listeners if li["name"] == "edge-8171")
+    source = next(
+        li for li in listeners if li["name"] == "edge-edge-infra-listener-set-parent-8171"
+    )
     stray = copy.deepcopy(source)
-    stray["name"] = "edge-8173"
-    stray["active_state"]["listener"]["name"] = "edge-8173"
+    stray["name"] = "edge-edge-infra-listener-set-parent-8173"
+    stray["active_state"]["listener"]["name"] = "edge-edge-infra-listener-set-parent-8173"
     stray["active_state"]["listener"]["address"]["socket_address"]["port_value"] = 8173
     listeners.append(stray)
     broken = tmp_path / "broken.json"
@@ -1029,7 +1050,7 @@ def test_an_extra_client_ca_in_the_xds_is_reported(tmp_path: Path, cli: CLI) -> 
     doc = translated(tmp_path / "good.json", scenario)
     rogue = (FIXTURES / scenario / "client-ca-rogue.crt").read_text(encoding="utf-8")
     listeners = section(doc, "Listeners")["dynamic_listeners"]
-    (listener,) = [li for li in listeners if li["name"] == "edge-8451"]
+    (listener,) = [li for li in listeners if li["name"] == "edge-edge-infra-client-validation-8451"]
     for chain in listener["active_state"]["listener"]["filter_chains"]:
         tls = chain["transport_socket"]["typed_config"]
         tls["common_tls_context"]["validation_context"]["trusted_ca"]["inline_string"] += rogue
@@ -1071,7 +1092,7 @@ def test_client_cas_over_sds_are_not_guessed(tmp_path: Path, cli: CLI) -> None:
     rc, report = check_json(cli, scenario, "--xds", str(sds))
     assert rc == 0, report
     # The same SDS configuration without require_client_certificate on 8451.
-    (listener,) = [li for li in listeners if li["name"] == "edge-8451"]
+    (listener,) = [li for li in listeners if li["name"] == "edge-edge-infra-client-validation-8451"]
     for chain in listener["active_state"]["listener"]["filter_chains"]:
         chain["transport_socket"]["typed_config"].pop("require_client_certificate", None)
     open_port = tmp_path / "open.json"

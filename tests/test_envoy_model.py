@@ -81,6 +81,7 @@ from envoy_data_plane.google.protobuf import Any as PbAny
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from verifier.gatewayapi.addresses import Addressing, gateway_addresses
 from verifier.gatewayapi.resources import load_resources
 from verifier.live.echo_model import echo_reply
 from verifier.semantics.cases import Case, parse_cases, unmet
@@ -101,8 +102,11 @@ from verifier.semantics.request import (
     Request,
     apply_response_ops,
     headers_from_mapping,
+    sent_to,
 )
 from verifier.xds.snapshot import Snapshot
+
+CONTROLLER = "gateway.aether.io/edge"
 
 Act = HeaderValueOptionHeaderAppendAction
 # Legacy HeaderMatcher/HeaderValueOption fields are deprecated, and still what Envoy reads.
@@ -189,12 +193,15 @@ def _model(scenario: Path) -> tuple[EnvoyModel, Any]:
 
 
 def _with_port(case: Case, res: Any) -> Request:
-    """``gateway.port`` may be omitted when the Gateway has a single port."""
-    if case.request.port:
-        return case.request
-    gw = res.gateways[(case.gateway.namespace, case.gateway.name)]
-    (port,) = {lst.port for lst in gw.listeners}
-    return dataclasses.replace(case.request, port=port)
+    """``gateway.port`` may be omitted when the Gateway has a single port; the request
+    goes to the Gateway's own address, as a client sends it."""
+    request = case.request
+    if not request.port:
+        gw = res.gateways[(case.gateway.namespace, case.gateway.name)]
+        (port,) = {lst.port for lst in gw.listeners}
+        request = dataclasses.replace(request, port=port)
+    where = gateway_addresses(res, CONTROLLER, Addressing())
+    return sent_to(request, where.get(case.gateway.key, ""))
 
 
 @pytest.mark.parametrize(("scenario", "case", "raw"), _case_params())

@@ -105,6 +105,8 @@ def test_request_json_contract(cli: CLI) -> None:
         "scheme": "http",
         "host": HOST,
         "port": 80,
+        # edge-infra/same-namespace's own address (verifier.gatewayapi.addresses)
+        "address": "192.0.2.244",
         "path": "/hdr",
         "headers": {"version": ["two"]},
         "sni": None,
@@ -129,7 +131,9 @@ def test_request_json_contract(cli: CLI) -> None:
         )
     # Only the Envoy side names the xDS route that decided.
     assert doc["envoy"]["route"]["xds_name"] == "edge-infra/header-matching/rule/1/match/0"
-    assert doc["envoy"]["route"]["xds_path"].startswith(f"routes[edge-80].virtual_hosts[{HOST}]")
+    assert doc["envoy"]["route"]["xds_path"].startswith(
+        f"routes[edge-edge-infra-same-namespace-80].virtual_hosts[{HOST}]"
+    )
     assert doc["spec"]["route"]["xds_path"] is None
 
 
@@ -168,7 +172,7 @@ def test_text_shows_both_traces() -> None:
     )
     assert (r.rc, r.err) == (0, "")
     lines = r.out.splitlines()
-    assert lines[0] == f"request: GET http://{HOST}/hdr (port 80) -H 'version: two'"
+    assert lines[0] == f"request: GET http://{HOST}/hdr (to 192.0.2.244:80) -H 'version: two'"
     spec, envoy = lines.index("spec model:"), lines.index("Envoy model:")
     assert spec < envoy
     for start in (spec, envoy):  # each trace: indented steps up to a blank line

@@ -24,6 +24,8 @@ from conftest import (
     valid_scenarios,
 )
 
+from verifier.gatewayapi.addresses import Addressing, gateway_addresses
+from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
 from verifier.report.status import format_yaml, status_documents
 
 XDS_GOLDEN = re.compile(r"^xds\.(?P<type>[A-Za-z0-9_-]+)\.golden\.json$")
@@ -104,7 +106,8 @@ def test_xds_goldens(scenario: Path, update_goldens: bool, repo_cwd: Path) -> No
 @pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
 def test_status_golden(scenario: Path, update_goldens: bool, repo_cwd: Path) -> None:
     res, graph = load_scenario(scenario)
-    actual = format_yaml(status_documents(res, graph))
+    where = gateway_addresses(res, DEFAULT_CONTROLLER, Addressing())
+    actual = format_yaml(status_documents(res, graph, where))
     problem = check_golden(scenario / STATUS_GOLDEN, actual, update_goldens)
     if problem:
         pytest.fail(problem, pytrace=False)

@@ -154,7 +154,13 @@ def test_envoy_serves_a_translated_fixture() -> None:
             return harness, sockets, hit, miss, no_port
 
     harness, sockets, hit, miss, no_port = asyncio.run(run())
-    assert set(harness.gateway_ports) == {80, 8080}
+    # Each Gateway's listener is bound (in the xDS) to that Gateway's own address;
+    # Envoy really listens on loopback, and nothing is sent to the Gateway address.
+    assert set(harness.gateway_ports) == {
+        (harness.gateway_addresses[("edge-infra", "same-namespace")], 80),
+        (harness.gateway_addresses[("edge-infra", "all-namespaces")], 8080),
+    }
+    assert all(ip.startswith("127.") for ip, _ in harness.gateway_ports.values())
     assert all(port not in (80, 8080) for _, port in harness.gateway_ports.values())
     # Kernel-chosen ports with exactly one LISTEN socket each: Envoy's single worker, nobody
     # else (two Envoys on one port would silently share it through SO_REUSEPORT).

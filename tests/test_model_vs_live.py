@@ -103,13 +103,13 @@ async def live_mismatches(scenario: Path, reencode: Reencoding | None = None) ->
         snap = reencode(snap, res)
     model = EnvoyModel(snap, backend_directory_from(res))
     cases = load_cases(scenario, res)
-    requests: list[tuple[str, Request]] = [
-        (f"case {c.case.name}", c.case.request)
+    requests: list[tuple[str, tuple[str, str], Request]] = [
+        (f"case {c.case.name}", c.case.gateway.key, c.case.request)
         for c in cases
         if c.live.protocol == "http1" and not c.live.websocket_messages
     ]
     witnesses = wt.witnesses(res, CONTROLLER)
-    requests += [(f"witness {w.note or w.feature}", w.request) for w in witnesses]
+    requests += [(f"witness {w.note or w.feature}", w.gateway, w.request) for w in witnesses]
     failures: list[str] = []
     async with EmbeddedHarness(res, snap) as harness:
         for c in cases:  # witnesses present the cases' client certificates
@@ -118,8 +118,8 @@ async def live_mismatches(scenario: Path, reencode: Reencoding | None = None) ->
                 harness.client_certs[cert.issuer] = (cert.cert_file, cert.key_file)
         limit = asyncio.Semaphore(16)
 
-        async def one(label: str, request: Request) -> None:
-            sent = harness.effective_request(request)
+        async def one(label: str, gateway: tuple[str, str], request: Request) -> None:
+            sent = harness.effective_request(harness.for_gateway(gateway, request))
             async with limit:
                 resp = await harness.send(sent)
             live = harness.to_outcome(resp)
@@ -127,7 +127,7 @@ async def live_mismatches(scenario: Path, reencode: Reencoding | None = None) ->
             for problem in decision_mismatches(predicted, live):
                 failures.append(f"{label}: {sent.line()}: {problem}")
 
-        await asyncio.gather(*(one(label, r) for label, r in requests))
+        await asyncio.gather(*(one(label, g, r) for label, g, r in requests))
     return failures
 
 

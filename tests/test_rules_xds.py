@@ -189,7 +189,7 @@ def test_envoy_accepts_translations(name: str) -> None:
 
 
 def _oversized_regex(snap: Snapshot) -> Snapshot:
-    r, _ = route(snap, "edge-80", "mesh.example.com", "mesh-from-edge")
+    r, _ = route(snap, "edge-edge-infra-same-namespace-80", "mesh.example.com", "mesh-from-edge")
     r.match = RouteMatch(safe_regex=RegexMatcher(regex="a{200}"))
     return snap
 
@@ -222,7 +222,7 @@ def test_envoy_error_drops_log_prefix() -> None:
 
 def test_missing_cluster() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
-    r, path = route(snap, "edge-80", "path-prefix.example.com", "rule/1/")
+    r, path = route(snap, "edge-edge-infra-same-namespace-80", "path-prefix.example.com", "rule/1/")
     assert r.route is not None
     r.route.cluster = "k8s/edge-infra/gone/8080"
     r.route.cluster_not_found_response_code = RouteActionClusterNotFoundResponseCode(0)
@@ -233,7 +233,7 @@ def test_missing_cluster() -> None:
 
 def test_missing_cluster_with_500_share_is_the_spec() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
-    r, _ = route(snap, "edge-80", "path-prefix.example.com", "rule/1/")
+    r, _ = route(snap, "edge-edge-infra-same-namespace-80", "path-prefix.example.com", "rule/1/")
     assert r.route is not None
     r.route.cluster = "k8s/edge-infra/gone/8080"  # INTERNAL_SERVER_ERROR kept
     assert run(no_missing_clusters.RULE, res, snap) == []
@@ -254,7 +254,10 @@ def test_orphan_cluster() -> None:
 def test_gateway_port_without_listener() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
     snap = dataclasses.replace(
-        snap, listeners=tuple(li for li in snap.listeners if li.name != "edge-8080")
+        snap,
+        listeners=tuple(
+            li for li in snap.listeners if li.name != "edge-edge-infra-all-namespaces-8080"
+        ),
     )
     f = only(run(listener_per_gateway_port.RULE, res, snap), "EV104")
     gw = res.gateways[("edge-infra", "all-namespaces")]
@@ -269,16 +272,19 @@ def test_gateway_port_without_listener() -> None:
 
 def test_virtual_host_missing_a_served_hostname() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
-    rc = next(r for r in snap.routes if r.name == "edge-80")
+    rc = next(r for r in snap.routes if r.name == "edge-edge-infra-same-namespace-80")
     rc.virtual_hosts = [vh for vh in rc.virtual_hosts if vh.name != "path-prefix.example.com"]
     f = only(run(virtual_host_domains.RULE, res, snap), "EV105")
     assert f.expected is not None and f.expected["missing"] == ["path-prefix.example.com"]
-    assert (f.resource, f.xds_path) == ("Gateway edge-infra/same-namespace", "listeners[edge-80]")
+    assert (f.resource, f.xds_path) == (
+        "Gateway edge-infra/same-namespace",
+        "listeners[edge-edge-infra-same-namespace-80]",
+    )
 
 
 def test_virtual_host_forwarding_for_hosts_no_route_serves() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
-    vhost(snap, "edge-80", "path-prefix.example.com").domains = ["*"]
+    vhost(snap, "edge-edge-infra-same-namespace-80", "path-prefix.example.com").domains = ["*"]
     f = only(run(virtual_host_domains.RULE, res, snap), "EV105")
     assert f.actual is not None and f.actual["extra"] == ["*"]
 
@@ -355,7 +361,7 @@ def test_backend_protocol_h2c_and_plain(cluster: str, http2: bool, service: str)
 
 def test_backend_protocol_websocket_needs_upgrades() -> None:
     res, snap = scenario("httproute-backend-protocol-websocket")
-    vh = vhost(snap, "edge-80", "ws.example.com")
+    vh = vhost(snap, "edge-edge-infra-same-namespace-80", "ws.example.com")
     act = vh.routes[0].route
     assert act is not None
     act.upgrade_configs = []  # the HCM disables websocket; nothing re-enables it
@@ -368,7 +374,7 @@ def test_backend_protocol_websocket_needs_upgrades() -> None:
 
 def test_named_route_rule_mismatch() -> None:
     res, snap = scenario("httproute-named-route-rule")
-    r, path = route(snap, "edge-80", "named-rules.example.com", "rule/0/")
+    r, path = route(snap, "edge-edge-infra-same-namespace-80", "named-rules.example.com", "rule/0/")
     assert r.metadata is not None
     fields = r.metadata.filter_metadata["aether.io/route"].to_dict()
     r.metadata.filter_metadata["aether.io/route"] = Struct.from_dict({**fields, "rule_name": "x"})
@@ -528,13 +534,13 @@ def test_mesh_registry_decides_the_path() -> None:
 
 def test_unreachable_after_catch_all() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
-    vh = vhost(snap, "edge-80", "path-prefix.example.com")
+    vh = vhost(snap, "edge-edge-infra-same-namespace-80", "path-prefix.example.com")
     catch_all = copy.deepcopy(vh.routes[-1])  # prefix "/" without conditions
     catch_all.name = "catch-all"
     vh.routes = [catch_all, *vh.routes]
     findings = run(unreachable_routes.RULE, res, snap)
     assert {f.code for f in findings} == {"EV402"}
-    base = "routes[edge-80].virtual_hosts[path-prefix.example.com].routes"
+    base = "routes[edge-edge-infra-same-namespace-80].virtual_hosts[path-prefix.example.com].routes"
     # /foo and /bar are shadowed; the old catch-all is equivalent to the new one (a tie).
     assert [f.xds_path for f in findings] == [f"{base}[1]", f"{base}[2]"]
 
@@ -543,18 +549,18 @@ def test_a_dead_route_the_spec_disagrees_with_is_reported_without_metadata() -> 
     """Without metadata the spec model decides: /foo's witnesses reach the catch-all,
     which the spec does not agree with, so /foo is dead by mistake, not by design."""
     res, snap = scenario("httproute-path-prefix-matching")
-    vh = vhost(snap, "edge-80", "path-prefix.example.com")
+    vh = vhost(snap, "edge-edge-infra-same-namespace-80", "path-prefix.example.com")
     for r in vh.routes:
         r.metadata = None
     vh.routes = [vh.routes[-1], *vh.routes[:-1]]  # the catch-all first
     findings = run(unreachable_routes.RULE, res, snap)
-    base = "routes[edge-80].virtual_hosts[path-prefix.example.com].routes"
+    base = "routes[edge-edge-infra-same-namespace-80].virtual_hosts[path-prefix.example.com].routes"
     assert [f.xds_path for f in findings] == [f"{base}[1]", f"{base}[2]"]
 
 
 def test_header_conditions_keep_a_route_reachable() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
-    vh = vhost(snap, "edge-80", "path-prefix.example.com")
+    vh = vhost(snap, "edge-edge-infra-same-namespace-80", "path-prefix.example.com")
     early = copy.deepcopy(vh.routes[-1])
     assert early.match is not None
     early.match.headers = [HeaderMatcher(name="x-a", string_match=StringMatcher(exact="1"))]
@@ -568,15 +574,14 @@ def test_header_conditions_keep_a_route_reachable() -> None:
 def test_oversized_regex() -> None:
     res, snap = scenario("httproute-mesh-backend")
     f = only(run(regex_program_size.RULE, res, _oversized_regex(snap)), "EV601")
-    assert (
-        f.xds_path == "routes[edge-80].virtual_hosts[mesh.example.com].routes[0].match.safe_regex"
-    )
+    rc = "routes[edge-edge-infra-same-namespace-80]"
+    assert f.xds_path == f"{rc}.virtual_hosts[mesh.example.com].routes[0].match.safe_regex"
     assert f.actual == {"program_size": 204}
 
 
 def test_regex_size_is_envoys_latin1_size() -> None:
     res, snap = scenario("httproute-mesh-backend")
-    r, _ = route(snap, "edge-80", "mesh.example.com", "mesh-from-edge")
+    r, _ = route(snap, "edge-edge-infra-same-namespace-80", "mesh.example.com", "mesh-from-edge")
     r.match = RouteMatch(safe_regex=RegexMatcher(regex=".{20}"))  # 44 in Envoy, 164 in UTF-8
     assert run(regex_program_size.RULE, res, snap) == []
 
@@ -590,7 +595,9 @@ def _add_host(r: Route) -> None:
 
 def test_host_rewrite_with_host_header() -> None:
     res, snap = scenario("httproute-host-rewrite")
-    r, path = route(snap, "edge-80", "host-rewrite.example.com", "rule/0/")
+    r, path = route(
+        snap, "edge-edge-infra-same-namespace-80", "host-rewrite.example.com", "rule/0/"
+    )
     _add_host(r)
     f = only(run(host_rewrite_with_host_header.RULE, res, snap), "EV602")
     assert (f.xds_path, f.resource) == (
@@ -602,7 +609,9 @@ def test_host_rewrite_with_host_header() -> None:
 
 def test_host_header_without_rewrite_is_an_invalid_value() -> None:
     res, snap = scenario("httproute-host-rewrite")
-    r, path = route(snap, "edge-80", "host-rewrite.example.com", "rule/2/")
+    r, path = route(
+        snap, "edge-edge-infra-same-namespace-80", "host-rewrite.example.com", "rule/2/"
+    )
     _add_host(r)
     assert run(host_rewrite_with_host_header.RULE, res, snap) == []
     f = only(run(envoy_invalid_values.RULE, res, snap), "EV604")
@@ -615,20 +624,24 @@ def test_host_header_without_rewrite_is_an_invalid_value() -> None:
 def test_duplicate_cluster_and_domain() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
     snap = dataclasses.replace(snap, clusters=(*snap.clusters, copy.deepcopy(snap.clusters[0])))
-    rc = next(r for r in snap.routes if r.name == "edge-80")
+    rc = next(r for r in snap.routes if r.name == "edge-edge-infra-same-namespace-80")
     twin = copy.deepcopy(rc.virtual_hosts[0])
     twin.name, twin.domains = "twin", [d.upper() for d in twin.domains]
     rc.virtual_hosts.append(twin)
     findings = run(unique_names.RULE, res, snap)
     assert [(f.code, f.resource, f.xds_path) for f in findings] == [
         ("EV603", f"Cluster {snap.clusters[0].name}", f"clusters[{snap.clusters[0].name}]"),
-        ("EV603", "RouteConfiguration edge-80", "routes[edge-80].virtual_hosts[twin].domains[0]"),
+        (
+            "EV603",
+            "RouteConfiguration edge-edge-infra-same-namespace-80",
+            "routes[edge-edge-infra-same-namespace-80].virtual_hosts[twin].domains[0]",
+        ),
     ]
 
 
 def test_duplicate_virtual_host_names_are_accepted_by_envoy() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
-    rc = next(r for r in snap.routes if r.name == "edge-80")
+    rc = next(r for r in snap.routes if r.name == "edge-edge-infra-same-namespace-80")
     twin = copy.deepcopy(rc.virtual_hosts[0])
     twin.domains = ["other.example.com"]
     rc.virtual_hosts.append(twin)
@@ -690,7 +703,7 @@ INVALID_VALUES = {
 
 def _invalid(change: Callable[[Route], None]) -> tuple[Resources, Snapshot, str]:
     res, snap = scenario("httproute-path-prefix-matching")
-    r, path = route(snap, "edge-80", "path-prefix.example.com", "rule/1/")
+    r, path = route(snap, "edge-edge-infra-same-namespace-80", "path-prefix.example.com", "rule/1/")
     change(r)
     return res, snap, path
 
@@ -729,12 +742,16 @@ def _rejected_snapshots() -> dict[str, Callable[[], Snapshot]]:
 
     def host_header() -> Snapshot:
         _res, snap = scenario("httproute-host-rewrite")
-        _add_host(route(snap, "edge-80", "host-rewrite.example.com", "rule/0/")[0])
+        _add_host(
+            route(snap, "edge-edge-infra-same-namespace-80", "host-rewrite.example.com", "rule/0/")[
+                0
+            ]
+        )
         return snap
 
     def duplicate_domain() -> Snapshot:
         _res, snap = scenario("httproute-path-prefix-matching")
-        rc = next(r for r in snap.routes if r.name == "edge-80")
+        rc = next(r for r in snap.routes if r.name == "edge-edge-infra-same-namespace-80")
         twin = copy.deepcopy(rc.virtual_hosts[0])
         twin.name = "twin"
         rc.virtual_hosts.append(twin)
@@ -781,11 +798,15 @@ def _with_http_filter(snap: Snapshot, listener: str, http_filter: HttpFilter) ->
 def test_unmodelled_http_filters_are_named_once_per_kind() -> None:
     res, snap = scenario("gateway-port-8080")
     authz = HttpFilter(name="envoy.filters.http.ext_authz", typed_config=pack_any(ExtAuthz()))
-    for name in ("edge-80", "edge-8080"):
+    for name in ("edge-edge-infra-same-namespace-80", "edge-edge-infra-all-namespaces-8080"):
         snap = _with_http_filter(snap, name, authz)
-    snap = _with_http_filter(snap, "edge-80", HttpFilter(name="off", disabled=True))
+    snap = _with_http_filter(
+        snap, "edge-edge-infra-same-namespace-80", HttpFilter(name="off", disabled=True)
+    )
     f = only(run(unmodelled_xds.RULE, res, snap), "EV109")  # the disabled one is not named
-    assert f.xds_path == "listeners[edge-80].filter_chains[0].filters[0].http_filters[1]"
+    # Named once, at the first listener (by name) where it stands.
+    first = "listeners[edge-edge-infra-all-namespaces-8080]"
+    assert f.xds_path == f"{first}.filter_chains[0].filters[0].http_filters[0]"
     assert f.message == (
         "HTTP filter envoy.filters.http.ext_authz "
         "(envoy.extensions.filters.http.ext_authz.v3.ExtAuthz) is not modelled (2x): "
@@ -805,6 +826,6 @@ def test_route_conditions_taken_to_hold_are_named() -> None:
 
 
 def _route_and_path(snap: Snapshot) -> tuple[Route, str]:
-    rc = snap.routes[0]
+    rc = next(rc for rc in snap.routes if rc.virtual_hosts)
     vh = rc.virtual_hosts[0]
     return vh.routes[0], f"routes[{rc.name}].virtual_hosts[{vh.name}].routes[0]"

@@ -19,6 +19,7 @@ from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, Vi
 from verifier.features import DEFAULT_PROFILE
 from verifier.findings import Finding, new
 from verifier.forked import map_forked
+from verifier.gatewayapi import addresses as addr
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
@@ -33,6 +34,7 @@ from verifier.semantics.request import (
     Request,
     RouteRef,
     apply_response_ops,
+    sent_to,
 )
 from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
@@ -214,6 +216,29 @@ class Context:
     # None: no caching (a single check, where each witness is asked once).
     spec_cache: dict[tuple[tuple[str, str], Request], Evaluation] | None = None
     case_locations: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # Where each Gateway is reached (verifier.gatewayapi.addresses); the user's
+    # --gateway-address entries win over the addresses the edge would assign.
+    addressing: addr.Addressing = field(default_factory=addr.Addressing)
+
+    def __post_init__(self) -> None:
+        # A case is sent as a client sends it: to its Gateway's address, and with
+        # that address as Host when the case names none.
+        self.cases = [
+            dataclasses.replace(
+                c, request=self.sent((c.gateway.namespace, c.gateway.name), c.request)
+            )
+            for c in self.cases
+        ]
+
+    @cached_property
+    def addresses(self) -> dict[tuple[str, str], str]:
+        """Gateway (namespace, name) -> the address its requests are sent to."""
+        return addr.gateway_addresses(self.res, self.controller_name, self.addressing)
+
+    def sent(self, gateway: tuple[str, str], request: Request) -> Request:
+        """``request`` as it reaches ``gateway``: to its address, which is also the Host
+        when the request names none."""
+        return sent_to(request, self.addresses.get(gateway, request.address))
 
     @cached_property
     def envoy(self) -> EnvoyModel:
@@ -237,15 +262,26 @@ class Context:
     def spec(self, gateway: tuple[str, str], request: Request, *, trace: bool = True) -> Evaluation:
         """The spec's answer; with ``trace=False`` (outcomes only) it may come
         from ``spec_cache``."""
+        shared = self.addressing.shared
         if trace or self.spec_cache is None:
             return spec_evaluate(
-                self.res, gateway, request, controller_name=self.controller_name, trace=trace
+                self.res,
+                gateway,
+                request,
+                controller_name=self.controller_name,
+                trace=trace,
+                shared_address=shared,
             )
         key = (gateway, request)
         found = self.spec_cache.get(key)
         if found is None:
             found = spec_evaluate(
-                self.res, gateway, request, controller_name=self.controller_name, trace=False
+                self.res,
+                gateway,
+                request,
+                controller_name=self.controller_name,
+                trace=False,
+                shared_address=shared,
             )
             self.spec_cache[key] = found
         return found
@@ -256,32 +292,34 @@ class Context:
             wt.Witness((c.gateway.namespace, c.gateway.name), c.request, wt.CASE, note=c.name)
             for c in self.cases
         ]
-        generated = wt.witnesses(self.res, self.controller_name)
-        return generated + self._xds_client_cas(generated) + self.extra_witnesses + from_cases
+        generated = [self._sent(w) for w in wt.witnesses(self.res, self.controller_name)]
+        extra = [self._sent(w) for w in self.extra_witnesses]
+        return generated + self._xds_client_cas(generated) + extra + from_cases
+
+    def _sent(self, w: wt.Witness) -> wt.Witness:
+        request = self.sent(w.gateway, w.request)
+        return w if request is w.request else dataclasses.replace(w, request=request)
 
     def _xds_client_cas(self, generated: list[wt.Witness]) -> list[wt.Witness]:
-        """A certificate of each CA the xDS trusts on a port that the resources do not
-        name there: witnesses come from the resources, so without these an xDS that
-        trusts one CA too many would go unseen."""
+        """A certificate of each CA the xDS trusts on a Gateway port that the resources
+        do not name there: witnesses come from the resources, so without these an xDS
+        that trusts one CA too many would go unseen."""
         if self.models_problem is not None:
             return []
         named = {
-            (w.request.port, w.request.client_cert.issuer)
+            (w.request.address, w.request.port, w.request.client_cert.issuer)
             for w in generated
             if w.feature == wt.FRONTEND and w.request.client_cert is not None
         }
         probes = {
-            w.request.port: w
+            (w.request.address, w.request.port): w
             for w in generated
             if w.feature == wt.FRONTEND and not w.request.client_cert
         }
         out = []
-        for port, cas in sorted(self.envoy.trusted_client_cas().items()):
-            base = probes.get(port)
-            if base is None:
-                continue
-            for fp in sorted(cas):
-                if (port, fp) not in named:
+        for (address, port), base in sorted(probes.items()):
+            for fp in sorted(self.envoy.trusted_client_cas(address, port)):
+                if (address, port, fp) not in named:
                     request = dataclasses.replace(base.request, client_cert=ClientCert(fp))
                     note = (
                         f"port {port}: client certificate of CA {fp[:12]}, trusted only by the xDS"

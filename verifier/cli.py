@@ -19,6 +19,13 @@ from typing import NoReturn
 from rich.console import Console
 
 from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.addresses import (
+    AddressError,
+    Addressing,
+    gateway_addresses,
+    parse_cidr,
+    parse_fixed,
+)
 from verifier.gatewayapi.attach import DEFAULT_CONTROLLER, build_graph
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
@@ -62,6 +69,24 @@ def _write(text: str, output: str | None) -> None:
         ) from exc
 
 
+def _addressing(args: argparse.Namespace) -> Addressing:
+    """The --addressing, --gateway-cidr and --gateway-address options, checked."""
+    errors = []
+    fixed = []
+    for text in args.gateway_address or ():
+        try:
+            fixed.append(parse_fixed(text))
+        except AddressError as exc:
+            errors.append(InputError("--gateway-address", 0, "", "bad-address", str(exc)))
+    try:
+        parse_cidr(args.gateway_cidr)
+    except AddressError as exc:
+        errors.append(InputError("--gateway-cidr", 0, "", "bad-cidr", str(exc)))
+    if errors:
+        raise InputErrors(errors)
+    return Addressing(args.addressing, args.gateway_cidr, tuple(fixed))
+
+
 def cmd_translate(args: argparse.Namespace) -> int:
     """Write the config_dump the aether edge would serve for the given resources."""
     # Imported here so `status` and `--version` do not pay for loading the xDS
@@ -70,6 +95,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from verifier.xds.snapshot import dumps
 
     errors: list[InputError] = []
+    addressing = _addressing(args)
     registry: frozenset[tuple[str, str]] = frozenset()
     if args.mesh_registry is not None:
         try:
@@ -83,11 +109,12 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if errors:  # one run reports the registry's and the resources' problems together
         raise InputErrors(errors)
     _warn(res)
-    graph = build_graph(res, args.controller_name)
+    graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     opts = TranslateOptions(
         controller_name=args.controller_name,
         trust_domain=args.trust_domain,
         mesh_registry=registry,
+        addressing=addressing,
     )
     _write(dumps(translate(res, graph, opts)), args.output)
     return EXIT_OK
@@ -97,9 +124,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print the Gateway and HTTPRoute status a controller would write."""
     res = load_resources(args.paths)
     _warn(res)
-    graph = build_graph(res, args.controller_name)
+    addressing = _addressing(args)
+    graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     if args.output == "yaml":
-        sys.stdout.write(report.format_yaml(report.status_documents(res, graph)))
+        where = gateway_addresses(res, args.controller_name, addressing)
+        sys.stdout.write(report.format_yaml(report.status_documents(res, graph, where)))
         return EXIT_OK
     lines = report.status_lines(res, graph)
     if not lines:
@@ -130,6 +159,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         trust_domain=args.trust_domain,
         mesh_registry=args.mesh_registry,
         cases=tuple(args.cases or ()),
+        addressing=_addressing(args),
     )
     console = Console(stderr=True)
     show_progress = sys.stderr.isatty()
@@ -187,7 +217,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if not args.request and not args.cases:
         raise InputErrors([InputError("explain", 0, "", "required", "give --request or --cases")])
     opts = pipeline.CheckOptions(
-        xds=args.xds, controller_name=args.controller_name, trust_domain=args.trust_domain
+        xds=args.xds,
+        controller_name=args.controller_name,
+        trust_domain=args.trust_domain,
+        addressing=_addressing(args),
     )
     res = load_resources(args.paths)
     _warn(res)
@@ -197,7 +230,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(f"warning: {note}", file=sys.stderr)
     else:
         snapshot = pipeline.reference_snapshot(res, opts, args.mesh_registry)
-    ctx = Context(res, snapshot, controller_name=args.controller_name)
+    problems = pipeline.addressing_problems(res, opts, snapshot)
+    if problems:
+        raise InputErrors(problems)
+    ctx = Context(res, snapshot, controller_name=args.controller_name, addressing=opts.addressing)
     if ctx.models_problem is not None:
         where = args.xds or "the reference translation"
         message = f"the Envoy model cannot read this xDS: {ctx.models_problem}"
@@ -242,6 +278,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
         profile=args.profile,
         controller_name=args.controller_name,
         mesh_registry=args.mesh_registry,
+        addressing=_addressing(args),
     )
     console = Console(stderr=True)
 
@@ -287,6 +324,25 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_CONTROLLER,
         metavar="NAME",
         help=f"GatewayClass controllerName to act for (default: {DEFAULT_CONTROLLER})",
+    )
+    p.add_argument(
+        "--addressing",
+        default="per-gateway",
+        choices=("per-gateway", "shared"),
+        help="each Gateway on its own address (default, as the aether edge deploys), or "
+        "every Gateway on one address with one listener per port",
+    )
+    p.add_argument(
+        "--gateway-cidr",
+        default="192.0.2.0/24",
+        metavar="CIDR",
+        help="where Gateways without spec.addresses get theirs (default: 192.0.2.0/24)",
+    )
+    p.add_argument(
+        "--gateway-address",
+        action="append",
+        metavar="NS/NAME=IP",
+        help="the address a Gateway is reached at (repeatable); for xDS from elsewhere",
     )
 
 

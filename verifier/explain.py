@@ -161,6 +161,7 @@ class Explanation:
 
 
 def explain_request(ctx: Context, gateway: tuple[str, str], request: Request) -> Explanation:
+    request = ctx.sent(gateway, request)
     spec = ctx.spec(gateway, request)
     envoy = ctx.envoy.evaluate(request)
     return Explanation(request.line(), request, spec, envoy, None, None)

@@ -25,6 +25,7 @@ from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
+from verifier.gatewayapi.addresses import Addressing
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import loaded_objects_frozen
@@ -43,6 +44,7 @@ class CheckOptions:
     trust_domain: str = "cluster.local"
     mesh_registry: str | None = None
     cases: tuple[str, ...] = ()
+    addressing: Addressing = field(default_factory=Addressing)
 
 
 @dataclass(frozen=True)
@@ -173,9 +175,11 @@ def reference_snapshot(res: Resources, opts: CheckOptions, registry_file: str | 
     from verifier.translate import TranslateOptions, translate
 
     registry = load_mesh_registry(registry_file) if registry_file else frozenset()
-    graph = build_graph(res, opts.controller_name)
+    graph = build_graph(res, opts.controller_name, shared_address=opts.addressing.shared)
     return translate(
-        res, graph, TranslateOptions(opts.controller_name, opts.trust_domain, registry)
+        res,
+        graph,
+        TranslateOptions(opts.controller_name, opts.trust_domain, registry, opts.addressing),
     )
 
 
@@ -355,6 +359,9 @@ def prepare(
         registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
     except InputErrors as exc:
         return None, ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
+    problems = addressing_problems(res, opts, snapshot)
+    if problems:
+        return None, ScenarioResult(scn, input_errors=problems, warnings=warnings)
     ctx = Context(
         res,
         snapshot,
@@ -364,8 +371,75 @@ def prepare(
         case_locations=locations,
         mesh_registry=registry,
         spec_cache=spec_cache,
+        addressing=opts.addressing,
     )
     return ctx, ScenarioResult(scn, warnings=warnings)
+
+
+def _bound(snapshot: Snapshot) -> set[tuple[str, int]]:
+    """Every (address, port) the snapshot's listeners bind."""
+    found = set()
+    for li in snapshot.listeners:
+        for a in [li.address] + [x.address for x in li.additional_addresses]:
+            sa = a.socket_address if a is not None else None
+            if sa is not None:
+                found.add((sa.address or "0.0.0.0", sa.port_value or 0))
+    return found
+
+
+WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})
+
+
+def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) -> list[InputError]:
+    """Why the snapshot's listeners cannot be attributed to the Gateways, if they cannot.
+
+    Requests go to each Gateway's address (verifier.gatewayapi.addresses). A
+    ``--gateway-address`` that names no Gateway of ours was ignored, and xDS that binds
+    addresses none of the Gateways has (another implementation's, with no wildcard
+    listener on that port) would have every request refused for reasons that are
+    not the configuration's: both are bad input, said once, rather than a guess."""
+    ours = {
+        n for n, gc in res.gateway_classes.items() if gc.controller_name == opts.controller_name
+    }
+    mine = {k: gw for k, gw in res.gateways.items() if gw.class_name in ours}
+    errors = [
+        InputError(
+            "--gateway-address", 0, f"{ns}/{name}", "not-found", "no Gateway of ours by that name"
+        )
+        for (ns, name), _ip in opts.addressing.fixed
+        if (ns, name) not in mine
+    ]
+    if errors:
+        return errors
+    where = opts.addressing.assign((k, gw.addresses) for k, gw in mine.items())
+    bound = _bound(snapshot)
+    served = {ip for ip in where.values()}
+    stray = sorted((a, p) for a, p in bound if a not in WILDCARD_ADDRESSES and a not in served)
+    if not stray:
+        return []
+    unreached = sorted(
+        f"{ns}/{name} at {where[(ns, name)]}"
+        for (ns, name), gw in mine.items()
+        if not any(
+            (where[(ns, name)], lst.port) in bound
+            or any((w, lst.port) in bound for w in WILDCARD_ADDRESSES)
+            for lst in gw.listeners
+        )
+    )
+    if not unreached:
+        return []
+    listed = ", ".join(f"{a}:{p}" for a, p in stray)
+    return [
+        InputError(
+            "--gateway-address",
+            0,
+            "",
+            "unattributed",
+            f"the xDS binds {listed}, which is no Gateway's address, and Gateway "
+            f"{'; '.join(unreached)} has no listener: say which Gateway each address "
+            "serves with --gateway-address NAMESPACE/NAME=IP",
+        )
+    ]
 
 
 def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> ScenarioResult:

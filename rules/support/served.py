@@ -106,11 +106,30 @@ def _certs_ok(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> bool:
     return True
 
 
-def listener_state(res: Resources, gw: m.Gateway, lst: m.GatewayListener) -> str:
-    """``ready`` (must be programmed), ``maybe``, or ``ignored`` (not HTTP at all)."""
+def shared_with(res: Resources, controller: str, gw: m.Gateway) -> list[m.GatewayListener]:
+    """Shared addressing: the HTTP(S) listeners of the controller's other Gateways,
+    which share this Gateway's address and so its ports."""
+    return [
+        lst
+        for other in our_gateways(res, controller)
+        if other.meta.key != gw.meta.key
+        for lst in other.listeners
+        if listener_state(res, other, lst) == "ready"
+    ]
+
+
+def listener_state(
+    res: Resources,
+    gw: m.Gateway,
+    lst: m.GatewayListener,
+    others: list[m.GatewayListener] | None = None,
+) -> str:
+    """``ready`` (must be programmed), ``maybe``, or ``ignored`` (not HTTP at all);
+    ``others``: listeners of other Gateways on the same address (shared addressing),
+    which conflict with this one as its own Gateway's would."""
     if lst.protocol not in HTTP_PROTOCOLS:
         return "ignored"
-    peers = [p for p in gw.listeners if p.port == lst.port]
+    peers = [p for p in [*gw.listeners, *(others or ())] if p.port == lst.port]
     # Listener conflicts: same port with another protocol, or same protocol and hostname.
     if any(p.protocol != lst.protocol for p in peers) or any(
         p is not lst and p.protocol == lst.protocol and p.hostname == lst.hostname for p in peers
@@ -200,11 +219,12 @@ class Served:
     listeners: list[tuple[m.Gateway, m.GatewayListener]] = field(default_factory=list)
 
 
-def served_hostnames(res: Resources, controller: str) -> dict[int, Served]:
+def served_hostnames(res: Resources, controller: str, shared: bool = False) -> dict[int, Served]:
     out: dict[int, Served] = {}
     for gw in our_gateways(res, controller):
+        others = shared_with(res, controller, gw) if shared else None
         for lst in gw.listeners:
-            state = listener_state(res, gw, lst)
+            state = listener_state(res, gw, lst, others)
             if state == "ignored":
                 continue
             served = out.setdefault(lst.port, Served())

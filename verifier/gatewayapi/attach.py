@@ -555,8 +555,50 @@ def _attach_parent(
     return Condition("Accepted", "True", "Accepted")
 
 
-def build_graph(res: Resources, controller_name: str = DEFAULT_CONTROLLER) -> Graph:
-    """Decide attachment and status for every Gateway of ``controller_name``."""
+def _listener_status(graph: Graph, gw: m.Gateway, lst: m.GatewayListener) -> ListenerStatus:
+    owner = (
+        graph.listener_set_status[lst.listener_set].listeners
+        if lst.listener_set is not None
+        else graph.gateway_status[gw.meta.key].listeners
+    )
+    return next(ls for ls in owner if ls.name == lst.name)
+
+
+def _shared_address_conflicts(graph: Graph) -> None:
+    """Shared addressing: every Gateway is on one address, so listeners of different
+    Gateways on one port conflict as one Gateway's would (ProtocolConflict, or the
+    same hostname: HostnameConflict), and "The implementation MUST NOT pick one
+    conflicting Listener as the winner": every side is Conflicted, not Programmed.
+    Routes attached to them are then refused like any route on such a listener."""
+    ready = [
+        (gw, lst)
+        for gw in graph.gateways
+        for lst in gw.listeners
+        if (gw.meta.namespace, gw.meta.name, lst.uid) in graph.ready_listeners
+    ]
+    conflicted: list[tuple[m.Gateway, m.GatewayListener, str]] = []
+    for gw, lst in ready:
+        others = [o for g, o in ready if g is not gw and o.port == lst.port]
+        if any(o.protocol != lst.protocol for o in others):
+            conflicted.append((gw, lst, "ProtocolConflict"))
+        elif any((o.hostname or "") == (lst.hostname or "") for o in others):
+            conflicted.append((gw, lst, "HostnameConflict"))
+    for gw, lst, reason in conflicted:
+        graph.ready_listeners.discard((gw.meta.namespace, gw.meta.name, lst.uid))
+        message = f"another Gateway on the shared address listens on port {lst.port} alike"
+        ls = _listener_status(graph, gw, lst)
+        for i, cond in enumerate(ls.conditions):
+            if cond.type == "Conflicted":
+                ls.conditions[i] = Condition("Conflicted", "True", reason, message)
+            elif cond.type == "Programmed":
+                ls.conditions[i] = Condition("Programmed", "False", "Invalid", message)
+
+
+def build_graph(
+    res: Resources, controller_name: str = DEFAULT_CONTROLLER, *, shared_address: bool = False
+) -> Graph:
+    """Decide attachment and status for every Gateway of ``controller_name``;
+    ``shared_address``: all of them on one address (see ``_shared_address_conflicts``)."""
     graph = Graph(controller_name)
     ours = {
         name for name, gc in res.gateway_classes.items() if gc.controller_name == controller_name
@@ -567,6 +609,8 @@ def build_graph(res: Resources, controller_name: str = DEFAULT_CONTROLLER) -> Gr
             merged = _with_listener_sets(res, gw, graph)
             graph.gateways.append(merged)
             graph.gateway_status[key] = _gateway_status(res, merged, graph)
+    if shared_address:
+        _shared_address_conflicts(graph)
     for lss in graph.listener_set_status.values():
         _listener_set_conditions(lss, graph.gateway_status[lss.parent])
     by_key = {gw.meta.key: gw for gw in graph.gateways}

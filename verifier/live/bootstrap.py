@@ -89,7 +89,8 @@ class BackendPlan:
 @dataclass
 class LocalBootstrap:
     config: dict[str, Any]
-    listener_ports: dict[str, int]  # Envoy listener name -> Gateway port
+    # Envoy listener name -> the (address, port) the xDS binds it to
+    listener_ports: dict[str, tuple[str, int]]
     endpoint_mappings: list[EndpointMapping]
     notes: list[str]
 
@@ -272,7 +273,8 @@ def local_bootstrap(
     static = boot["static_resources"]
     for li in static.get("listeners", []):
         sock = li["address"]["socket_address"]
-        out.listener_ports[li["name"]] = int(sock.get("port_value", 0))
+        bound = str(sock.get("address") or "0.0.0.0")
+        out.listener_ports[li["name"]] = (bound, int(sock.get("port_value", 0)))
         li["address"] = {"socket_address": {"address": LISTEN_IP, "port_value": 0}}
     owners = {(c, a, p): k for k, pl in plans.items() for c, a, p in pl.ip_endpoints}
     for cluster in static.get("clusters", []):

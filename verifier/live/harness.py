@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from verifier.gatewayapi.addresses import Addressing, gateway_addresses
+from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
 from verifier.gatewayapi.resources import Resources
 from verifier.live.bootstrap import (
     BackendPlan,
@@ -46,7 +48,9 @@ from verifier.semantics.request import (
     Outcome,
     RedirectTarget,
     Request,
+    host_header,
     normalize_headers,
+    sent_to,
 )
 from verifier.semantics.witness import UNTRUSTED_ISSUER
 from verifier.xds.snapshot import Snapshot
@@ -94,11 +98,14 @@ def _random_loopback() -> str:
 class EmbeddedHarness:
     """DNS + echo backends + one Envoy running ``snapshot``; an async context manager.
 
-    ``send`` replays a ``Request`` against the Gateway port it names;
+    ``send`` replays a ``Request`` on the listener its destination reaches, as
+    Envoy would pick it (the exact address, else the wildcard one on the port);
     ``to_outcome`` turns the answer into the shared ``Outcome``. The explicit
-    maps of the machine-local rewrites: ``gateway_ports`` (Gateway port ->
-    bound address), ``endpoint_mappings`` (pod IP -> loopback IP),
-    ``service_ips`` (Service -> the IP its DNS name resolves to).
+    maps of the machine-local rewrites: ``gateway_ports`` ((address, port) the
+    xDS binds -> the loopback address Envoy really listens on; nothing is ever
+    sent to a Gateway's own address), ``endpoint_mappings`` (pod IP -> loopback
+    IP), ``service_ips`` (Service -> the IP its DNS name resolves to);
+    ``gateway_addresses`` says where each Gateway is reached.
     """
 
     def __init__(
@@ -109,8 +116,12 @@ class EmbeddedHarness:
         trust_domain: str = "cluster.local",
         log_level: str = "warning",
         keep_workdir: bool = False,
+        addressing: Addressing | None = None,
     ) -> None:
         self.res = resources
+        self.gateway_addresses = gateway_addresses(
+            resources, DEFAULT_CONTROLLER, addressing or Addressing()
+        )
         self.snapshot = snapshot
         self.trust_domain = trust_domain
         self.log_level = log_level
@@ -120,7 +131,7 @@ class EmbeddedHarness:
         self.backends: dict[ServiceKey, EchoBackend] = {}
         self.pods: dict[tuple[str, str], ServiceKey] = {}  # (namespace, pod) -> Service
         self.service_ips: dict[ServiceKey, str] = {}
-        self.gateway_ports: dict[int, tuple[str, int]] = {}
+        self.gateway_ports: dict[tuple[str, int], tuple[str, int]] = {}
         self.endpoint_mappings: list[EndpointMapping] = []
         self.notes: list[str] = []
         self.envoy: EnvoyProcess | None = None
@@ -167,8 +178,8 @@ class EmbeddedHarness:
         self.notes += boot.notes
         self.envoy = EnvoyProcess(boot.config, self.workdir, log_level=self.log_level)
         await self.envoy.start()
-        for name, gateway_port in boot.listener_ports.items():
-            self.gateway_ports[gateway_port] = self.envoy.listeners[name]
+        for name, bound in boot.listener_ports.items():
+            self.gateway_ports[bound] = self.envoy.listeners[name]
         return self
 
     async def _start_backend(self, plan: BackendPlan, pki: Pki | None) -> EchoBackend | None:
@@ -215,13 +226,35 @@ class EmbeddedHarness:
 
     # --- traffic ------------------------------------------------------------------------------
 
+    def for_gateway(self, gateway: tuple[str, str], request: Request) -> Request:
+        """``request`` sent to ``gateway``'s address (also its Host when it names none)."""
+        return sent_to(request, self.gateway_addresses.get(gateway, request.address))
+
     def effective_request(self, request: Request) -> Request:
-        """The request as sent: an empty Host becomes the Gateway's address (``GATEWAY_ADDRESS``).
+        """The request as sent: an empty Host becomes the destination address, or
+        ``GATEWAY_ADDRESS`` when the request has none.
 
         Model cross-checks should evaluate this request, not the case's, so
         that both sides saw the same Host.
         """
-        return request if request.host else replace(request, host=GATEWAY_ADDRESS)
+        if request.host:
+            return request
+        return replace(
+            request,
+            host=host_header(request.address, request.port, request.scheme) or GATEWAY_ADDRESS,
+        )
+
+    def target(self, address: str, port: int) -> tuple[str, int] | None:
+        """Where Envoy really listens for a connection to ``address``:``port``: the
+        listener bound to that address, else the wildcard one; with no address, the
+        port's only (or wildcard) listener."""
+        on_port = {a: t for (a, p), t in self.gateway_ports.items() if p == port}
+        wild = "::" if ":" in address else "0.0.0.0"
+        if address:
+            return on_port.get(address) or on_port.get(wild)
+        if len(on_port) == 1:
+            return next(iter(on_port.values()))
+        return on_port.get("0.0.0.0") or on_port.get("::")
 
     async def send(
         self,
@@ -232,11 +265,10 @@ class EmbeddedHarness:
         timeout: float = 10.0,
     ) -> LiveResponse:
         req = await self.with_client_files(self.effective_request(request))
-        target = self.gateway_ports.get(req.port)
-        if target is None:  # no listener on that Gateway port: the connection is refused
-            return LiveResponse(
-                req, 0, protocol=protocol, error=f"no listener for Gateway port {req.port}"
-            )
+        target = self.target(req.address, req.port)
+        if target is None:  # no listener for that destination: the connection is refused
+            where = f"{req.address}:{req.port}" if req.address else f"port {req.port}"
+            return LiveResponse(req, 0, protocol=protocol, error=f"no listener for {where}")
         return await send(
             req, target, protocol=protocol, websocket_messages=websocket_messages, timeout=timeout
         )

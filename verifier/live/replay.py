@@ -175,7 +175,7 @@ async def replay(
     async def one() -> LiveResponse:
         async with limit:
             return await harness.send(
-                case.case.request,
+                harness.for_gateway(case.case.gateway.key, case.case.request),
                 protocol=case.live.protocol,
                 websocket_messages=case.live.websocket_messages or (),
             )

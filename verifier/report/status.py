@@ -10,7 +10,7 @@ work on it line by line.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,8 +104,14 @@ def _object(kind: str, meta: m.Meta, status: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def status_documents(res: Resources, graph: Graph) -> list[dict[str, Any]]:
-    """The status stanza of every Gateway and HTTPRoute this controller owns, sorted."""
+def status_documents(
+    res: Resources, graph: Graph, addresses: Mapping[tuple[str, str], str] | None = None
+) -> list[dict[str, Any]]:
+    """The status stanza of every Gateway and HTTPRoute this controller owns, sorted.
+
+    ``addresses``: where each Gateway is reached (``verifier.gatewayapi.addresses``),
+    written as ``status.addresses``: "Addresses lists the network addresses that have
+    been bound to the Gateway", what the conformance suite waits for."""
     docs: list[dict[str, Any]] = []
     for key in sorted(graph.gateway_status):
         gw = res.gateways[key]
@@ -120,10 +126,11 @@ def status_documents(res: Resources, graph: Graph) -> list[dict[str, Any]]:
             }
             for lst, ls in zip(gw.listeners, gs.listeners, strict=True)
         ]
-        status: dict[str, Any] = {
-            "conditions": [_condition(c, gen) for c in gs.conditions],
-            "listeners": listeners,
-        }
+        status: dict[str, Any] = {}
+        if addresses and key in addresses:
+            status["addresses"] = [{"type": "IPAddress", "value": addresses[key]}]
+        status["conditions"] = [_condition(c, gen) for c in gs.conditions]
+        status["listeners"] = listeners
         if gw.allowed_listeners != "None" or gs.attached_listener_sets:
             status["attachedListenerSets"] = gs.attached_listener_sets
         docs.append(_object("Gateway", gw.meta, status))

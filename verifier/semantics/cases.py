@@ -39,6 +39,10 @@ class GatewayRef:
     name: str
     port: int | None = None
 
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
 
 @dataclass(frozen=True)
 class Expectation:

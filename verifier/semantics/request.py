@@ -9,7 +9,7 @@ Pure data: no I/O, no decisions.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 Headers = tuple[tuple[str, tuple[str, ...]], ...]
@@ -132,16 +132,19 @@ class ClientCert:
 
 @dataclass(frozen=True)
 class Request:
-    """A request as it arrives at a Gateway address on ``port``.
+    """A request as it arrives at a Gateway: a connection to ``address``:``port``.
 
-    ``path`` is the request target (path plus optional ``?query``);
-    ``host`` is the Host/:authority header as sent (it may carry a port).
+    ``address`` is the destination IP (the Gateway's address; empty when unknown,
+    which Envoy cannot be, so the Envoy model then takes the port's only or
+    wildcard listener). ``path`` is the request target (path plus optional
+    ``?query``); ``host`` is the Host/:authority header as sent (it may carry a port).
     """
 
     method: str = "GET"
     scheme: str = "http"
     host: str = ""
     port: int = 80
+    address: str = ""
     path: str = "/"
     headers: Headers = ()
     sni: str | None = None  # TLS server name; None: the Host's hostname
@@ -173,6 +176,7 @@ class Request:
             "scheme": self.scheme,
             "host": self.host,
             "port": self.port,
+            "address": self.address,
             "path": self.path,
             "headers": headers_to_json(self.headers),
             "sni": self.sni,
@@ -188,7 +192,28 @@ class Request:
             else ""
         )
         target = f"{self.scheme}://{self.host}{self.path}"
-        return f"{self.method} {target} (port {self.port}){hdrs}{cert}"
+        to = f"to {self.address}:{self.port}" if self.address else f"port {self.port}"
+        return f"{self.method} {target} ({to}){hdrs}{cert}"
+
+
+def host_header(address: str, port: int, scheme: str) -> str:
+    """The Host a client sends when it is given only an address: the IP (bracketed
+    for IPv6), with the port unless it is the scheme's default."""
+    if not address:
+        return ""
+    host = f"[{address}]" if ":" in address else address
+    default = 443 if scheme.lower() == "https" else 80
+    return host if port == default else f"{host}:{port}"
+
+
+def sent_to(request: Request, address: str) -> Request:
+    """``request`` as a client sends it to a Gateway at ``address``: the connection
+    goes there, and an empty Host becomes that address (cases.yaml: "host: ...
+    default: the Gateway address")."""
+    host = request.host or host_header(address, request.port, request.scheme)
+    if address == request.address and host == request.host:
+        return request
+    return replace(request, address=address, host=host)
 
 
 @dataclass(frozen=True, order=True)

@@ -1,11 +1,14 @@
 """The reference translator: Gateway API resources to the aether edge's xDS.
 
 Pure: reads the attachment ``Graph`` and ``Resources``, touches no disk or
-network (the mesh registry is read by the caller and passed in). One Envoy
-listener and one RouteConfiguration per distinct Gateway port, named
-``edge-<port>``; Gateways that share a port share them, separated by host as
-listener isolation requires. Never imports the models or the rules: it is what they judge,
-and may share their types (resources, Request), never their decisions.
+network (the mesh registry is read by the caller and passed in). Per-Gateway
+addressing (the default): one Envoy listener per Gateway and port, named
+``edge-<namespace>-<gateway>-<port>``, bound to that Gateway's own address
+(``verifier.gatewayapi.addresses``) and carrying ``aether.io/gateway`` metadata; so
+each Gateway is alone on its address. Shared addressing: one listener per port,
+``edge-<port>`` on 0.0.0.0, the Gateways on it separated by host. Never imports
+the models or the rules: it is what they judge, and may share their types
+(resources, Request), never their decisions.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from envoy_data_plane.envoy.config.route.v3 import (
     VirtualHost,
 )
 
+from verifier.gatewayapi import addresses as addr
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.attach import AttachedRoute, Graph, ResolvedBackend
 from verifier.gatewayapi.resources import Resources
 from verifier.translate import clusters as cl
-from verifier.translate.listeners import build_listener
-from verifier.translate.names import https_route_config_name
+from verifier.translate.listeners import ListenerPlace, build_listener
+from verifier.translate.names import https_route_config_name, listener_name
 from verifier.translate.order import (
     host_covers,
     listener_serves,
@@ -46,6 +50,7 @@ class TranslateOptions:
     trust_domain: str = "cluster.local"
     # (namespace, service) pairs registered in the mesh besides labelled namespaces
     mesh_registry: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    addressing: addr.Addressing = field(default_factory=addr.Addressing)
 
 
 @dataclass
@@ -192,26 +197,47 @@ def _route_config(
     )
 
 
+def _groups(
+    graph: Graph, opts: TranslateOptions
+) -> list[tuple[str, str, int, list[GwListener], tuple[str, str] | None]]:
+    """(Envoy listener name, bound address, port, Gateway listeners, owning Gateway):
+    per Gateway and port, or (shared addressing) per port across Gateways."""
+    ready: list[GwListener] = [
+        (gw, lst)
+        for gw in graph.gateways
+        for lst in gw.listeners
+        if (gw.meta.namespace, gw.meta.name, lst.uid) in graph.ready_listeners
+    ]
+    if opts.addressing.mode == addr.SHARED:
+        by_port: dict[int, list[GwListener]] = {}
+        for gw, lst in ready:
+            by_port.setdefault(lst.port, []).append((gw, lst))
+        return [(f"edge-{p}", "0.0.0.0", p, by_port[p], None) for p in sorted(by_port)]
+    where = opts.addressing.assign((gw.meta.key, gw.addresses) for gw in graph.gateways)
+    by_gateway: dict[tuple[tuple[str, str], int], list[GwListener]] = {}
+    for gw, lst in ready:
+        by_gateway.setdefault((gw.meta.key, lst.port), []).append((gw, lst))
+    return [
+        (listener_name(key, port), where[key], port, by_gateway[(key, port)], key)
+        for key, port in sorted(by_gateway)
+    ]
+
+
 def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None) -> Snapshot:
     """The xDS the aether edge serves for ``res``; deterministic for the same input."""
     opts = opts or TranslateOptions()
     collector = _Clusters(res, opts)
-    by_port: dict[int, list[tuple[m.Gateway, m.GatewayListener]]] = {}
-    for gw in graph.gateways:
-        for lst in gw.listeners:
-            if (gw.meta.namespace, gw.meta.name, lst.uid) in graph.ready_listeners:
-                by_port.setdefault(lst.port, []).append((gw, lst))
     listeners = []
     route_configs = []
-    for port in sorted(by_port):
-        on_port = by_port[port]
+    for name, address, port, on_port, owner in _groups(graph, opts):
         if any(lst.protocol == "HTTP" for _, lst in on_port):
-            route_configs.append(_route_config(f"edge-{port}", on_port, None, graph, collector))
+            route_configs.append(_route_config(name, on_port, None, graph, collector))
         for gw, lst in on_port:
             if lst.protocol == "HTTPS":
-                name = https_route_config_name(port, gw, lst)
-                route_configs.append(_route_config(name, on_port, (gw, lst), graph, collector))
-        listeners.append(build_listener(port, on_port, res, graph.client_ca))
+                rc_name = https_route_config_name(port, gw, lst)
+                route_configs.append(_route_config(rc_name, on_port, (gw, lst), graph, collector))
+        where = ListenerPlace(name, address, port, owner)
+        listeners.append(build_listener(where, on_port, res, graph.client_ca))
     return Snapshot(
         clusters=tuple(collector.clusters[k] for k in sorted(collector.clusters)),
         endpoints=tuple(collector.endpoints[k] for k in sorted(collector.endpoints)),

@@ -2,17 +2,22 @@
 
 HTTP listeners share one filter chain; HTTPS listeners get a filter chain
 each, chosen by SNI from the listener hostname and terminating TLS with the
-listener's certificateRefs. Every chain uses the port's RouteConfiguration
-over RDS, where virtual hosts keep the listeners apart by Host.
+listener's certificateRefs. Every chain uses a RouteConfiguration over RDS,
+where virtual hosts keep the listeners apart by Host. The Envoy listener is
+bound to its Gateway's address (per-Gateway addressing) or to 0.0.0.0 (shared),
+and names its Gateway in ``aether.io/gateway`` metadata, for people and tools
+(the models never read it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     DataSource,
+    Metadata,
     SocketAddress,
     TransportSocket,
 )
@@ -40,7 +45,7 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
     DownstreamTlsContext,
     TlsCertificate,
 )
-from envoy_data_plane.google.protobuf import Any
+from envoy_data_plane.google.protobuf import Any, Struct
 
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.attach import ClientCa
@@ -50,6 +55,7 @@ from verifier.translate.names import https_route_config_name, listener_owner
 from verifier.translate.routes import CORS_FILTER
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
+GATEWAY_METADATA_KEY = "aether.io/gateway"
 TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
 
 
@@ -111,16 +117,35 @@ def _tls_context(
     )
 
 
+@dataclass(frozen=True)
+class ListenerPlace:
+    """Where an Envoy listener goes: its name, bound address and port, and the
+    Gateway it serves alone (None: shared by every Gateway on the port)."""
+
+    name: str
+    address: str
+    port: int
+    gateway: tuple[str, str] | None = None
+
+
+def _metadata(place: ListenerPlace) -> Metadata | None:
+    if place.gateway is None:
+        return None
+    fields = {"namespace": place.gateway[0], "name": place.gateway[1]}
+    return Metadata(filter_metadata={GATEWAY_METADATA_KEY: Struct.from_dict(fields)})
+
+
 def build_listener(
-    port: int,
+    place: ListenerPlace,
     listeners: list[tuple[m.Gateway, m.GatewayListener]],
     res: Resources,
     client_ca: Mapping[tuple[str, str, int], ClientCa] | None = None,
 ) -> Listener:
+    port = place.port
     chains: list[FilterChain] = []
     if any(lst.protocol == "HTTP" for _, lst in listeners):
         chains.append(
-            FilterChain(name=f"edge-{port}-http", filters=[_hcm_filter(port, f"edge-{port}")])
+            FilterChain(name=f"{place.name}-http", filters=[_hcm_filter(port, place.name)])
         )
     seen_sni: set[str | None] = set()
     for gw, lst in listeners:
@@ -143,12 +168,13 @@ def build_listener(
         )
     terminates_tls = any(c.transport_socket is not None for c in chains)
     return Listener(
-        name=f"edge-{port}",
-        address=Address(socket_address=SocketAddress(address="0.0.0.0", port_value=port)),
+        name=place.name,
+        address=Address(socket_address=SocketAddress(address=place.address, port_value=port)),
         filter_chains=chains,
         # SNI is only known to filter chain matching once the TLS inspector has
         # read the ClientHello; without it `server_names` never match.
         listener_filters=[ListenerFilter(name=TLS_INSPECTOR, typed_config=Any.pack(TlsInspector()))]
         if terminates_tls
         else [],
+        metadata=_metadata(place),
     )

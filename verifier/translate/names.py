@@ -15,3 +15,9 @@ def listener_owner(gw: m.Gateway, lst: m.GatewayListener) -> str:
     the ListenerSet merged into it (listener names are unique only within one)."""
     ns, name = lst.listener_set or gw.meta.key
     return f"{ns}/{name}"
+
+
+def listener_name(gateway: tuple[str, str], port: int) -> str:
+    """Per-Gateway addressing: ``edge-<namespace>-<gateway>-<port>``, so a person reading
+    LDS sees which Gateway a listener serves; it is also its HTTP route table's name."""
+    return f"edge-{gateway[0]}-{gateway[1]}-{port}"

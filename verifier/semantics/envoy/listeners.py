@@ -1,6 +1,11 @@
-"""From a connection (port, TLS, SNI) to the HTTP connection manager that serves it.
+"""From a connection (destination address and port, TLS, SNI) to the HTTP connection manager.
 
-Listeners are indexed by port. Within a listener Envoy picks a filter chain by
+Envoy hands a connection to the listener bound to its exact destination address and
+port, else to one bound to the wildcard address of its family (``0.0.0.0``, ``::``) on
+that port (listener.proto: a listener "bound to a specific address takes precedence").
+So several Gateways can share a port, each on its own address. A request whose
+destination is unknown (``address`` empty) goes to the only listener on the port, or
+the wildcard one. Within a listener Envoy picks a filter chain by
 narrowing on ``FilterChainMatch`` fields one at a time, keeping the most specific
 candidates at each step (listener_components.proto: "the most specific matching
 filter chain is chosen"; server names: "www.example.com will be first matched
@@ -15,6 +20,7 @@ such a listener resets TLS clients with no_filter_chain_match).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -196,14 +202,33 @@ def _by_server_name(candidates: list[Chain], sni: str) -> list[Chain]:
     return [c for r, c in hits if r == top]
 
 
+def _address(value: str) -> str:
+    """An IP in canonical form (``::1`` and ``0:0::1`` compare equal); other text as is."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return value
+
+
+WILDCARDS = {4: "0.0.0.0", 6: "::"}
+
+
+def _family(value: str) -> int:
+    try:
+        return ipaddress.ip_address(value).version
+    except ValueError:
+        return 4
+
+
+Bound = tuple[str, Listener, list[Chain], Chain | None]  # (address, listener, chains, default)
+
+
 @dataclass
 class ListenerIndex:
-    by_port: dict[int, list[tuple[Listener, list[Chain], Chain | None]]] = field(
-        default_factory=dict
-    )
-    # (port, tls, sni) -> what select decided, its notes and trace: the answer
-    # depends on nothing else, and check asks it for every witness.
-    _selected: dict[tuple[int, bool, str], tuple[Chain | None, list[str], list[str]]] = field(
+    by_port: dict[int, list[Bound]] = field(default_factory=dict)
+    # (address, port, tls, sni) -> what select decided, its notes and trace: the
+    # answer depends on nothing else, and check asks it for every witness.
+    _selected: dict[tuple[str, int, bool, str], tuple[Chain | None, list[str], list[str]]] = field(
         default_factory=dict
     )
 
@@ -230,35 +255,60 @@ class ListenerIndex:
                 if addr is None or addr.socket_address is None:
                     continue
                 port = addr.socket_address.port_value or 0
-                index.by_port.setdefault(port, []).append((li, chains, default))
+                bound = _address(addr.socket_address.address or "0.0.0.0")
+                index.by_port.setdefault(port, []).append((bound, li, chains, default))
         return index
 
+    def listener_for(self, address: str, port: int) -> tuple[Bound | None, list[str], str]:
+        """The listener a connection to ``address``:``port`` reaches, notes on what is
+        ambiguous, and why it was chosen."""
+        found = self.by_port.get(port) or []
+        if not found:
+            return None, [], f"no listener on port {port}"
+        notes: list[str] = []
+        if not address:
+            pick = [b for b in found if b[0] in WILDCARDS.values()] or found
+            if len(found) > 1:
+                notes.append(
+                    f"{len(found)} listeners on port {port} and no destination address: "
+                    f"the first {'wildcard one' if pick is not found else 'one'} is used"
+                )
+            return pick[0], notes, "the listener on the port"
+        address = _address(address)
+        exact = [b for b in found if b[0] == address]
+        wild = [b for b in found if b[0] == WILDCARDS[_family(address)]]
+        pick = exact or wild
+        if not pick:
+            bound = ", ".join(sorted({b[0] for b in found}))
+            return None, [], f"no listener on {address}:{port} (port {port} is bound on {bound})"
+        if len(pick) > 1:
+            notes.append(f"{len(pick)} listeners bound to {pick[0][0]}:{port}; the first is used")
+        why = "bound to the destination address" if exact else f"bound to {pick[0][0]}"
+        return pick[0], notes, why
+
     def select(
-        self, port: int, tls: bool, sni: str, trace: list[str]
+        self, address: str, port: int, tls: bool, sni: str, trace: list[str]
     ) -> tuple[Chain | None, list[str]]:
-        """The filter chain for a connection to ``port``, and notes on what the model
-        cannot judge; the steps go to ``trace``."""
-        key = (port, tls, sni)
+        """The filter chain for a connection to ``address``:``port``, and notes on what
+        the model cannot judge; the steps go to ``trace``."""
+        key = (address, port, tls, sni)
         known = self._selected.get(key)
         if known is None:
             steps: list[str] = []
-            chain, notes = self._select(port, tls, sni, steps)
+            chain, notes = self._select(address, port, tls, sni, steps)
             known = self._selected[key] = (chain, notes, steps)
         trace += known[2]
         return known[0], list(known[1])
 
     def _select(
-        self, port: int, tls: bool, sni: str, trace: list[str]
+        self, address: str, port: int, tls: bool, sni: str, trace: list[str]
     ) -> tuple[Chain | None, list[str]]:
-        found = self.by_port.get(port)
-        if not found:
-            trace.append(f"no listener on port {port}: the connection is refused")
-            return None, []
-        li, chains, default = found[0]
-        notes = []
-        if len(found) > 1:
-            notes.append(f"{len(found)} listeners on port {port}; the first ({li.name}) is used")
-        trace.append(f"listener {li.name} (port {port})")
+        found, notes, why = self.listener_for(address, port)
+        if found is None:
+            trace.append(f"{why}: the connection is refused")
+            return None, notes
+        _bound, li, chains, default = found
+        trace.append(f"listener {li.name} (port {port}, {why})")
         transport = "tls" if tls else "raw_buffer"
         if tls and not has_tls_inspector(li):
             trace.append(

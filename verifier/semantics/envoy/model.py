@@ -4,7 +4,8 @@ It judges xDS from any source (our translator, another one, a live edge's
 config_dump), so it reads only Envoy's own semantics: no translator code, and no
 naming convention (cluster, route or metadata names) takes part in a decision.
 
-The request flows as in Envoy: listener by port, filter chain by TLS and SNI, the
+The request flows as in Envoy: listener by destination address and port (an exact
+address beats the wildcard), filter chain by TLS and SNI, the
 HTTP connection manager's host and path handling, virtual host by Host, the first
 matching route, then the route's action (forward, redirect, direct response), CORS
 and header mutations. ``evaluate`` returns the Outcome and a human-readable trace.
@@ -139,7 +140,7 @@ class EnvoyModel:
         self._configs: dict[int, CompiledRouteConfig] = {}
         self._refs: dict[tuple[int, int, int], RouteRef] = {}
         for entries in self.listeners.by_port.values():
-            for _li, chains, default in entries:
+            for _address, _li, chains, default in entries:
                 for chain in [*chains, *([default] if default else [])]:
                     if chain.hcm is not None and chain.hcm.route_config is not None:
                         self._compiled(chain.hcm.route_config)
@@ -162,16 +163,19 @@ class EnvoyModel:
             found = self._configs[key] = CompiledRouteConfig.build(rc)
         return found
 
-    def trusted_client_cas(self) -> dict[int, frozenset[str]]:
-        """Per port, the CA fingerprints its TLS filter chains verify client
-        certificates against (inline trusted_ca only)."""
-        out: dict[int, set[str]] = {}
-        for port, entries in self.listeners.by_port.items():
-            for _li, chains, default in entries:
-                for chain in [*chains, *([default] if default else [])]:
-                    if chain.client.trusted:
-                        out.setdefault(port, set()).update(chain.client.trusted)
-        return {port: frozenset(cas) for port, cas in out.items()}
+    def trusted_client_cas(self, address: str, port: int) -> frozenset[str]:
+        """The CA fingerprints the TLS filter chains of the listener a connection to
+        ``address``:``port`` reaches verify client certificates against (inline
+        trusted_ca only)."""
+        found, _notes, _why = self.listeners.listener_for(address, port)
+        if found is None:
+            return frozenset()
+        _address, _li, chains, default = found
+        return frozenset(
+            ca
+            for chain in [*chains, *([default] if default else [])]
+            for ca in chain.client.trusted or ()
+        )
 
     def evaluate(
         self, request: Request, reply: BackendReply | None = None, *, trace: bool = True
@@ -183,7 +187,7 @@ class EnvoyModel:
         run = _Run(tracing=trace)
         tls = request.scheme.lower() == "https"
         sni = (request.sni or request.hostname).lower() if tls else ""
-        chain, notes = self.listeners.select(request.port, tls, sni, run.trace)
+        chain, notes = self.listeners.select(request.address, request.port, tls, sni, run.trace)
         run.notes += notes
         if chain is None:
             return run.done(Outcome(NO_RESPONSE))

@@ -250,12 +250,19 @@ class SpecIndex:
         self._listeners: dict[int, ListenerRoutes] = {}
         self._selections: dict[tuple[object, ...], ListenerSelection] = {}
 
-    def selection(self, res: Resources, gw: Gateway, request: Request) -> ListenerSelection:
+    def selection(
+        self,
+        res: Resources,
+        gw: Gateway,
+        request: Request,
+        peers: tuple[GatewayListener, ...] = (),
+    ) -> ListenerSelection:
         """``select_listener``, remembered: it reads only the request's port,
-        scheme, hostname, SNI and client certificate, and witnesses share them by
-        the thousand."""
+        scheme, hostname, SNI and client certificate (and the Gateways sharing the
+        address, if any), and witnesses share them by the thousand."""
         key = (
             id(gw),
+            len(peers),
             request.port,
             request.scheme,
             request.hostname,
@@ -264,7 +271,7 @@ class SpecIndex:
         )
         found = self._selections.get(key)
         if found is None:
-            found = self._selections[key] = select_listener(res, gw, request)
+            found = self._selections[key] = select_listener(res, gw, request, peers)
         return found
 
     def listener(self, res: Resources, gw: Gateway, lst: GatewayListener) -> ListenerRoutes:

@@ -16,6 +16,7 @@ from verifier.gatewayapi.resources import Resources
 from verifier.semantics.request import Request
 from verifier.semantics.spec.frontend import Trust, handshake_refusal, port_trust
 from verifier.semantics.spec.hostnames import hostname_matches, listener_specificity
+from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.semantics.spec.refs import gateway_may_use
 
 # No HTTP response at all: nothing listens on the port for this kind of
@@ -124,9 +125,38 @@ def _certificate_problem(
     return None
 
 
-def listener_problem(res: Resources, gw: Gateway, lst: GatewayListener) -> str | None:
-    """Why the Listener is not programmed (None when it serves traffic)."""
-    conflict = _conflicts(gw).get(lst.uid)
+def _shared_conflict(lst: GatewayListener, peers: tuple[GatewayListener, ...]) -> str | None:
+    """Conflicts with the listeners of other Gateways on the same address (shared
+    addressing): one address and port cannot tell the Gateways apart, so the same
+    ProtocolConflict/HostnameConflict rules apply across them, and "The
+    implementation MUST NOT pick one conflicting Listener as the winner"."""
+    same_port = [p for p in peers if p.port == lst.port]
+    if any(p.protocol.upper() != lst.protocol.upper() for p in same_port):
+        return f"ProtocolConflict on port {lst.port} with another Gateway on the shared address"
+    if any((p.hostname or "") == (lst.hostname or "") for p in same_port):
+        return f"HostnameConflict on port {lst.port} with another Gateway on the shared address"
+    return None
+
+
+def shared_peers(res: Resources, gw: Gateway, controller_name: str) -> tuple[GatewayListener, ...]:
+    """Shared addressing: the programmable listeners of this controller's other
+    Gateways, which share this Gateway's address."""
+    found: list[GatewayListener] = []
+    for key in sorted(res.gateways):
+        other = res.gateways[key]
+        if key == gw.meta.key or gateway_problem(res, other, controller_name) is not None:
+            continue
+        merged = merged_gateway(res, other)
+        found += [lst for lst in merged.listeners if listener_problem(res, merged, lst) is None]
+    return tuple(found)
+
+
+def listener_problem(
+    res: Resources, gw: Gateway, lst: GatewayListener, peers: tuple[GatewayListener, ...] = ()
+) -> str | None:
+    """Why the Listener is not programmed (None when it serves traffic); ``peers`` are
+    the listeners of other Gateways on the same address (shared addressing only)."""
+    conflict = _conflicts(gw).get(lst.uid) or _shared_conflict(lst, peers)
     if conflict:
         return f"Conflicted: {conflict}"
     protocol = lst.protocol.upper()
@@ -161,7 +191,9 @@ def _most_specific(listeners: list[GatewayListener], host: str) -> GatewayListen
     return matching[0] if matching else None
 
 
-def select_listener(res: Resources, gw: Gateway, request: Request) -> ListenerSelection:
+def select_listener(
+    res: Resources, gw: Gateway, request: Request, peers: tuple[GatewayListener, ...] = ()
+) -> ListenerSelection:
     """The Listener that owns ``request`` on ``request.port``.
 
     GatewaySpec.listeners: "inbound request hostnames MUST match from the most
@@ -175,7 +207,7 @@ def select_listener(res: Resources, gw: Gateway, request: Request) -> ListenerSe
     for lst in gw.listeners:
         if lst.port != request.port:
             continue
-        problem = listener_problem(res, gw, lst)
+        problem = listener_problem(res, gw, lst, peers)
         if problem:
             trace.append(f"{describe(lst)} not programmed: {problem}")
         else:

@@ -28,7 +28,7 @@ shared. Pure: no I/O, no environment.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from verifier.gatewayapi.model import Gateway, GatewayListener, HTTPRoute
 from verifier.gatewayapi.resources import Resources
@@ -50,6 +50,7 @@ from verifier.semantics.spec.listeners import (
     gateway_problem,
     listener_ports,
     select_listener,
+    shared_peers,
 )
 from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.semantics.spec.match import (
@@ -93,9 +94,12 @@ def spec_evaluate(
     *,
     controller_name: str = DEFAULT_CONTROLLER,
     trace: bool = True,
+    shared_address: bool = False,
 ) -> Evaluation:
     """The outcome the spec requires for ``request`` sent to ``gateway``
     (namespace, name) on ``request.port``, and the steps that decided it.
+    ``shared_address``: every Gateway of the controller is on one address, so
+    their listeners conflict as one Gateway's would.
 
     ``Outcome.status`` is ``NO_RESPONSE`` (0) when no HTTP response can come
     back at all: the Gateway is not ours, no programmed Listener serves the
@@ -104,7 +108,7 @@ def spec_evaluate(
     that only compare outcomes.
     """
     index = index_for(res)
-    return _decide(res, gateway, request, controller_name, index, trace).evaluation
+    return _decide(res, gateway, request, controller_name, index, trace, shared_address).evaluation
 
 
 def spec_evaluate_scan(
@@ -212,6 +216,8 @@ def _decide(
     controller_name: str,
     index: SpecIndex | None,
     tracing: bool = True,
+    shared_address: bool = False,
+    other_gateways: bool = True,
 ) -> _Decision:
     trace = [f"request: {request.line()}"] if tracing else []
     gw = res.gateways.get(gateway)
@@ -223,11 +229,27 @@ def _decide(
         trace.append(f"Gateway {gateway[0]}/{gateway[1]} not programmed: {problem}")
         return _answer(NO_RESPONSE, trace)
     gw = merged_gateway(res, gw)
+    peers = shared_peers(res, gw, controller_name) if shared_address else ()
     selection = (
-        select_listener(res, gw, request) if index is None else index.selection(res, gw, request)
+        select_listener(res, gw, request, peers)
+        if index is None
+        else index.selection(res, gw, request, peers)
     )
     trace.extend(selection.trace)
     lst = selection.listener
+    if lst is None and peers and other_gateways and selection.status == NO_RESPONSE:
+        # One shared address: a connection the Gateway cannot take is still answered
+        # by another Gateway's listener on that port, as if it had been sent there.
+        for key in sorted(res.gateways):
+            other = res.gateways[key]
+            if key == gateway or gateway_problem(res, other, controller_name) is not None:
+                continue
+            if any(p.port == request.port for p in merged_gateway(res, other).listeners):
+                trace.append(f"the shared address: Gateway {key[0]}/{key[1]} answers port")
+                found = _decide(res, key, request, controller_name, index, tracing, True, False)
+                if found.evaluation.outcome.status != NO_RESPONSE:
+                    steps = (*trace, *found.evaluation.trace)
+                    return replace(found, evaluation=replace(found.evaluation, trace=steps))
     if lst is None:
         return _answer(selection.status, trace)
     if index is None:

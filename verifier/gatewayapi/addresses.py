@@ -1,0 +1,154 @@
+"""Where each Gateway is reached: the address the aether edge gives it.
+
+Per-Gateway addressing is the edge's default (``edge.perGatewayAddressing=true``): every
+Gateway gets an address of its own, as a LoadBalancer Service per Gateway would, and is
+reached there alone. Shared addressing puts every Gateway of the class on one address.
+This is deployment data, not a Gateway API decision: the translator binds listeners to
+these addresses, and check sends each Gateway's requests there. Never imports the models
+or the translator.
+
+The address of a Gateway, in order:
+
+0. the address the user fixed for it (``--gateway-address NS/NAME=IP``);
+1. the first ``spec.addresses`` entry of type ``IPAddress`` ("Addresses requested for this
+   Gateway"; an implementation that can honour it does);
+2. otherwise one assigned from a CIDR (default ``192.0.2.0/24``, RFC 5737 TEST-NET-1: a
+   documentation range that is never routed, so nothing is ever sent to it by mistake).
+   The host number is 1 + SHA-256("namespace/name") mod (size - 2), moved up to the next
+   free host on a collision, Gateways taken in (namespace, name) order: stable across runs
+   and machines, and independent of the other Gateways unless two hash alike.
+
+In shared mode every Gateway gets the CIDR's first host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verifier.gatewayapi.resources import Resources
+
+PER_GATEWAY = "per-gateway"
+SHARED = "shared"
+MODES = (PER_GATEWAY, SHARED)
+DEFAULT_CIDR = "192.0.2.0/24"
+
+GatewayKey = tuple[str, str]
+
+
+class AddressError(ValueError):
+    """A CIDR or an address that cannot be used (the CLI reports it as bad input)."""
+
+
+def parse_cidr(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        net = ipaddress.ip_network(cidr, strict=False)
+    except ValueError as exc:
+        raise AddressError(f"{cidr!r} is not a CIDR ({exc})") from None
+    if net.num_addresses < 4:
+        raise AddressError(f"{cidr!r} holds fewer than 2 host addresses")
+    return net
+
+
+def requested_ip(addresses: Iterable[tuple[str, str]]) -> str | None:
+    """The first ``IPAddress`` a Gateway's spec.addresses asks for, normalised."""
+    for kind, value in addresses:
+        if kind in ("IPAddress", ""):
+            try:
+                return str(ipaddress.ip_address(value))
+            except ValueError:
+                continue
+    return None
+
+
+def _hash_index(key: GatewayKey, hosts: int) -> int:
+    digest = hashlib.sha256(f"{key[0]}/{key[1]}".encode()).digest()
+    return 1 + int.from_bytes(digest[:8], "big") % hosts
+
+
+@dataclass(frozen=True)
+class Addressing:
+    """How Gateways get addresses: the mode, the CIDR assigned from, and addresses the
+    user fixed (``--gateway-address NS/NAME=IP``), which win over everything else."""
+
+    mode: str = PER_GATEWAY
+    cidr: str = DEFAULT_CIDR
+    fixed: tuple[tuple[GatewayKey, str], ...] = ()
+
+    @property
+    def shared(self) -> bool:
+        return self.mode == SHARED
+
+    def assign(
+        self, gateways: Iterable[tuple[GatewayKey, Iterable[tuple[str, str]]]]
+    ) -> dict[GatewayKey, str]:
+        return assign(gateways, mode=self.mode, cidr=self.cidr, fixed=dict(self.fixed))
+
+
+def ours(res: Resources, controller: str) -> dict[GatewayKey, object]:
+    """The Gateways whose GatewayClass names ``controller``, by (namespace, name)."""
+    classes = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller}
+    return {k: gw for k, gw in res.gateways.items() if gw.class_name in classes}
+
+
+def gateway_addresses(res: Resources, controller: str, how: Addressing) -> dict[GatewayKey, str]:
+    """Each of our Gateways' address, as the translator binds it."""
+    return how.assign((k, res.gateways[k].addresses) for k in ours(res, controller))
+
+
+def parse_fixed(text: str) -> tuple[GatewayKey, str]:
+    """``NAMESPACE/NAME=IP`` -> ((namespace, name), ip)."""
+    gateway, eq, ip = text.partition("=")
+    ns, slash, name = gateway.partition("/")
+    if not (eq and slash and ns and name):
+        raise AddressError(f"{text!r}: expected NAMESPACE/NAME=IP")
+    try:
+        return (ns, name), str(ipaddress.ip_address(ip))
+    except ValueError:
+        raise AddressError(f"{text!r}: {ip!r} is not an IP address") from None
+
+
+def assign(
+    gateways: Iterable[tuple[GatewayKey, Iterable[tuple[str, str]]]],
+    *,
+    mode: str = PER_GATEWAY,
+    cidr: str = DEFAULT_CIDR,
+    fixed: Mapping[GatewayKey, str] | None = None,
+) -> dict[GatewayKey, str]:
+    """Gateway (namespace, name) -> its address; ``gateways`` pairs each key with its
+    spec.addresses as (type, value); ``fixed`` addresses are taken as given."""
+    if mode not in MODES:
+        raise AddressError(f"addressing {mode!r}: expected one of {', '.join(MODES)}")
+    net = parse_cidr(cidr)
+    items = sorted((k, tuple(a)) for k, a in gateways)
+    fixed = dict(fixed or {})
+    if mode == SHARED:
+        first = str(net.network_address + 1)
+        return {k: fixed.get(k, first) for k, _ in items}
+    out: dict[GatewayKey, str] = {k: fixed[k] for k, _ in items if k in fixed}
+    taken: set[str] = set(out.values())
+    for key, addresses in items:
+        if key in out:
+            continue
+        ip = requested_ip(addresses)
+        if ip is not None:
+            out[key] = ip
+            taken.add(ip)
+    hosts = net.num_addresses - 2
+    for key, _ in items:
+        if key in out:
+            continue
+        index = _hash_index(key, hosts)
+        for step in range(hosts):
+            ip = str(net.network_address + 1 + (index - 1 + step) % hosts)
+            if ip not in taken:
+                break
+        else:
+            raise AddressError(f"{cidr} has no free address left for Gateway {key[0]}/{key[1]}")
+        out[key] = ip
+        taken.add(ip)
+    return out
