@@ -54,16 +54,36 @@ def _rule(r: int, i: int) -> dict[str, object]:
     return rule
 
 
-def routes(n_rules: int) -> list[dict[str, object]]:
+def gateways(n: int) -> list[dict[str, object]]:
+    """``n`` Gateways of ours on port 80 without hostnames (the conformance suite's
+    shape: per-Gateway addressing keeps them apart); none for n = 1 (base's)."""
+    if n <= 1:
+        return []
+    return [
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": f"bench-{g}", "namespace": "edge-infra"},
+            "spec": {
+                "gatewayClassName": "aether",
+                "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}],
+            },
+        }
+        for g in range(n)
+    ]
+
+
+def routes(n_rules: int, n_gateways: int = 1) -> list[dict[str, object]]:
     out = []
     for r in range(max(1, n_rules // RULES_PER_ROUTE)):
+        parent = "same-namespace" if n_gateways <= 1 else f"bench-{r % n_gateways}"
         out.append(
             {
                 "apiVersion": "gateway.networking.k8s.io/v1",
                 "kind": "HTTPRoute",
                 "metadata": {"name": f"route-{r}", "namespace": "edge-infra"},
                 "spec": {
-                    "parentRefs": [{"name": "same-namespace"}],
+                    "parentRefs": [{"name": parent}],
                     "hostnames": [f"host{r % HOSTS}.bench.example.com"],
                     "rules": [_rule(r, i) for i in range(RULES_PER_ROUTE)],
                 },
@@ -72,10 +92,11 @@ def routes(n_rules: int) -> list[dict[str, object]]:
     return out
 
 
-def write(n_rules: int, directory: Path) -> Path:
+def write(n_rules: int, directory: Path, n_gateways: int = 1) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "resources.yaml"
-    path.write_text(yaml.safe_dump_all(routes(n_rules), sort_keys=False), encoding="utf-8")
+    docs = gateways(n_gateways) + routes(n_rules, n_gateways)
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
     return path
 
 

@@ -11,7 +11,9 @@ lets an implementation leave unprogrammed are skipped: conflicted ones (same por
 another protocol, or same protocol and hostname), HTTPS ones whose certificateRefs do
 not resolve to a ``kubernetes.io/tls`` Secret we may use, and ones allowing other
 route kinds. The Envoy side is any listener whose ``address`` or
-``additional_addresses`` has that ``port_value``.
+``additional_addresses`` binds that port on the Gateway's own address (per-Gateway
+addressing: verifier.gatewayapi.addresses) or on the wildcard address: a listener
+on another Gateway's address does not serve this one.
 
 Example: Gateway ``edge-infra/all-namespaces`` has an HTTP listener on 8080 but LDS only
 binds port 80: every request to :8080 is refused.
@@ -32,26 +34,35 @@ NAME = "listener-per-gateway-port"
 CODE = "EV104"
 
 
-def bound_ports(listeners: Iterable[Listener]) -> set[int]:
-    ports: set[int] = set()
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def bound(listeners: Iterable[Listener]) -> set[tuple[str, int]]:
+    """Every (address, port) a listener binds."""
+    found: set[tuple[str, int]] = set()
     for li in listeners:
         addresses = [li.address] + [a.address for a in li.additional_addresses]
         for addr in addresses:
             sa = addr.socket_address if addr is not None else None
             if sa is not None and sa.port_value:
-                ports.add(sa.port_value)
-    return ports
+                found.add((sa.address or "", sa.port_value))
+    return found
+
+
+def _reached(where: set[tuple[str, int]], address: str, port: int) -> bool:
+    return (address, port) in where or any((w, port) in where for w in WILDCARDS)
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    bound = bound_ports(ctx.snapshot.listeners)
+    where = bound(ctx.snapshot.listeners)
     for gw in spec.our_gateways(ctx.res, ctx.controller_name):
+        address = ctx.addresses.get(gw.meta.key, "")
         reported: set[int] = set()
         others = (
             spec.shared_with(ctx.res, ctx.controller_name, gw) if ctx.addressing.shared else None
         )
         for lst in gw.listeners:
-            if lst.port in bound or lst.port in reported:
+            if _reached(where, address, lst.port) or lst.port in reported:
                 continue
             if spec.listener_state(ctx.res, gw, lst, others) != "ready":
                 continue
@@ -62,10 +73,11 @@ def check(ctx: Context) -> Iterable[Finding]:
                 gw,
                 f"{lst.path}.port",
                 listener_set=spec.listener_set_of(ctx.res, lst),
-                expected={"port": lst.port, "bound": True},
-                actual={"port": lst.port, "bound": False},
+                expected={"address": address, "port": lst.port, "bound": True},
+                actual={"address": address, "port": lst.port, "bound": False},
                 gateway=f"{gw.meta.namespace}/{gw.meta.name}",
                 port=lst.port,
+                address=address or "(any)",
             )
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 
 from envoy_data_plane.envoy.config.listener.v3 import FilterChain, Listener
@@ -83,6 +86,95 @@ def _listener_port(snap: Snapshot) -> Iterator[Site]:
             f"port {old} -> {new}",
             _listener_builder(snap, k, _set_port(new)),
         )
+
+
+# --- per-Gateway addressing: a listener or virtual host on the wrong Gateway --------------------
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _address_of(li: Listener) -> str | None:
+    sock = li.address.socket_address if li.address else None
+    return None if sock is None else sock.address or ""
+
+
+def _set_address(address: str) -> Callable[[Listener], None]:
+    def apply(li: Listener) -> None:
+        assert li.address is not None and li.address.socket_address is not None
+        li.address.socket_address.address = address
+
+    return apply
+
+
+def _other_address(snap: Snapshot, k: int) -> str | None:
+    """Another Gateway's address whose port is free there, else the next free address
+    after this one: where a translator that mixed Gateways up would bind it."""
+    li = snap.listeners[k]
+    old, port = _address_of(li), _port_of(li)
+    bound = {(_address_of(x), _port_of(x)) for x in snap.listeners}
+    found = {_address_of(x) for x in snap.listeners}
+    others = sorted(a for a in found if a is not None and a != old and a not in WILDCARDS)
+    for candidate in others:
+        if (candidate, port) not in bound:
+            return candidate
+    parts = (old or "").split(".")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return None
+    for step in range(1, 255):
+        candidate = ".".join([*parts[:3], str((int(parts[3]) + step - 1) % 254 + 1)])
+        if candidate not in others and (candidate, port) not in bound:
+            return candidate
+    return None
+
+
+def _rebind_address(snap: Snapshot) -> Iterator[Site]:
+    for k, li in enumerate(snap.listeners):
+        old = _address_of(li)
+        if old in WILDCARDS or old is None:
+            continue  # a wildcard listener serves every address: nothing to mix up
+        new = _other_address(snap, k)
+        if new is not None:
+            yield Site(
+                f"listeners[{li.name}].address.socket_address.address",
+                f"address {old} -> {new}",
+                _listener_builder(snap, k, _set_address(new)),
+            )
+
+
+def _forwards(vh: VirtualHost) -> bool:
+    return any(r.route is not None for r in vh.routes)
+
+
+def _move_vhost(src: int, j: int, dst: int) -> Callable[[Snapshot], Snapshot]:
+    def apply(snap: Snapshot) -> Snapshot:
+        routes = list(snap.routes)
+        moved = routes[src].virtual_hosts[j]
+        routes[src] = copy.copy(routes[src])
+        routes[src].virtual_hosts = [v for i, v in enumerate(routes[src].virtual_hosts) if i != j]
+        routes[dst] = copy.copy(routes[dst])
+        routes[dst].virtual_hosts = [*routes[dst].virtual_hosts, moved]
+        return dataclasses.replace(snap, routes=tuple(routes))
+
+    return apply
+
+
+def _vhost_to_other_gateway(snap: Snapshot) -> Iterator[Site]:
+    """A virtual host that forwards, moved into the first other route configuration
+    (another Gateway's listener, per-Gateway addressing) that has none of its domains
+    (Envoy refuses a domain twice in one configuration)."""
+    for i, j, vh in each_vhost(snap):
+        if not _forwards(vh):
+            continue
+        for k, rc in enumerate(snap.routes):
+            taken = {d for v in rc.virtual_hosts for d in v.domains}
+            if k == i or taken & set(vh.domains):
+                continue
+            yield Site(
+                vhost_path(snap.routes[i], vh),
+                f"virtual host moved to route configuration {rc.name}",
+                functools.partial(_move_vhost(i, j, k), snap),
+            )
+            break
 
 
 def _no_ignore_port(c: RouteConfiguration) -> None:
@@ -274,6 +366,22 @@ OPERATORS: tuple[Operator, ...] = (
         "A listener moved to another (unused) port. The listener rules should catch it. "
         "Never equivalent.",
         _listener_port,
+    ),
+    Operator(
+        "rebind-listener-address",
+        "A listener bound to another Gateway's address (or the next free one): each "
+        "Gateway must be reached on its own address, so its requests are refused, or "
+        "served by another Gateway's routes. The listener and attachment rules should "
+        "catch it. Never equivalent.",
+        _rebind_address,
+    ),
+    Operator(
+        "move-vhost-to-other-gateway",
+        "A virtual host that forwards moved into another route configuration, i.e. onto "
+        "another Gateway's listener: its routes leak to a Gateway they are not attached "
+        "to and vanish from their own. httproute-hostnames and attached-rules-rendered "
+        "should catch it. Never equivalent.",
+        _vhost_to_other_gateway,
     ),
     Operator(
         "drop-ignore-port-in-host",
