@@ -208,8 +208,10 @@ def _routes(doc: Json, clusters: dict[str, str]) -> dict[str, str]:
 def _listeners(doc: Json, routes: dict[str, str]) -> None:
     for entry in _section(doc, "Listeners").get("dynamic_listeners", []):
         listener = entry["active_state"]["listener"]
-        port = listener["address"]["socket_address"]["port_value"]
-        listener["name"] = entry["name"] = f"0.0.0.0_{port}"
+        sock = listener["address"]["socket_address"]
+        # Named by what it binds, as Istio names listeners; no aether metadata.
+        listener["name"] = entry["name"] = f"{sock.get('address', '0.0.0.0')}_{sock['port_value']}"
+        listener.pop("metadata", None)
         for k, chain in enumerate(listener.get("filter_chains", [])):
             chain["name"] = f"chain-{k}"
     for node in walk(doc):

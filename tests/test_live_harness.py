@@ -160,7 +160,10 @@ def test_envoy_serves_a_translated_fixture() -> None:
         (harness.gateway_addresses[("edge-infra", "same-namespace")], 80),
         (harness.gateway_addresses[("edge-infra", "all-namespaces")], 8080),
     }
-    assert all(ip.startswith("127.") for ip, _ in harness.gateway_ports.values())
+    # Each Gateway on a loopback address of its own (192.0.2.x -> 127.0.2.x).
+    real = {xds: ip for (xds, _), (ip, _) in harness.gateway_ports.items()}
+    assert real == {xds: "127." + xds.split(".", 1)[1] for xds in real}, real
+    assert len(set(real.values())) == 2
     assert all(port not in (80, 8080) for _, port in harness.gateway_ports.values())
     # Kernel-chosen ports with exactly one LISTEN socket each: Envoy's single worker, nobody
     # else (two Envoys on one port would silently share it through SO_REUSEPORT).

@@ -82,7 +82,7 @@ def _regex(pattern: str) -> StringMatcher:
 def test_finds_regexes_inside_anys_and_maps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO_ROOT)
     snap = translate_scenario(FIXTURES / "httproute-regex-path-matching")
-    route = snap.routes[0].virtual_hosts[0].routes[0]
+    route = next(rc for rc in snap.routes if rc.virtual_hosts).virtual_hosts[0].routes[0]
     cors = CorsPolicy(allow_origin_string_match=[_regex("cors")])
     route.typed_per_filter_config = {"envoy.filters.http.cors": pack_any(cors)}
     route.metadata = Metadata(
@@ -101,7 +101,8 @@ def test_finds_regexes_inside_anys_and_maps(monkeypatch: pytest.MonkeyPatch) -> 
 
     found = {m.regex: p for p, m in _same_as_reading_everything(snap)}
 
-    rc, vh = snap.routes[0].name, snap.routes[0].virtual_hosts[0].name
+    served = next(rc for rc in snap.routes if rc.virtual_hosts)
+    rc, vh = served.name, served.virtual_hosts[0].name
     at = f"routes[{rc}].virtual_hosts[{vh}].routes[0]"
     assert found["cors"] == (
         f"{at}.typed_per_filter_config[envoy.filters.http.cors]"

@@ -3,9 +3,11 @@
 The snapshot's routing semantics are never touched. Only what cannot exist on
 one machine is rewritten, and every rewrite is recorded:
 
-* listener addresses: each Gateway port's listener binds 127.0.0.1:0 (the
-  kernel picks a fresh port; see envoy_process) and ``listener_ports`` keeps
-  the Gateway port. Clients still send the Gateway port in Host, so nothing
+* listener addresses: a listener the xDS binds to a Gateway's address a.b.c.d
+  binds 127.b.c.d:0 instead (a wildcard one 127.0.0.1:0; the kernel picks a
+  fresh port; see envoy_process), and ``listener_ports`` keeps the (address,
+  port) of the xDS, so each Gateway keeps an address of its own and nothing is
+  sent to the real one. Clients still send the Gateway port in Host, so nothing
   that looks at Host (redirect ports, host matching) sees the change.
 * DNS: STRICT_DNS clusters keep dialling ``<svc>.<ns>.svc.cluster.local``;
   Envoy's c-ares resolver is pointed at our DNS server (bootstrap
@@ -258,6 +260,17 @@ def sds_secrets(snap: Snapshot, cert_pem: str, key_pem: str, ca_pem: str) -> lis
 # --- the bootstrap ----------------------------------------------------------------------------
 
 
+def loopback_for(address: str) -> str:
+    """Where a listener the xDS binds to ``address`` really listens: a Gateway's own
+    IPv4 address a.b.c.d becomes the loopback address 127.b.c.d, so each Gateway
+    keeps an address of its own on this machine and nothing is ever sent to its
+    real one; wildcard and IPv6 listeners take ``LISTEN_IP``."""
+    parts = address.split(".")
+    if address in ("0.0.0.0", "") or len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return LISTEN_IP
+    return ".".join(["127", *parts[1:]])
+
+
 def local_bootstrap(
     snap: Snapshot,
     plans: Mapping[ServiceKey, BackendPlan],
@@ -275,7 +288,7 @@ def local_bootstrap(
         sock = li["address"]["socket_address"]
         bound = str(sock.get("address") or "0.0.0.0")
         out.listener_ports[li["name"]] = (bound, int(sock.get("port_value", 0)))
-        li["address"] = {"socket_address": {"address": LISTEN_IP, "port_value": 0}}
+        li["address"] = {"socket_address": {"address": loopback_for(bound), "port_value": 0}}
     owners = {(c, a, p): k for k, pl in plans.items() for c, a, p in pl.ip_endpoints}
     for cluster in static.get("clusters", []):
         if cluster.get("type") in DNS_TYPES:
