@@ -62,7 +62,8 @@ def check(ctx: Context) -> Iterable[Finding]:
             spec.shared_with(ctx.res, ctx.controller_name, gw) if ctx.addressing.shared else None
         )
         for lst in gw.listeners:
-            if _reached(where, address, lst.port) or lst.port in reported:
+            port = ctx.addressing.proxy_port(gw.meta.key, lst.port)
+            if _reached(where, address, port) or lst.port in reported:
                 continue
             if spec.listener_state(ctx.res, gw, lst, others) != "ready":
                 continue

@@ -73,7 +73,14 @@ def test_requested_and_fixed_addresses_win_and_shared_mode_is_one_address() -> N
         assign(gateways, cidr="10.0.0.0/31")
     with pytest.raises(AddressError):
         parse_fixed("no-slash=1.2.3.4")
-    assert parse_fixed("ns/gw=2001:db8::1") == (("ns", "gw"), "2001:db8::1")
+    assert parse_fixed("ns/gw=2001:db8::1") == (("ns", "gw"), "2001:db8::1", ())
+    assert parse_fixed("ns/gw=2001:db8::1:80>10080,443>10443") == (
+        ("ns", "gw"),
+        "2001:db8::1",
+        ((80, 10080), (443, 10443)),
+    )
+    with pytest.raises(AddressError):
+        parse_fixed("ns/gw=10.0.0.1:80>0")
 
 
 # ---------------------------------------------------------------- the Envoy model
@@ -185,12 +192,17 @@ def test_listeners_on_unknown_addresses_are_bad_input_until_attributed(
     doc = json.loads((tmp_path / "x.json").read_text(encoding="utf-8"))
     moved: list[str] = []
     for entry in doc["configs"][2]["dynamic_listeners"]:
+        # One Envoy per Gateway on its own IP, privileged ports served 10000 higher
+        # (as Envoy Gateway deploys them).
         li = entry["active_state"]["listener"]
-        old = li["address"]["socket_address"]["address"]
-        new = "10.20.0." + old.rsplit(".", 1)[1]
-        li["address"]["socket_address"]["address"] = new
+        sock = li["address"]["socket_address"]
+        new = "10.20.0." + sock["address"].rsplit(".", 1)[1]
+        port = sock["port_value"]
+        sock["address"] = new
+        sock["port_value"] = port + 10000 if port < 1024 else port
         li.pop("metadata", None)
-        moved.append(f"{li['name'].split('-', 1)[1].rsplit('-', 1)[0]}={new}")
+        ports = f":{port}>{port + 10000}" if port < 1024 else ""
+        moved.append(f"{li['name'].split('-', 1)[1].rsplit('-', 1)[0]}={new}{ports}")
     (tmp_path / "y.json").write_text(json.dumps(doc), encoding="utf-8")
     base = ["check", rel(BASE), rel(SAME_PORT), "--xds", str(tmp_path / "y.json")]
     r = cli(*base)
@@ -203,5 +215,8 @@ def test_listeners_on_unknown_addresses_are_bad_input_until_attributed(
         fixed += ["--gateway-address", f"{ns}/{name[len(ns) + 1 :]}={ip}"]
     r = cli(*base, *fixed)
     assert r.rc == 0, r.out + r.err
+    # Without the port map, the Gateways' port 80 is refused: findings, not silence.
+    unmapped = [f.split(":")[0] if ">" in f else f for f in fixed]
+    assert cli(*base, *unmapped).rc == 1
     r = cli(*base, "--gateway-address", "edge-infra/nope=10.0.0.1")
     assert r.rc == 2 and "[not-found]" in r.err

@@ -69,6 +69,7 @@ REQUEST_KEYS = {
     "host",
     "port",
     "address",
+    "proxy_port",
     "path",
     "headers",
     "sni",

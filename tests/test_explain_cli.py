@@ -107,6 +107,7 @@ def test_request_json_contract(cli: CLI) -> None:
         "port": 80,
         # edge-infra/same-namespace's own address (verifier.gatewayapi.addresses)
         "address": "192.0.2.244",
+        "proxy_port": None,
         "path": "/hdr",
         "headers": {"version": ["two"]},
         "sni": None,

@@ -238,7 +238,9 @@ class Context:
     def sent(self, gateway: tuple[str, str], request: Request) -> Request:
         """``request`` as it reaches ``gateway``: to its address, which is also the Host
         when the request names none."""
-        return sent_to(request, self.addresses.get(gateway, request.address))
+        sent = sent_to(request, self.addresses.get(gateway, request.address))
+        proxy = self.addressing.proxy_port(gateway, sent.port)
+        return sent if proxy == sent.port else dataclasses.replace(sent, proxy_port=proxy)
 
     @cached_property
     def envoy(self) -> EnvoyModel:

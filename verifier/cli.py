@@ -73,9 +73,13 @@ def _addressing(args: argparse.Namespace) -> Addressing:
     """The --addressing, --gateway-cidr and --gateway-address options, checked."""
     errors = []
     fixed = []
+    ports = []
     for text in args.gateway_address or ():
         try:
-            fixed.append(parse_fixed(text))
+            key, ip, pairs = parse_fixed(text)
+            fixed.append((key, ip))
+            if pairs:
+                ports.append((key, pairs))
         except AddressError as exc:
             errors.append(InputError("--gateway-address", 0, "", "bad-address", str(exc)))
     try:
@@ -84,7 +88,7 @@ def _addressing(args: argparse.Namespace) -> Addressing:
         errors.append(InputError("--gateway-cidr", 0, "", "bad-cidr", str(exc)))
     if errors:
         raise InputErrors(errors)
-    return Addressing(args.addressing, args.gateway_cidr, tuple(fixed))
+    return Addressing(args.addressing, args.gateway_cidr, tuple(fixed), tuple(ports))
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
@@ -341,8 +345,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gateway-address",
         action="append",
-        metavar="NS/NAME=IP",
-        help="the address a Gateway is reached at (repeatable); for xDS from elsewhere",
+        metavar="NS/NAME=IP[:PORT>PROXYPORT,...]",
+        help="where a Gateway is reached, and which of its ports the proxy serves on another "
+        "port (repeatable); for xDS from elsewhere, e.g. edge/gw=10.0.0.5:80>10080",
     )
 
 

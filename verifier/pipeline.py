@@ -421,9 +421,10 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
         f"{ns}/{name} at {where[(ns, name)]}"
         for (ns, name), gw in mine.items()
         if not any(
-            (where[(ns, name)], lst.port) in bound
-            or any((w, lst.port) in bound for w in WILDCARD_ADDRESSES)
+            (where[(ns, name)], port) in bound
+            or any((w, port) in bound for w in WILDCARD_ADDRESSES)
             for lst in gw.listeners
+            for port in [opts.addressing.proxy_port((ns, name), lst.port)]
         )
     )
     if not unreached:

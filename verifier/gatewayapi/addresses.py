@@ -78,6 +78,15 @@ class Addressing:
     mode: str = PER_GATEWAY
     cidr: str = DEFAULT_CIDR
     fixed: tuple[tuple[GatewayKey, str], ...] = ()
+    # Gateway -> ((Gateway port, port the proxy listens on), ...), from --gateway-address
+    ports: tuple[tuple[GatewayKey, tuple[tuple[int, int], ...]], ...] = ()
+
+    def proxy_port(self, gateway: GatewayKey, port: int) -> int:
+        """The port the proxy serves ``gateway``'s ``port`` on (the same by default)."""
+        for key, pairs in self.ports:
+            if key == gateway:
+                return dict(pairs).get(port, port)
+        return port
 
     @property
     def shared(self) -> bool:
@@ -100,14 +109,26 @@ def gateway_addresses(res: Resources, controller: str, how: Addressing) -> dict[
     return how.assign((k, res.gateways[k].addresses) for k in ours(res, controller))
 
 
-def parse_fixed(text: str) -> tuple[GatewayKey, str]:
-    """``NAMESPACE/NAME=IP`` -> ((namespace, name), ip)."""
-    gateway, eq, ip = text.partition("=")
+def parse_fixed(text: str) -> tuple[GatewayKey, str, tuple[tuple[int, int], ...]]:
+    """``NAMESPACE/NAME=IP[:PORT>PROXYPORT[,PORT>PROXYPORT...]]`` -> (gateway, ip, ports):
+    where a Gateway is reached, and which of its ports the proxy serves elsewhere."""
+    gateway, eq, target = text.partition("=")
     ns, slash, name = gateway.partition("/")
     if not (eq and slash and ns and name):
-        raise AddressError(f"{text!r}: expected NAMESPACE/NAME=IP")
+        raise AddressError(f"{text!r}: expected NAMESPACE/NAME=IP[:PORT>PROXYPORT,...]")
+    ip, ports = target, ""
+    head, colon, tail = target.rpartition(":")
+    if colon and ">" in tail:
+        ip, ports = head, tail
+    pairs = []
+    for item in filter(None, ports.split(",")):
+        gw_port, _, proxy = item.partition(">")
+        numbers = [int(x) for x in (gw_port, proxy) if x.isdigit()]
+        if len(numbers) != 2 or not all(0 < n < 65536 for n in numbers):
+            raise AddressError(f"{text!r}: {item!r} is not PORT>PROXYPORT")
+        pairs.append((numbers[0], numbers[1]))
     try:
-        return (ns, name), str(ipaddress.ip_address(ip))
+        return (ns, name), str(ipaddress.ip_address(ip)), tuple(pairs)
     except ValueError:
         raise AddressError(f"{text!r}: {ip!r} is not an IP address") from None
 

@@ -145,6 +145,15 @@ class Request:
     host: str = ""
     port: int = 80
     address: str = ""
+    # The port the proxy really listens on for this Gateway port, when it is another
+    # one (Envoy Gateway serves port 80 on 10080); 0: the Gateway port itself.
+    proxy_port: int = 0
+
+    @property
+    def listener_port(self) -> int:
+        """The destination port of the connection, as the proxy sees it."""
+        return self.proxy_port or self.port
+
     path: str = "/"
     headers: Headers = ()
     sni: str | None = None  # TLS server name; None: the Host's hostname
@@ -177,6 +186,7 @@ class Request:
             "host": self.host,
             "port": self.port,
             "address": self.address,
+            "proxy_port": self.proxy_port or None,
             "path": self.path,
             "headers": headers_to_json(self.headers),
             "sni": self.sni,
@@ -192,7 +202,7 @@ class Request:
             else ""
         )
         target = f"{self.scheme}://{self.host}{self.path}"
-        to = f"to {self.address}:{self.port}" if self.address else f"port {self.port}"
+        to = f"to {self.address}:{self.listener_port}" if self.address else f"port {self.port}"
         return f"{self.method} {target} ({to}){hdrs}{cert}"
 
 

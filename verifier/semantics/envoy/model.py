@@ -187,7 +187,9 @@ class EnvoyModel:
         run = _Run(tracing=trace)
         tls = request.scheme.lower() == "https"
         sni = (request.sni or request.hostname).lower() if tls else ""
-        chain, notes = self.listeners.select(request.address, request.port, tls, sni, run.trace)
+        chain, notes = self.listeners.select(
+            request.address, request.listener_port, tls, sni, run.trace
+        )
         run.notes += notes
         if chain is None:
             return run.done(Outcome(NO_RESPONSE))
@@ -345,7 +347,7 @@ class EnvoyModel:
         port_text = host[pos + 1 :] if pos != -1 else ""
         if port_text.isdigit() and (
             hcm.strip_port == "any"
-            or (hcm.strip_port == "matching" and int(port_text) == request.port)
+            or (hcm.strip_port == "matching" and int(port_text) == request.listener_port)
         ):
             run.trace.append(f"HCM strips the port from Host {host!r}")
             host = host[:pos]
