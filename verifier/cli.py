@@ -228,6 +228,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     )
     res = load_resources(args.paths)
     _warn(res)
+    empty = pipeline.nothing_to_check(res, args.controller_name, "explain")
+    if empty is not None:
+        raise InputErrors([empty])
     if args.xds:
         snapshot, notes = pipeline.file_snapshot(args.xds)
         for note in notes:

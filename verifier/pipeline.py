@@ -25,7 +25,7 @@ from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
-from verifier.gatewayapi.addresses import Addressing
+from verifier.gatewayapi.addresses import Addressing, gateway_addresses, ours
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import loaded_objects_frozen
@@ -339,6 +339,9 @@ def prepare(
         if loading is not None:
             loading.close()
     warnings = list(res.warnings)
+    empty = nothing_to_check(res, opts.controller_name, " ".join(scn.paths) or scn.name)
+    if empty is not None:
+        return None, ScenarioResult(scn, input_errors=[empty], warnings=warnings)
     try:
         cases: list[Case] = []
         locations: dict[str, tuple[str, int]] = {}
@@ -376,6 +379,23 @@ def prepare(
     return ctx, ScenarioResult(scn, warnings=warnings)
 
 
+def nothing_to_check(res: Resources, controller: str, where: str) -> InputError | None:
+    """A run with no Gateway of the controller would check nothing and pass: that is
+    bad input, and a mistyped controller name is named with the ones that were seen."""
+    if ours(res, controller):
+        return None
+    seen = sorted({gc.controller_name for gc in res.gateway_classes.values()})
+    hint = f"; GatewayClasses here name {', '.join(seen)}" if seen else ""
+    return InputError(
+        where,
+        0,
+        "",
+        "nothing-to-check",
+        f"no Gateway of controller {controller} (--controller-name){hint}: nothing would be "
+        "checked (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)",
+    )
+
+
 def _bound(snapshot: Snapshot) -> set[tuple[str, int]]:
     """Every (address, port) the snapshot's listeners bind."""
     found = set()
@@ -398,20 +418,15 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
     addresses none of the Gateways has (another implementation's, with no wildcard
     listener on that port) would have every request refused for reasons that are
     not the configuration's: both are bad input, said once, rather than a guess."""
-    ours = {
-        n for n, gc in res.gateway_classes.items() if gc.controller_name == opts.controller_name
-    }
-    mine = {k: gw for k, gw in res.gateways.items() if gw.class_name in ours}
+    mine = {k: res.gateways[k] for k in ours(res, opts.controller_name)}
     errors = [
-        InputError(
-            "--gateway-address", 0, f"{ns}/{name}", "not-found", "no Gateway of ours by that name"
-        )
+        InputError("--gateway-address", 0, f"{ns}/{name}", "not-found", "no Gateway of ours")
         for (ns, name), _ip in opts.addressing.fixed
         if (ns, name) not in mine
     ]
     if errors:
         return errors
-    where = opts.addressing.assign((k, gw.addresses) for k, gw in mine.items())
+    where = gateway_addresses(res, opts.controller_name, opts.addressing)
     bound = _bound(snapshot)
     served = {ip for ip in where.values()}
     stray = sorted((a, p) for a, p in bound if a not in WILDCARD_ADDRESSES and a not in served)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
@@ -75,6 +75,56 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+# Every key a cases table may use, per level: the static check's and the live pass's
+# (fixtures/README.md). A key outside these is a typo, and a typo must not turn into
+# a default ("requesst:" sent as GET /, "statuss:" expecting 200).
+KEYS: Final[dict[str, frozenset[str]]] = {
+    "": frozenset({"name", "gateway", "request", "expect", "samples"}),
+    "gateway": frozenset({"namespace", "name", "port"}),
+    "request": frozenset(
+        {"method", "scheme", "host", "path", "headers", "protocol", "sni", "client_cert"}
+    ),
+    "expect": frozenset(
+        {
+            "status",
+            "statuses",
+            "backend",
+            "backends",
+            "namespace",
+            "request",
+            "response",
+            "redirect",
+            "websocket",
+            "status_ratio",
+            "backend_ratio",
+            "mirrored_to",
+            "not_mirrored_to",
+            "mirrored_ratio",
+        }
+    ),
+    "expect.request": frozenset({"host", "path", "method", "headers", "absent_headers", "proto"}),
+    "expect.response": frozenset(
+        {"headers", "absent_headers", "valid_header_values", "header_lists"}
+    ),
+    "expect.redirect": frozenset({"scheme", "host", "port", "path"}),
+    "expect.websocket": frozenset({"messages"}),
+}
+
+
+def _known_keys(item: Mapping[str, Any], where: str) -> None:
+    """Refuse a key no level of a case knows, naming where it is."""
+    for level, allowed in KEYS.items():
+        node: Any = item
+        for part in filter(None, level.split(".")):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            continue
+        unknown = sorted(str(k) for k in node if k not in allowed)
+        if unknown:
+            at = f"{where}.{level}.{unknown[0]}" if level else f"{where}.{unknown[0]}"
+            raise CaseError(at, f"unknown key; expected one of {', '.join(sorted(allowed))}")
+
+
 def _int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise CaseError(where, f"expected an integer, got {value!r}")
@@ -132,6 +182,7 @@ def parse_case(
 ) -> Case:
     where = f"[{index}]"
     item = _mapping(data, where)
+    _known_keys(item, where)
     name = item.get("name")
     if not isinstance(name, str) or not name:
         raise CaseError(f"{where}.name", "required: a unique case name")

@@ -1,0 +1,68 @@
+"""A run that would check nothing is bad input, never a green run.
+
+Each of these exited 0 before: a typo in a cases table became a default request or
+expectation, and a check with no Gateway of the controller (base forgotten, an empty
+directory, a mistyped --controller-name) ran its rules on nothing and passed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import BASE, FIXTURES, rel
+from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
+
+SCENARIO = FIXTURES / "httproute-exact-path-matching"
+CASE = """\
+- name: typo
+  gateway: {namespace: edge-infra, name: same-namespace, port: 80}
+  request: {path: /x}
+  expect: {status: 404}
+"""
+
+
+@pytest.mark.parametrize(
+    ("broken", "field"),
+    [
+        (CASE.replace("  request:", "  requesst:"), "requesst"),
+        (CASE.replace("{status: 404}", "{statuss: 404}"), "statuss"),
+        (CASE.replace("{path: /x}", "{path: /x, hots: a.example}"), "hots"),
+        (CASE.replace("{status: 404}", "{status: 404, redirectt: {}}"), "redirectt"),
+    ],
+)
+def test_an_unknown_key_in_a_cases_table_is_an_error(
+    broken: str,
+    field: str,
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    path = tmp_path / "cases.yaml"
+    path.write_text(broken, encoding="utf-8")
+    r = cli("check", rel(BASE), rel(SCENARIO), "--cases", str(path))
+    (line,) = r.error_lines()
+    assert line.startswith(f"{path}:1: ") and f".{field}: unknown key" in line, line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", rel(FIXTURES / "httproute-cors")],  # the base forgotten
+        ["check", rel(BASE), rel(SCENARIO), "--controller-name", "example.com/typo"],
+        ["mutate", rel(FIXTURES / "httproute-cors")],
+        ["explain", rel(FIXTURES / "httproute-cors"), "--request", "GET http://a/"],
+    ],
+)
+def test_no_gateway_of_the_controller_is_bad_input(args: list[str], cli: CLI) -> None:  # noqa: F811
+    r = cli(*args)
+    (line,) = r.error_lines()
+    assert "[nothing-to-check]" in line, line
+    if "--controller-name" in args:
+        assert "GatewayClasses here name gateway.aether.io/edge" in line
+
+
+def test_an_empty_directory_checks_nothing_and_says_so(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    for command in ("check", "mutate"):
+        r = cli(command, str(tmp_path))
+        (line,) = r.error_lines()
+        assert "[nothing-to-check]" in line
