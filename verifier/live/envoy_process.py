@@ -29,6 +29,7 @@ from typing import Any
 
 import aiohttp
 
+from verifier.orphans import die_with_parent
 from verifier.xds.snapshot import find_envoy
 
 STARTUP_TIMEOUT = 30.0
@@ -117,7 +118,11 @@ class EnvoyProcess:
         ]  # fmt: skip
         with self.stderr_path.open("wb") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err
+                *cmd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                preexec_fn=die_with_parent(),  # no Envoy outlives a killed tool
             )
         try:
             await asyncio.wait_for(self._wait_ready(admin_file), timeout)

@@ -11,6 +11,8 @@ import re
 import ssl
 from pathlib import Path
 
+from verifier.orphans import die_with_parent
+
 
 class Pki:
     """A throw-away mesh CA and SPIFFE workload certificates, made with ``openssl``.
@@ -35,6 +37,7 @@ class Pki:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             cwd=self.dir,
+            preexec_fn=die_with_parent(),
         )
         out, _ = await proc.communicate()
         if proc.returncode != 0:
