@@ -66,3 +66,31 @@ def test_an_empty_directory_checks_nothing_and_says_so(tmp_path: Path, cli: CLI)
         r = cli(command, str(tmp_path))
         (line,) = r.error_lines()
         assert "[nothing-to-check]" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["check", "fixtures/", "--cases", rel(SCENARIO / "cases.yaml")], "not-applicable"),
+        (["check", "fixtures/", "--mesh-registry", "x.yaml"], "not-applicable"),
+        (
+            [
+                *["explain", rel(BASE), rel(SCENARIO), "--request", "GET http://a/"],
+                *["--cases", rel(SCENARIO / "cases.yaml")],
+            ],
+            "not-applicable",
+        ),
+        (
+            ["check", rel(BASE), rel(SCENARIO), "--xds", "http://127.0.0.1:9901/config_dump"],
+            "not-a-file",
+        ),
+    ],
+)
+def test_an_option_that_cannot_apply_is_refused_not_ignored(
+    args: list[str],
+    code: str,
+    cli: CLI,  # noqa: F811
+) -> None:
+    r = cli(*args)
+    (line,) = r.error_lines()
+    assert f"[{code}]" in line, line

@@ -220,6 +220,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     if not args.request and not args.cases:
         raise InputErrors([InputError("explain", 0, "", "required", "give --request or --cases")])
+    if args.request and args.cases:
+        message = "give --request or --cases, not both (a cases table names its own requests)"
+        raise InputErrors([InputError("explain", 0, "", "not-applicable", message)])
     opts = pipeline.CheckOptions(
         xds=args.xds,
         controller_name=args.controller_name,

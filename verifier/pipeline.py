@@ -91,6 +91,20 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
                     str(registry) if registry.is_file() else None,
                 )
             )
+        if opts.cases or opts.mesh_registry:
+            given = "--cases" if opts.cases else "--mesh-registry"
+            raise InputErrors(
+                [
+                    InputError(
+                        given,
+                        0,
+                        "",
+                        "not-applicable",
+                        f"{paths[0]} is a suite: each scenario brings its own cases.yaml and "
+                        "mesh-registry.yaml; give one scenario (base plus its folder) instead",
+                    )
+                ]
+            )
         return out
     return [Scenario("input", tuple(paths), opts.cases, None, opts.mesh_registry)]
 
@@ -230,6 +244,19 @@ def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, lis
 
 
 def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
+    if re.match(r"^[a-z][a-z0-9+.-]*://", path):
+        raise InputErrors(
+            [
+                InputError(
+                    path,
+                    0,
+                    "--xds",
+                    "not-a-file",
+                    "--xds reads a file or directory; save a live Envoy's config first, e.g. "
+                    "curl -s 'http://ADMIN/config_dump?include_eds' > dump.json",
+                )
+            ]
+        )
     try:
         snap, skipped = load_path(path)
     except XdsLoadError as exc:
