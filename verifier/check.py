@@ -34,6 +34,7 @@ from verifier.semantics.request import (
     Request,
     RouteRef,
     apply_response_ops,
+    evolve,
     sent_to,
 )
 from verifier.semantics.spec.model import spec_evaluate
@@ -239,8 +240,10 @@ class Context:
         """``request`` as it reaches ``gateway``: to its address, which is also the Host
         when the request names none."""
         sent = sent_to(request, self.addresses.get(gateway, request.address))
+        if not self.addressing.ports:
+            return sent
         proxy = self.addressing.proxy_port(gateway, sent.port)
-        return sent if proxy == sent.port else dataclasses.replace(sent, proxy_port=proxy)
+        return sent if proxy == sent.port else evolve(sent, proxy_port=proxy)
 
     @cached_property
     def envoy(self) -> EnvoyModel:
@@ -300,7 +303,7 @@ class Context:
 
     def _sent(self, w: wt.Witness) -> wt.Witness:
         request = self.sent(w.gateway, w.request)
-        return w if request is w.request else dataclasses.replace(w, request=request)
+        return w if request is w.request else evolve(w, request=request)
 
     def _xds_client_cas(self, generated: list[wt.Witness]) -> list[wt.Witness]:
         """A certificate of each CA the xDS trusts on a Gateway port that the resources
