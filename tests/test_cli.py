@@ -296,3 +296,20 @@ def test_ctrl_c_ends_a_suite_check_quietly_and_leaves_nothing(tmp_path: Path) ->
     else:
         pytest.fail("processes of the interrupted check are still running")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    """A user reading --help should not have to guess (issue: several had no help)."""
+    import argparse
+
+    from verifier.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [
+        f"{name} {'/'.join(a.option_strings)}"
+        for name, command in sub.choices.items()
+        for a in command._actions
+        if a.option_strings and not a.help and a.dest != "help"
+    ]
+    assert silent == []

@@ -357,6 +357,28 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_mesh(p: argparse.ArgumentParser) -> None:
+    """The options that say how mesh backends are dialled (translate, check, explain)."""
+    p.add_argument(
+        "--trust-domain",
+        default=DEFAULT_TRUST_DOMAIN,
+        metavar="TD",
+        help=f"SPIFFE trust domain of mesh backends (default: {DEFAULT_TRUST_DOMAIN})",
+    )
+    p.add_argument(
+        "--mesh-registry",
+        metavar="FILE",
+        help="YAML list of the Services enrolled in the mesh (reached over mTLS on :15008)",
+    )
+
+
+PROFILE_CHOICES = ("aether-edge", "gateway-api")
+PROFILE_HELP = (
+    "aether-edge (default): every rule, the edge's own conventions included; gateway-api: "
+    "only what the Gateway API spec requires, for xDS from any implementation"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-verify",
@@ -376,17 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(tr)
     tr.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    tr.add_argument(
-        "--trust-domain",
-        default=DEFAULT_TRUST_DOMAIN,
-        metavar="TD",
-        help=f"SPIFFE trust domain of mesh backends (default: {DEFAULT_TRUST_DOMAIN})",
-    )
-    tr.add_argument(
-        "--mesh-registry",
-        metavar="FILE",
-        help="YAML list of the Services enrolled in the mesh (reached over mTLS on :15008)",
-    )
+    _add_mesh(tr)
     tr.set_defaults(run=cmd_translate)
 
     st = sub.add_parser(
@@ -422,15 +434,34 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CMD",
         help="external translator: run as CMD PATH...; it prints a config_dump",
     )
-    ck.add_argument("--profile", default="aether-edge", choices=("aether-edge", "gateway-api"))
-    ck.add_argument("--format", default="text", choices=("text", "json", "junit", "sarif"))
+    ck.add_argument(
+        "--profile",
+        default="aether-edge",
+        choices=("aether-edge", "gateway-api"),
+        help=PROFILE_HELP,
+    )
+    ck.add_argument(
+        "--format",
+        default="text",
+        choices=("text", "json", "junit", "sarif"),
+        help="text for people (default); json (a stable contract), junit, sarif for CI tools",
+    )
     ck.add_argument(
         "-o", "--output", metavar="FILE", help="write the report here instead of stdout"
     )
-    ck.add_argument("--fail-on", default="error", choices=("error", "warning"))
-    ck.add_argument("--cases", action="append", metavar="FILE", help="replay a cases.yaml table")
-    ck.add_argument("--trust-domain", default=DEFAULT_TRUST_DOMAIN, metavar="TD")
-    ck.add_argument("--mesh-registry", metavar="FILE")
+    ck.add_argument(
+        "--fail-on",
+        default="error",
+        choices=("error", "warning"),
+        help="the least severe finding that makes the exit code 1 (default: error)",
+    )
+    ck.add_argument(
+        "--cases",
+        action="append",
+        metavar="FILE",
+        help="replay a cases.yaml table (repeatable; a single scenario only)",
+    )
+    _add_mesh(ck)
     ck.set_defaults(run=cmd_check)
 
     ex = sub.add_parser(
@@ -443,7 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--request", metavar="'METHOD URL'", help="e.g. 'GET http://foo.example/v2?x=1'"
     )
-    ex.add_argument("-H", "--header", action="append", metavar="'Name: value'")
+    ex.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        metavar="'Name: value'",
+        help="a request header (repeatable), as curl -H",
+    )
     ex.add_argument(
         "--client-cert-issuer",
         metavar="CA.pem",
@@ -454,9 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--xds", metavar="FILE", help="judge this xDS instead of the reference translation"
     )
-    ex.add_argument("--format", default="text", choices=("text", "json"))
-    ex.add_argument("--trust-domain", default=DEFAULT_TRUST_DOMAIN, metavar="TD")
-    ex.add_argument("--mesh-registry", metavar="FILE")
+    ex.add_argument(
+        "--format",
+        default="text",
+        choices=("text", "json"),
+        help="text: both traces side by side (default); json: outcomes and traces",
+    )
+    _add_mesh(ex)
     ex.set_defaults(run=cmd_explain)
 
     mu = sub.add_parser(
@@ -469,10 +510,24 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument(
         "--xds", metavar="FILE", help="mutate this xDS instead of the reference translation"
     )
-    mu.add_argument("--profile", default="aether-edge", choices=("aether-edge", "gateway-api"))
-    mu.add_argument("--format", default="text", choices=("text", "json"))
-    mu.add_argument("-o", "--output", metavar="FILE")
-    mu.add_argument("--mesh-registry", metavar="FILE")
+    mu.add_argument(
+        "--profile",
+        default="aether-edge",
+        choices=("aether-edge", "gateway-api"),
+        help=PROFILE_HELP,
+    )
+    mu.add_argument(
+        "--format",
+        default="text",
+        choices=("text", "json"),
+        help="text: survivors and the score (default); json: every count, survivor and rule",
+    )
+    mu.add_argument("-o", "--output", metavar="FILE", help="write the report here, not stdout")
+    mu.add_argument(
+        "--mesh-registry",
+        metavar="FILE",
+        help="YAML list of the Services enrolled in the mesh (reached over mTLS on :15008)",
+    )
     mu.set_defaults(run=cmd_mutate)
     return parser
 
