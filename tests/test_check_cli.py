@@ -478,7 +478,12 @@ def test_findings_are_byte_identical_across_processes(
             *args, "--format", "json", "-o", str(report), env={**os.environ, "PYTHONHASHSEED": seed}
         )
         assert r.rc == 1, r.err
-        assert r.out == ""  # -o: the report goes to the file only
+        assert r.out == ""  # -o: the report goes to the file only,
+        # and one summary line to stderr, so a terminal user sees how it went
+        assert (
+            r.err == f"edge-verify check: 1 error, 0 warnings, {len(RULES)} rules run, "
+            f"0 skipped (report: {report})\n"
+        )
         outs.append(report.read_bytes())
     assert outs[0] == outs[1]
 

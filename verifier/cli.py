@@ -207,6 +207,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         out = text.render(findings, summary)
     _write(out, args.output)
+    if args.output:  # the report went to a file: the terminal still hears how it went
+        print(f"{text.summary_line(summary)} (report: {args.output})", file=sys.stderr)
     levels = ("error",) if args.fail_on == "error" else ("error", "warning")
     return EXIT_FINDINGS if any(f.severity in levels for f in findings) else EXIT_OK
 
