@@ -23,6 +23,7 @@ from verifier.gatewayapi.addresses import (
     AddressError,
     Addressing,
     gateway_addresses,
+    nothing_to_check,
     parse_cidr,
     parse_fixed,
 )
@@ -69,6 +70,14 @@ def _write(text: str, output: str | None) -> None:
         ) from exc
 
 
+def _something_to_do(res: Resources, controller: str, paths: Sequence[str]) -> None:
+    """translate and status, like check, refuse to succeed on nothing: with no Gateway
+    of the controller their output would be empty and say nothing of why."""
+    empty = nothing_to_check(res, controller, " ".join(paths))
+    if empty is not None:
+        raise InputErrors([empty])
+
+
 def _addressing(args: argparse.Namespace) -> Addressing:
     """The --addressing, --gateway-cidr and --gateway-address options, checked."""
     errors = []
@@ -86,6 +95,9 @@ def _addressing(args: argparse.Namespace) -> Addressing:
         parse_cidr(args.gateway_cidr)
     except AddressError as exc:
         errors.append(InputError("--gateway-cidr", 0, "", "bad-cidr", str(exc)))
+    if fixed and args.addressing == "shared":
+        message = "with --addressing shared every Gateway is on one address; drop one of them"
+        errors.append(InputError("--gateway-address", 0, "", "not-applicable", message))
     if errors:
         raise InputErrors(errors)
     return Addressing(args.addressing, args.gateway_cidr, tuple(fixed), tuple(ports))
@@ -113,6 +125,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if errors:  # one run reports the registry's and the resources' problems together
         raise InputErrors(errors)
     _warn(res)
+    _something_to_do(res, args.controller_name, args.paths)
     graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     opts = TranslateOptions(
         controller_name=args.controller_name,
@@ -128,6 +141,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print the Gateway and HTTPRoute status a controller would write."""
     res = load_resources(args.paths)
     _warn(res)
+    _something_to_do(res, args.controller_name, args.paths)
     addressing = _addressing(args)
     graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     if args.output == "yaml":
@@ -135,9 +149,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         sys.stdout.write(report.format_yaml(report.status_documents(res, graph, where)))
         return EXIT_OK
     lines = report.status_lines(res, graph)
-    if not lines:
-        print(f"no Gateway of controller {args.controller_name} found", file=sys.stderr)
-    elif sys.stdout.isatty():
+    if sys.stdout.isatty():
         report.print_rich(lines, Console())
     else:
         sys.stdout.write(report.format_text(lines))
@@ -233,7 +245,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     )
     res = load_resources(args.paths)
     _warn(res)
-    empty = pipeline.nothing_to_check(res, args.controller_name, "explain")
+    empty = nothing_to_check(res, args.controller_name, "explain")
     if empty is not None:
         raise InputErrors([empty])
     if args.xds:

@@ -64,7 +64,10 @@ def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = N
         method, url = "GET", parts[0]
     else:
         method, url = parts[0].upper(), parts[1].strip()
-    split = urlsplit(url)
+    try:
+        split = urlsplit(url)
+    except ValueError as exc:  # e.g. a bracketed host that is no IPv6 address: [zz]
+        raise _bad("--request", "request", f"{expected}: {exc}") from None
     if split.scheme not in DEFAULT_PORTS or not split.netloc:
         raise _bad("--request", "request", expected)
     try:

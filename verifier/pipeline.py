@@ -25,10 +25,11 @@ from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
-from verifier.gatewayapi.addresses import Addressing, gateway_addresses, ours
+from verifier.gatewayapi.addresses import Addressing, gateway_addresses, nothing_to_check, ours
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import loaded_objects_frozen
+from verifier.inputs import load_yaml, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.xds.codec import XdsLoadError
@@ -114,20 +115,9 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
 
 def load_cases(path: str) -> tuple[list[Case], dict[str, tuple[str, int]]]:
     """Cases with the line of each, so findings point into the cases table."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except OSError as exc:
-        raise InputErrors([InputError(path, 0, "", "unreadable", str(exc))]) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        raise InputErrors(
-            [InputError(path, line, "", "yaml-syntax", f"invalid YAML: {exc}")]
-        ) from None
+    data, node = load_yaml(read_text(path), path)
     if node is None:
         return [], {}
-    data = yaml.safe_load(text)
     if not isinstance(data, list) or not isinstance(node, yaml.SequenceNode):
         raise InputErrors([InputError(path, 1, "", "type", "a cases file is a YAML list of cases")])
     cases, lines, errors = [], {}, []
@@ -389,7 +379,10 @@ def prepare(
         registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
     except InputErrors as exc:
         return None, ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
-    problems = addressing_problems(res, opts, snapshot)
+    try:
+        problems = addressing_problems(res, opts, snapshot)
+    except InputErrors as exc:
+        problems = exc.errors
     if problems:
         return None, ScenarioResult(scn, input_errors=problems, warnings=warnings)
     ctx = Context(
@@ -404,23 +397,6 @@ def prepare(
         addressing=opts.addressing,
     )
     return ctx, ScenarioResult(scn, warnings=warnings)
-
-
-def nothing_to_check(res: Resources, controller: str, where: str) -> InputError | None:
-    """A run with no Gateway of the controller would check nothing and pass: that is
-    bad input, and a mistyped controller name is named with the ones that were seen."""
-    if ours(res, controller):
-        return None
-    seen = sorted({gc.controller_name for gc in res.gateway_classes.values()})
-    hint = f"; GatewayClasses here name {', '.join(seen)}" if seen else ""
-    return InputError(
-        where,
-        0,
-        "",
-        "nothing-to-check",
-        f"no Gateway of controller {controller} (--controller-name){hint}: nothing would be "
-        "checked (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)",
-    )
 
 
 def _bound(snapshot: Snapshot) -> set[tuple[str, int]]:
@@ -450,6 +426,19 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
         InputError("--gateway-address", 0, f"{ns}/{name}", "not-found", "no Gateway of ours")
         for (ns, name), _ip in opts.addressing.fixed
         if (ns, name) not in mine
+    ]
+    errors += [
+        InputError(
+            "--gateway-address",
+            0,
+            f"{ns}/{name}",
+            "not-found",
+            f"the port map names port {port}, where the Gateway has no listener",
+        )
+        for (ns, name), pairs in opts.addressing.ports
+        if (ns, name) in mine
+        for port, _proxy in pairs
+        if all(lst.port != port for lst in mine[(ns, name)].listeners)
     ]
     if errors:
         return errors

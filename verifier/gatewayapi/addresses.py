@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from verifier.errors import InputError, InputErrors
+
 if TYPE_CHECKING:
     from verifier.gatewayapi.resources import Resources
 
@@ -95,13 +97,36 @@ class Addressing:
     def assign(
         self, gateways: Iterable[tuple[GatewayKey, Iterable[tuple[str, str]]]]
     ) -> dict[GatewayKey, str]:
-        return assign(gateways, mode=self.mode, cidr=self.cidr, fixed=dict(self.fixed))
+        """``assign`` with these settings; what cannot be assigned is bad input."""
+        try:
+            return assign(gateways, mode=self.mode, cidr=self.cidr, fixed=dict(self.fixed))
+        except AddressError as exc:
+            raise InputErrors(
+                [InputError("--gateway-address", 0, "", "unassignable", str(exc))]
+            ) from None
 
 
 def ours(res: Resources, controller: str) -> dict[GatewayKey, object]:
     """The Gateways whose GatewayClass names ``controller``, by (namespace, name)."""
     classes = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller}
     return {k: gw for k, gw in res.gateways.items() if gw.class_name in classes}
+
+
+def nothing_to_check(res: Resources, controller: str, where: str) -> InputError | None:
+    """A run with no Gateway of the controller would check nothing and pass: that is
+    bad input, and a mistyped controller name is named with the ones that were seen."""
+    if ours(res, controller):
+        return None
+    seen = sorted({gc.controller_name for gc in res.gateway_classes.values()})
+    hint = f"; GatewayClasses here name {', '.join(seen)}" if seen else ""
+    return InputError(
+        where,
+        0,
+        "",
+        "nothing-to-check",
+        f"no Gateway of controller {controller} (--controller-name){hint}: nothing would be "
+        "checked (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)",
+    )
 
 
 def gateway_addresses(res: Resources, controller: str, how: Addressing) -> dict[GatewayKey, str]:
@@ -130,7 +155,10 @@ def parse_fixed(text: str) -> tuple[GatewayKey, str, tuple[tuple[int, int], ...]
     try:
         return (ns, name), str(ipaddress.ip_address(ip)), tuple(pairs)
     except ValueError:
-        raise AddressError(f"{text!r}: {ip!r} is not an IP address") from None
+        hint = ""
+        if colon and tail.isdigit():
+            hint = f" (a port goes in a map: {head}:{tail}>PROXYPORT)"
+        raise AddressError(f"{text!r}: {ip!r} is not an IP address{hint}") from None
 
 
 def assign(
@@ -150,15 +178,23 @@ def assign(
     if mode == SHARED:
         first = str(net.network_address + 1)
         return {k: fixed.get(k, first) for k, _ in items}
-    out: dict[GatewayKey, str] = {k: fixed[k] for k, _ in items if k in fixed}
-    taken: set[str] = set(out.values())
+    out: dict[GatewayKey, str] = {}
+    owner: dict[str, GatewayKey] = {}
     for key, addresses in items:
-        if key in out:
+        ip = fixed.get(key) or requested_ip(addresses)
+        if ip is None:
             continue
-        ip = requested_ip(addresses)
-        if ip is not None:
-            out[key] = ip
-            taken.add(ip)
+        if ip in owner:
+            # Each Gateway alone on its address: two on one would conflict as in the
+            # shared mode, which this mode exists to avoid. Say so instead of binding both.
+            a, b = owner[ip], key
+            raise AddressError(
+                f"Gateways {a[0]}/{a[1]} and {b[0]}/{b[1]} are both given {ip}: "
+                "per-Gateway addressing gives each Gateway an address of its own"
+            )
+        out[key] = ip
+        owner[ip] = key
+    taken: set[str] = set(out.values())
     hosts = net.num_addresses - 2
     for key, _ in items:
         if key in out:

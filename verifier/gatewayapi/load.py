@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from verifier.errors import InputError
+from verifier.errors import InputError, InputErrors
+from verifier.inputs import HOSTILE, read_text, yaml_problem
 
 YAML_SUFFIXES = (".yaml", ".yml")
 # libyaml's parser when PyYAML was built with it (10x faster on large inputs);
@@ -230,11 +231,8 @@ def _documents(text: str, file: str, errors: list[InputError]) -> Iterator[RawOb
                 )
                 continue
             yield from _unwrap_lists(RawObject(data, file, lines))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(exc, "problem", None) or str(exc)
-        errors.append(InputError(file, line, "", "yaml-syntax", f"invalid YAML: {problem}"))
+    except (yaml.YAMLError, *HOSTILE) as exc:
+        errors.append(yaml_problem(exc, file))
 
 
 def _unwrap_lists(obj: RawObject) -> Iterator[RawObject]:
@@ -287,11 +285,9 @@ def load_paths(paths: Sequence[str]) -> LoadResult:
             sources.append(("<stdin>", sys.stdin.read()))
             continue
         try:
-            sources.append((p, Path(p).read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            missing.append(InputError(p, 0, "", "not-found", "no such file or directory"))
-        except (OSError, UnicodeDecodeError) as exc:
-            missing.append(InputError(p, 0, "", "unreadable", str(exc)))
+            sources.append((p, read_text(p)))
+        except InputErrors as exc:
+            missing.extend(exc.errors)
     result = load_texts(sources)
     result.errors[:0] = missing
     return result

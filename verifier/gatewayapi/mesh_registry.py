@@ -12,18 +12,14 @@ Format (YAML)::
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.load import load_texts
+from verifier.inputs import read_text
 
 
 def load_mesh_registry(path: str) -> frozenset[tuple[str, str]]:
     """(namespace, service) pairs; every problem is reported with its line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputErrors([InputError(path, 0, "", "unreadable", str(exc))]) from None
+    text = read_text(path)
     loaded = load_texts([(path, text)])
     errors = list(loaded.errors)
     found: set[tuple[str, str]] = set()

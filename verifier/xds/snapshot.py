@@ -349,6 +349,10 @@ def _read_json(path: Path) -> Json:
         raise XdsLoadError(str(path), f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise XdsLoadError(str(path), f"invalid JSON: {exc}") from exc
+    except RecursionError:
+        raise XdsLoadError(str(path), "invalid JSON: nested too deep") from None
+    except ValueError as exc:  # an integer of thousands of digits, among others
+        raise XdsLoadError(str(path), f"invalid JSON: {exc}") from None
 
 
 def load_path(path: str | os.PathLike[str]) -> tuple[Snapshot, list[Skipped]]:
