@@ -102,7 +102,8 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
                         "",
                         "not-applicable",
                         f"{paths[0]} is a suite: each scenario brings its own cases.yaml and "
-                        "mesh-registry.yaml; give one scenario (base plus its folder) instead",
+                        "mesh-registry.yaml; for one scenario give base plus its folder, "
+                        "with --cases and --mesh-registry naming its files",
                     )
                 ]
             )
