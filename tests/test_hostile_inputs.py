@@ -31,24 +31,17 @@ def _file(name: str, data: bytes) -> Callable[[Path], Path]:
     return write
 
 
+def _given(flag: str, name: str, data: bytes) -> Make:
+    """check of the scenario with ``flag`` naming a file holding ``data``."""
+    return lambda tmp: ["check", rel(BASE), rel(SCENARIO), flag, str(_file(name, data)(tmp))]
+
+
 def _cases(data: bytes) -> Make:
-    return lambda tmp: [
-        "check",
-        rel(BASE),
-        rel(SCENARIO),
-        "--cases",
-        str(_file("cases.yaml", data)(tmp)),
-    ]
+    return _given("--cases", "cases.yaml", data)
 
 
 def _xds(data: bytes) -> Make:
-    return lambda tmp: [
-        "check",
-        rel(BASE),
-        rel(SCENARIO),
-        "--xds",
-        str(_file("x.json", data)(tmp)),
-    ]
+    return _given("--xds", "x.json", data)
 
 
 DEEP = b"- " + b"[" * 5000 + b"]" * 5000 + b"\n"
@@ -59,13 +52,7 @@ CASES: dict[str, tuple[Make, str]] = {
     "cases unhashable key": (_cases(b"- {[a]: 1}\n"), "[yaml-"),
     "cases impossible float": (_cases(b"- name: !!float x\n"), "[yaml-value]"),
     "registry not UTF-8": (
-        lambda tmp: [
-            "check",
-            rel(BASE),
-            rel(SCENARIO),
-            "--mesh-registry",
-            str(_file("reg.yaml", b"\xff services:\n")(tmp)),
-        ],
+        _given("--mesh-registry", "reg.yaml", b"\xff services:\n"),
         "[encoding]",
     ),
     "resources self-referencing alias": (

@@ -386,11 +386,15 @@ def _add_mesh(p: argparse.ArgumentParser) -> None:
     )
 
 
-PROFILE_CHOICES = ("aether-edge", "gateway-api")
-PROFILE_HELP = (
-    "aether-edge (default): every rule, the edge's own conventions included; gateway-api: "
-    "only what the Gateway API spec requires, for xDS from any implementation"
-)
+def _add_profile(p: argparse.ArgumentParser) -> None:
+    """Which rules run (check, mutate)."""
+    p.add_argument(
+        "--profile",
+        default="aether-edge",
+        choices=("aether-edge", "gateway-api"),
+        help="aether-edge (default): every rule, the edge's own conventions included; "
+        "gateway-api: only what the Gateway API spec requires, for xDS from any implementation",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -448,12 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CMD",
         help="external translator: run as CMD PATH...; it prints a config_dump",
     )
-    ck.add_argument(
-        "--profile",
-        default="aether-edge",
-        choices=("aether-edge", "gateway-api"),
-        help=PROFILE_HELP,
-    )
+    _add_profile(ck)
     ck.add_argument(
         "--format",
         default="text",
@@ -524,12 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument(
         "--xds", metavar="FILE", help="mutate this xDS instead of the reference translation"
     )
-    mu.add_argument(
-        "--profile",
-        default="aether-edge",
-        choices=("aether-edge", "gateway-api"),
-        help=PROFILE_HELP,
-    )
+    _add_profile(mu)
     mu.add_argument(
         "--format",
         default="text",
