@@ -94,3 +94,38 @@ def test_an_option_that_cannot_apply_is_refused_not_ignored(
     r = cli(*args)
     (line,) = r.error_lines()
     assert f"[{code}]" in line, line
+
+
+@pytest.mark.parametrize(
+    ("api_version", "got"),
+    [("", "got none"), ("apiVersion: networking.x-k8s.io/v1alpha1\n", "networking.x-k8s.io")],
+)
+def test_a_known_kind_with_a_missing_or_wrong_api_version_is_an_error(
+    api_version: str,
+    got: str,
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """It used to be skipped with a warning ("not read by the edge") and check passed."""
+    route = tmp_path / "route.yaml"
+    route.write_text(
+        api_version + "kind: HTTPRoute\nmetadata: {name: r, namespace: edge-infra}\n",
+        encoding="utf-8",
+    )
+    r = cli("check", rel(BASE), rel(SCENARIO), str(route))
+    (line,) = r.error_lines()
+    assert line.startswith(f"{route}:1: apiVersion: ") and got in line, line
+    assert "[api-version]" in line
+
+
+def test_a_kind_of_the_same_name_in_another_api_is_still_skipped(
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    knative = tmp_path / "ksvc.yaml"
+    knative.write_text(
+        "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: k, namespace: a}\n",
+        encoding="utf-8",
+    )
+    r = cli("check", rel(BASE), rel(SCENARIO), str(knative))
+    assert r.rc == 0 and "not read by the edge" in r.err

@@ -104,12 +104,42 @@ def _store(res: Resources, obj: Any) -> InputError | None:
     return None
 
 
+GATEWAY_API_KINDS = frozenset(
+    {"GatewayClass", "Gateway", "HTTPRoute", "ReferenceGrant", "ListenerSet"}
+)
+
+
+def _api_version_problem(raw: RawObject, groups: frozenset[str] | None) -> InputError | None:
+    """A kind the edge reads with no apiVersion, or a Gateway API kind outside its API
+    group, is a mistake to report: skipping it with a warning would check the rest and
+    pass. (A kind of the same name in another API group, a Knative Service say, is
+    another object and is skipped as before.)"""
+    if groups is None:
+        return None
+    version = raw.api_version
+    if version and (raw.kind not in GATEWAY_API_KINDS or raw.group in groups):
+        return None
+    want = " or ".join(f"{g}/..." if g else "v1" for g in sorted(groups))
+    got = repr(version) if version else "none"
+    return InputError(
+        raw.file,
+        raw.line_of("apiVersion"),
+        "apiVersion",
+        "api-version",
+        f"{raw.kind} needs apiVersion {want}; got {got}",
+    )
+
+
 def build(loaded: LoadResult) -> Resources:
     """Validate and type every object; raise InputErrors with all problems at once."""
     res = Resources(files=list(loaded.files))
     errors: list[InputError] = list(loaded.errors)
     for raw in loaded.objects:
         entry = PARSERS.get(raw.kind)
+        wrong = _api_version_problem(raw, entry[0] if entry else None)
+        if wrong is not None:
+            errors.append(wrong)
+            continue
         if entry is None or raw.group not in entry[0]:
             if raw.kind not in QUIET_KINDS:
                 res.warnings.append(
