@@ -751,6 +751,20 @@ def test_directory_maps_dns_cluster_ip_and_mesh() -> None:
     assert d.resolve([("1.2.3.4", 80)], dns=False).target is None
 
 
+def test_an_unnamed_port_with_a_named_target_port_is_found_by_its_endpoints() -> None:
+    """Issue 12: a single unnamed Service port whose targetPort is a container port
+    *name* (common in real clusters). Its EndpointSlice port is unnamed too (slice
+    ports carry the Service port's name) and holds the resolved number; the directory
+    used to find no Service behind the pod IP, so every request was a false finding."""
+    d = BackendDirectory.build(
+        [ServiceSpec("web", "nginx", "10.96.0.7", (PortSpec(80, "http-web-svc", ""),))],
+        [SliceSpec("web", "nginx", ("10.244.0.7",), (("", 8080),))],
+    )
+    found = d.resolve([("10.244.0.7", 8080)], dns=False).target
+    assert found is not None and (found.service, found.port) == ("nginx", 80)
+    assert d.resolve([("10.244.0.7", 9090)], dns=False).target is None
+
+
 def _tls_listener(inspector: bool) -> Snapshot:
     from envoy_data_plane.envoy.config.core.v3 import TransportSocket
     from envoy_data_plane.envoy.config.listener.v3 import FilterChainMatch, ListenerFilter

@@ -87,9 +87,13 @@ class BackendDirectory:
                 d._pods.setdefault(addr, set()).add((sl.namespace, sl.service))
                 for p in svc.ports:
                     for name, number in sl.ports:
+                        # An EndpointSlice names its ports after the Service's ports,
+                        # and only a Service with a single port may leave it unnamed:
+                        # the unnamed slice port is that port, whatever its targetPort
+                        # (a container port name like 'http-web-svc', resolved per pod).
                         if (
                             p.target_port == str(number)
-                            or (p.name == name and bool(name))
+                            or p.name == name
                             or (p.target_port == name and bool(name))
                         ):
                             d._by_ip.setdefault((addr, number), set()).add(
