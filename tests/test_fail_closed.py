@@ -129,3 +129,30 @@ def test_a_kind_of_the_same_name_in_another_api_is_still_skipped(
     )
     r = cli("check", rel(BASE), rel(SCENARIO), str(knative))
     assert r.rc == 0 and "not read by the edge" in r.err
+
+
+def test_a_missing_cluster_answered_500_is_an_invalid_share(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    """Issue 12 (false positives on other implementations' xDS): a route to a cluster
+    that does not exist with cluster_not_found_response_code INTERNAL_SERVER_ERROR is
+    how some implementations write an invalid backendRef. Both models answer 500; the
+    Envoy model used to count no invalid share there, and check reported a difference."""
+    import json
+
+    scenario = FIXTURES / "httproute-status-backend-not-found"
+    out = tmp_path / "xds.json"
+    assert cli("translate", rel(BASE), rel(scenario), "-o", str(out)).rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    rewritten = 0
+    for config in doc["configs"]:
+        for rc in config.get("dynamic_route_configs", []):
+            for vh in rc["route_config"].get("virtual_hosts", []):
+                for route in vh["routes"]:
+                    clusters = route.get("route", {}).get("weighted_clusters", {}).get("clusters")
+                    if clusters and len(clusters) == 1:
+                        route["route"].pop("weighted_clusters")
+                        route["route"]["cluster"] = clusters[0]["name"]
+                        rewritten += 1
+    assert rewritten
+    out.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", rel(BASE), rel(scenario), "--xds", str(out), "--format", "json")
+    assert (r.rc, r.json()["findings"]) == (0, [])

@@ -98,7 +98,11 @@ def upstream(action: RouteAction, resolver: ClusterResolver, headers: dict[str, 
 def _single(name: str, resolver: ClusterResolver, missing_status: int) -> Upstream:
     target = resolver.target(name)
     if target.backend is None:
-        out = Upstream(missing_status, notes=list(target.notes))
+        # As in a weighted list: a missing cluster answered 500 is an invalid backend's
+        # share (here all of it), which is how other implementations write invalid
+        # backendRefs (cluster_not_found_response_code: INTERNAL_SERVER_ERROR).
+        invalid = 1 if missing_status == 500 else 0
+        out = Upstream(missing_status, invalid_weight=invalid, notes=list(target.notes))
         out.trace.append(f"cluster {name!r} does not exist: {missing_status}")
         return out
     out = Upstream(200, (target.backend,), dns_host=target.dns_host, notes=list(target.notes))
