@@ -156,3 +156,24 @@ def test_a_missing_cluster_answered_500_is_an_invalid_share(tmp_path: Path, cli:
     out.write_text(json.dumps(doc), encoding="utf-8")
     r = cli("check", rel(BASE), rel(scenario), "--xds", str(out), "--format", "json")
     assert (r.rc, r.json()["findings"]) == (0, [])
+
+
+def test_a_route_to_a_missing_cluster_over_rds_is_not_predicted_a_nack(
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """Issue 12: validate mode reads the route tables inlined, where validate_clusters
+    defaults to true; over RDS (how they are served) it defaults to false and Envoy
+    accepts a route to a missing cluster. envoy-accepts-config must judge them as served."""
+    import json
+
+    scenario = FIXTURES / "httproute-status-backend-not-found"
+    out = tmp_path / "xds.json"
+    assert cli("translate", rel(BASE), rel(scenario), "-o", str(out)).rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    for config in doc["configs"]:
+        for rc in config.get("dynamic_route_configs", []):
+            assert rc["route_config"].pop("validate_clusters") is False  # the default, over RDS
+    out.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", rel(BASE), rel(scenario), "--xds", str(out), "--format", "json")
+    assert (r.rc, r.json()["findings"]) == (0, [])

@@ -389,7 +389,10 @@ def _rewrite_rds(node: Json, routes: Mapping[str, dict[str, Json]]) -> None:
             name = node.pop("rds").get("route_config_name", "")
             if name not in routes:
                 raise ValueError(f"listener references RDS route config {name!r} not in snapshot")
-            node["route_config"] = routes[name]
+            # validate_clusters: "If ... the route table is loaded dynamically (RDS), the
+            # default is false"; inlined, it defaults to true. Keep the RDS reading, so a
+            # route to a missing cluster is judged as Envoy would over ADS (it loads).
+            node["route_config"] = {"validate_clusters": False, **routes[name]}
         for value in node.values():
             _rewrite_rds(value, routes)
 
@@ -480,6 +483,9 @@ def binary_bootstrap(snap: Snapshot) -> bytes | None:
                             )
                         hcm.rds = None
                         hcm.route_config = routes[name]
+                        if hcm.route_config.validate_clusters is None:  # the RDS default
+                            hcm.route_config = copy.copy(hcm.route_config)
+                            hcm.route_config.validate_clusters = False
                         f = Filter(name=f.name, typed_config=pack_any(hcm))
                 filters.append(f)
             new_chain = copy.copy(chain)
