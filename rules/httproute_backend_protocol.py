@@ -80,7 +80,25 @@ def _ws_problems(ctx: Context, cluster: Cluster, refs: list[walk.RouteRef]) -> I
             yield f"is reached by route {ref.label}, which does not allow WebSocket upgrades"
 
 
+def _named_by_httproutes(ctx: Context) -> set[tuple[str, str, int | None]]:
+    """(namespace, Service, port) of every backendRef and mirror of an HTTPRoute.
+
+    A cluster dialling a Service port no HTTPRoute names serves another route kind
+    (a GRPCRoute's HTTP/2 cluster, say), which the edge does not read and this rule
+    must not judge as if it served an HTTPRoute."""
+    named: set[tuple[str, str, int | None]] = set()
+    for route in ctx.res.httproutes.values():
+        ns = route.meta.namespace
+        for rule in route.rules:
+            filters = [*rule.filters, *(f for b in rule.backend_refs for f in b.filters)]
+            refs = [b.ref for b in rule.backend_refs]
+            refs += [f.request_mirror.backend for f in filters if f.request_mirror is not None]
+            named |= {(r.namespace or ns, r.name, r.port) for r in refs if r.kind == "Service"}
+    return named
+
+
 def check(ctx: Context) -> Iterable[Finding]:
+    named = _named_by_httproutes(ctx)
     for cluster, found, refs in bk.with_service(ctx.snapshot, ctx.res, shared=True):
         # Endpoints that may stand for several Service ports (pods shared, or one
         # targetPort behind several ports): a problem only if it is one for each.
@@ -89,6 +107,8 @@ def check(ctx: Context) -> Iterable[Finding]:
             continue
         svc, port = readings[0]
         assert port is not None
+        if not any((s.meta.namespace, s.meta.name, p.port) in named for s, p in readings if p):
+            continue  # no HTTPRoute sends here: another route kind's cluster
         problems = [_protocol_problem(cluster, port.app_protocol)]
         if problems[0] and not all(_protocol_problem(cluster, p.app_protocol) for _, p in readings):
             problems = [None]

@@ -359,6 +359,25 @@ def test_backend_protocol_h2c_and_plain(cluster: str, http2: bool, service: str)
     assert (f.file, f.line) == (where.file, where.line)
 
 
+def test_backend_protocol_leaves_clusters_no_httproute_names_alone() -> None:
+    """Issue 12: a GRPCRoute (a kind the edge does not read) has its own HTTP/2 cluster
+    to a Service whose appProtocol is unset; it was judged as if it served an HTTPRoute
+    (EV221). With no HTTPRoute naming that Service port, the cluster is not this rule's."""
+    res, snap = scenario("httproute-backend-protocol-h2c")
+    index = cluster_of(snap, "infra-backend-v2")
+    snap = with_cluster(snap, index, _set_protocol(True))
+    assert run(httproute_backend_protocol.RULE, res, snap)  # named by an HTTPRoute: found
+    names = {"infra-backend-v2"}
+    others = {
+        k: r
+        for k, r in res.httproutes.items()
+        if not any(b.ref.name in names for rule in r.rules for b in rule.backend_refs)
+    }
+    assert len(others) < len(res.httproutes)
+    alone = dataclasses.replace(res, httproutes=others)
+    assert run(httproute_backend_protocol.RULE, alone, snap) == []
+
+
 def test_backend_protocol_websocket_needs_upgrades() -> None:
     res, snap = scenario("httproute-backend-protocol-websocket")
     vh = vhost(snap, "edge-edge-infra-same-namespace-80", "ws.example.com")
