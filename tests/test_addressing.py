@@ -126,7 +126,7 @@ def test_a_case_without_host_is_sent_with_the_gateway_address(repo_cwd: Path) ->
 
 
 def _status(run: CLI, scenario: Path, *extra: str) -> list[dict[str, Any]]:
-    r = run("status", rel(BASE), rel(scenario), "-o", "yaml", *extra)
+    r = run("status", rel(BASE), rel(scenario), "--format", "yaml", *extra)
     assert r.rc == 0, r.err
     return list(yaml.safe_load_all(r.out))
 

@@ -177,3 +177,17 @@ def test_a_route_to_a_missing_cluster_over_rds_is_not_predicted_a_nack(
     out.write_text(json.dumps(doc), encoding="utf-8")
     r = cli("check", rel(BASE), rel(scenario), "--xds", str(out), "--format", "json")
     assert (r.rc, r.json()["findings"]) == (0, [])
+
+
+def test_status_o_names_a_file_and_the_old_meaning_is_refused(
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """-o is an output file everywhere; status's format is --format. `status -o yaml`
+    (its old meaning) is refused rather than written to a file named 'yaml'."""
+    r = cli("status", rel(BASE), "-o", "yaml")
+    (line,) = r.error_lines()
+    assert "--format yaml" in line and not Path("yaml").exists()
+    out = tmp_path / "status.yaml"
+    r = cli("status", rel(BASE), "--format", "yaml", "-o", str(out))
+    assert (r.rc, r.out) == (0, "") and "kind: Gateway" in out.read_text(encoding="utf-8")

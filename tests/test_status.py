@@ -71,7 +71,7 @@ def _missing(status: dict[Key, dict[str, Any]], want: dict[str, Any]) -> list[st
     key = (want["kind"], want["namespace"], want["name"])
     label = "{} {}/{}".format(*key) + (f" on {want['parent']}" if "parent" in want else "")
     if key not in status:
-        return [f"{label}: `status -o yaml` wrote no status for this object"]
+        return [f"{label}: `status --format yaml` wrote no status for this object"]
     try:
         conditions = _conditions_of(status[key], want, label)
     except LookupError as exc:
@@ -88,7 +88,7 @@ def _missing(status: dict[Key, dict[str, Any]], want: dict[str, Any]) -> list[st
 def test_expected_status(
     scenario: Path, repo_cwd: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["status", rel(BASE), rel(scenario), "-o", "yaml"]) == 0
+    assert main(["status", rel(BASE), rel(scenario), "--format", "yaml"]) == 0
     out = capsys.readouterr().out
     status = _by_key([d for d in yaml.safe_load_all(out) if d is not None])
     expected = yaml.safe_load((scenario / "expected-status.yaml").read_text(encoding="utf-8"))

@@ -139,17 +139,22 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the Gateway and HTTPRoute status a controller would write."""
+    if args.output in ("text", "yaml"):  # -o was the format before; say so, write no file
+        message = f"-o names an output file now; for the format give --format {args.output}"
+        raise InputErrors([InputError("-o", 0, "", "not-applicable", message)])
     res = load_resources(args.paths)
     _warn(res)
     _something_to_do(res, args.controller_name, args.paths)
     addressing = _addressing(args)
     graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
-    if args.output == "yaml":
+    if args.format == "yaml":
         where = gateway_addresses(res, args.controller_name, addressing)
-        sys.stdout.write(report.format_yaml(report.status_documents(res, graph, where)))
+        _write(report.format_yaml(report.status_documents(res, graph, where)), args.output)
         return EXIT_OK
     lines = report.status_lines(res, graph)
-    if sys.stdout.isatty():
+    if args.output:
+        _write(report.format_text(lines), args.output)
+    elif sys.stdout.isatty():
         report.print_rich(lines, Console())
     else:
         sys.stdout.write(report.format_text(lines))
@@ -426,12 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(st)
     st.add_argument(
-        "-o",
-        "--output",
+        "--format",
         choices=("text", "yaml"),
         default="text",
         help="text: one line per condition (default); yaml: the status stanzas",
     )
+    st.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     st.set_defaults(run=cmd_status)
 
     ck = sub.add_parser(

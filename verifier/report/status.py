@@ -1,6 +1,6 @@
 """Gateway and HTTPRoute status, rendered as a controller would publish it.
 
-``-o yaml`` must be comparable with what a real controller writes to the API
+``--format yaml`` must be comparable with what a real controller writes to the API
 server, so the stanzas follow the Gateway API v1.5 status types field by field.
 Timestamps are pinned (nothing here may depend on the clock) so the output can
 be diffed and kept as a golden. The text form is for a person scanning a
