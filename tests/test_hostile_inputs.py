@@ -45,6 +45,14 @@ def _xds(data: bytes) -> Make:
 
 
 DEEP = b"- " + b"[" * 5000 + b"]" * 5000 + b"\n"
+# Nine levels of ten aliases each: a billion strings once expanded.
+BOMB = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb, namespace: a}\ndata:\n" + (
+    b'  a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]\n'
+    + b"".join(
+        b"  a%d: &a%d [" % (i, i) + b",".join([b"*a%d" % (i - 1)] * 10) + b"]\n"
+        for i in range(1, 9)
+    )
+)
 CASES: dict[str, tuple[Make, str]] = {
     "cases not UTF-8": (_cases(b"\xff\xfe- name: x\n"), "[encoding]"),
     "cases nested 5,000 deep": (_cases(DEEP), "[yaml-depth]"),
@@ -66,6 +74,14 @@ CASES: dict[str, tuple[Make, str]] = {
             ),
         ],
         "[yaml-depth]",
+    ),
+    "resources alias bomb": (
+        lambda tmp: ["check", rel(BASE), str(_file("bomb.yaml", BOMB)(tmp))],
+        "[yaml-aliases]",
+    ),
+    "registry alias bomb": (
+        _given("--mesh-registry", "reg.yaml", BOMB.replace(b"data:", b"services:")),
+        "[yaml-aliases]",
     ),
     "xds nested 100,000 deep": (
         _xds(b'{"configs":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
@@ -114,3 +130,19 @@ def test_hostile_input_is_one_clear_error(name: str, tmp_path: Path, cli: CLI) -
     r = cli(*make(tmp_path))
     (line,) = r.error_lines()  # exit 2, no traceback, one error and its count
     assert code in line, line
+
+
+def test_a_few_aliases_are_still_yaml(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    """The alias budget refuses bombs, not anchors: an ordinary repeated block loads."""
+    route = (
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n"
+        "metadata: {name: anchors, namespace: edge-infra}\n"
+        "spec:\n  parentRefs: [{name: same-namespace}]\n  hostnames: [anchors.example.com]\n"
+        "  rules:\n  - backendRefs: &to [{name: infra-backend-v1, port: 8080}]\n"
+        "    matches: [{path: {type: PathPrefix, value: /a}}]\n"
+        "  - backendRefs: *to\n    matches: [{path: {type: PathPrefix, value: /b}}]\n"
+    )
+    path = tmp_path / "route.yaml"
+    path.write_text(route, encoding="utf-8")
+    r = cli("check", rel(BASE), str(path))
+    assert (r.rc, r.err) == (0, ""), r.err
