@@ -83,6 +83,21 @@ CASES: dict[str, tuple[Make, str]] = {
         _given("--mesh-registry", "reg.yaml", BOMB.replace(b"data:", b"services:")),
         "[yaml-aliases]",
     ),
+    "an HTTPRoute with 10,000 parentRefs": (
+        lambda tmp: [
+            "check",
+            rel(BASE),
+            str(
+                _file(
+                    "refs.yaml",
+                    b"apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n"
+                    b"metadata: {name: r, namespace: edge-infra}\nspec:\n  parentRefs:\n"
+                    + b"".join(b"  - name: gw%d\n" % i for i in range(10_000)),
+                )(tmp)
+            ),
+        ],
+        "[max-items]",
+    ),
     "xds nested 100,000 deep": (
         _xds(b'{"configs":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
         "nested too deep",

@@ -222,10 +222,12 @@ def _set(value: Any) -> bool:
 def parent_refs_rule(ctx: Ctx, refs: Any, path: str) -> None:
     """The experimental-channel distinctness rules of CommonRouteSpec.parentRefs."""
     items = [(i, d(r)) for i, r in enumerate(lst(refs)) if isinstance(r, dict)]
-    for pos, (i, p1) in enumerate(items):
-        for j, p2 in items[:pos]:
-            if _parent_key(p1) != _parent_key(p2):
-                continue
+    # Only references to the same parent are compared: bucketed by parent, the rule
+    # costs the same on 10,000 parentRefs (past maxItems, reported anyway) as on 32.
+    earlier: dict[tuple[Any, Any, Any, Any], list[tuple[int, dict[str, Any]]]] = {}
+    for i, p1 in items:
+        same = earlier.setdefault(_parent_key(p1), [])
+        for j, p2 in same:
             # CRD: "sectionName or port must be specified when parentRefs includes
             # 2 or more references to the same parent"
             if _set(p1.get("sectionName")) != _set(p2.get("sectionName")) or _set(
@@ -248,6 +250,7 @@ def parent_refs_rule(ctx: Ctx, refs: Any, path: str) -> None:
                     f"duplicates {path}[{j}]: references to the same parent must differ in "
                     "sectionName or port",
                 )
+        same.append((i, p1))
 
 
 PARENT_REF = Obj(
