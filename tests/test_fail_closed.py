@@ -191,3 +191,19 @@ def test_status_o_names_a_file_and_the_old_meaning_is_refused(
     out = tmp_path / "status.yaml"
     r = cli("status", rel(BASE), "--format", "yaml", "-o", str(out))
     assert (r.rc, r.out) == (0, "") and "kind: Gateway" in out.read_text(encoding="utf-8")
+
+
+def test_every_bad_file_of_an_xds_directory_is_reported(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    """Issue 12: only the first bad file of a per-type directory used to be reported."""
+    import shutil
+
+    for golden in SCENARIO.glob("xds.*.golden.json"):
+        shutil.copy(golden, tmp_path / golden.name)
+    (tmp_path / "xds.routes.golden.json").write_text("{bad", encoding="utf-8")
+    (tmp_path / "xds.clusters.golden.json").write_text("[1,", encoding="utf-8")
+    r = cli("check", rel(BASE), rel(SCENARIO), "--xds", str(tmp_path))
+    lines = r.error_lines()
+    assert sorted(Path(line.split(":", 1)[0]).name for line in lines) == [
+        "xds.clusters.golden.json",
+        "xds.routes.golden.json",
+    ]

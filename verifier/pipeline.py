@@ -234,6 +234,15 @@ def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, lis
     return snap, [f"{s.path}: skipped: {s.reason}" for s in skipped]
 
 
+def _xds_input_error(exc: XdsLoadError, path: str) -> InputError:
+    # "invalid JSON: ... line 2 column 5 ...": surface the line as file:line.
+    found = re.search(r"line (\d+)", exc.message)
+    line = int(found.group(1)) if found else 0
+    file, _, where = (exc.path or path).partition(":$")
+    fld = f"${where}" if where else "--xds"
+    return InputError(file, line, fld, "bad-xds", exc.message)
+
+
 def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
     if re.match(r"^[a-z][a-z0-9+.-]*://", path):
         raise InputErrors(
@@ -251,12 +260,7 @@ def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
     try:
         snap, skipped = load_path(path)
     except XdsLoadError as exc:
-        # "invalid JSON: ... line 2 column 5 ...": surface the line as file:line.
-        found = re.search(r"line (\d+)", exc.message)
-        line = int(found.group(1)) if found else 0
-        file, _, where = (exc.path or path).partition(":$")
-        fld = f"${where}" if where else "--xds"
-        raise InputErrors([InputError(file, line, fld, "bad-xds", exc.message)]) from None
+        raise InputErrors([_xds_input_error(e, path) for e in [exc, *exc.more]]) from None
     return snap, [f"{s.path}: skipped: {s.reason}" for s in skipped]
 
 

@@ -55,6 +55,9 @@ class XdsLoadError(ValueError):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+        # Problems of other files read in the same go (a per-type directory), so that
+        # one run reports every bad file, not the first.
+        self.more: list[XdsLoadError] = []
 
 
 # --- betterproto2, made fast ----------------------------------------------------------------

@@ -371,8 +371,15 @@ def load_path(path: str | os.PathLike[str]) -> tuple[Snapshot, list[Skipped]]:
         files += candidates
     if not files:
         raise XdsLoadError(str(p), "no xds.<type>.json or xds.<type>.golden.json files")
+    problems: list[XdsLoadError] = []
     for f in files:
-        loader.document(_read_json(f), f"{f}:$")
+        try:
+            loader.document(_read_json(f), f"{f}:$")
+        except XdsLoadError as exc:
+            problems.append(exc)
+    if problems:
+        problems[0].more = problems[1:]
+        raise problems[0]
     return loader.snapshot(), loader.notes
 
 
