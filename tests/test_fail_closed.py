@@ -207,3 +207,11 @@ def test_every_bad_file_of_an_xds_directory_is_reported(tmp_path: Path, cli: CLI
         "xds.clusters.golden.json",
         "xds.routes.golden.json",
     ]
+
+
+def test_explain_on_a_port_no_gateway_has_says_which_ports_there_are(cli: CLI) -> None:  # noqa: F811
+    """Issue 12: it said "0 Gateways listen on port 443 (none): name one with --gateway",
+    when the fix is the port."""
+    r = cli("explain", rel(BASE), rel(SCENARIO), "--request", "GET https://a.example/")
+    (line,) = r.error_lines()
+    assert "[no-gateway-on-port]" in line and "ports: 80, 8080" in line, line

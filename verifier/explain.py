@@ -119,8 +119,24 @@ def pick_gateway(res: Resources, controller: str, port: int, named: str | None) 
         if gw.class_name in ours
         and any(lst.port == port for lst in (*gw.listeners, *sets.get(key, ())))
     )
+    if not keys:
+        ports = sorted(
+            {
+                lst.port
+                for key, gw in res.gateways.items()
+                if gw.class_name in ours
+                for lst in (*gw.listeners, *sets.get(key, ()))
+            }
+        )
+        listed = ", ".join(map(str, ports)) or "none"
+        raise _bad(
+            "--request",
+            "no-gateway-on-port",
+            f"no Gateway of ours listens on port {port} (ports: {listed}): put the port in "
+            "the URL, e.g. http://host:8080/path",
+        )
     if len(keys) != 1:
-        found = ", ".join("/".join(k) for k in keys) or "none"
+        found = ", ".join("/".join(k) for k in keys)
         raise InputErrors(
             [
                 InputError(
