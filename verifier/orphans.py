@@ -32,7 +32,9 @@ _LIBC = _libc()
 
 def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that has the child killed (SIGKILL) when the tool dies, or
-    None where the platform cannot do it (the tool's own cleanup still runs)."""
+    None where the platform cannot do it (the tool's own cleanup still runs). The
+    function only calls prctl (no import, no lock), so it is safe after a fork from
+    a process with idle helper threads (asyncio's resolver pool)."""
     libc = _LIBC
     if libc is None:
         return None

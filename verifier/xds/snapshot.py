@@ -27,6 +27,7 @@ from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
 from verifier.forked import on_stop
+from verifier.orphans import die_with_parent
 from verifier.xds.codec import (
     Json,
     Skipped,
@@ -551,7 +552,13 @@ def envoy_validate(snap: Snapshot, *, timeout: float = 120.0) -> tuple[bool, str
         except ValueError as exc:
             return False, str(exc)
         cmd = [envoy, "--mode", "validate", "-c", str(path), "--disable-hot-restart", "-l", "error"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=die_with_parent(),  # no validating Envoy outlives a killed tool
+        )
         with on_stop(lambda: _end(proc)):  # a stopped child leaves no Envoy behind
             try:
                 stdout, stderr = proc.communicate(timeout=timeout)
