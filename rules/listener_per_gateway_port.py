@@ -23,38 +23,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from envoy_data_plane.envoy.config.listener.v3 import Listener
 from verifier.rules.support import served as spec
 
 from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule
+from verifier.xds.snapshot import bound_addresses, reaches
 
 NAME = "listener-per-gateway-port"
 CODE = "EV104"
 
 
-WILDCARDS = ("0.0.0.0", "::", "")
-
-
-def bound(listeners: Iterable[Listener]) -> set[tuple[str, int]]:
-    """Every (address, port) a listener binds."""
-    found: set[tuple[str, int]] = set()
-    for li in listeners:
-        addresses = [li.address] + [a.address for a in li.additional_addresses]
-        for addr in addresses:
-            sa = addr.socket_address if addr is not None else None
-            if sa is not None and sa.port_value:
-                found.add((sa.address or "", sa.port_value))
-    return found
-
-
-def _reached(where: set[tuple[str, int]], address: str, port: int) -> bool:
-    return (address, port) in where or any((w, port) in where for w in WILDCARDS)
-
-
 def check(ctx: Context) -> Iterable[Finding]:
-    where = bound(ctx.snapshot.listeners)
+    where = bound_addresses(ctx.snapshot)
     for gw in spec.our_gateways(ctx.res, ctx.controller_name):
         address = ctx.addresses.get(gw.meta.key, "")
         reported: set[int] = set()
@@ -63,7 +44,7 @@ def check(ctx: Context) -> Iterable[Finding]:
         )
         for lst in gw.listeners:
             port = ctx.addressing.proxy_port(gw.meta.key, lst.port)
-            if _reached(where, address, port) or lst.port in reported:
+            if reaches(where, address, port) or lst.port in reported:
                 continue
             if spec.listener_state(ctx.res, gw, lst, others) != "ready":
                 continue

@@ -7,13 +7,17 @@ directory, a mistyped --controller-name) ran its rules on nothing and passed.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import BASE, FIXTURES, rel
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
 SCENARIO = FIXTURES / "httproute-exact-path-matching"
+NOT_FOUND = FIXTURES / "httproute-status-backend-not-found"
 CASE = """\
 - name: typo
   gateway: {namespace: edge-infra, name: same-namespace, port: 80}
@@ -131,31 +135,53 @@ def test_a_kind_of_the_same_name_in_another_api_is_still_skipped(
     assert r.rc == 0 and "not read by the edge" in r.err
 
 
+def _edited_xds_finds_nothing(
+    cli: CLI,  # noqa: F811
+    tmp_path: Path,
+    scenario: Path,
+    edit: Callable[[dict[str, Any]], int],
+) -> None:
+    """Translate ``scenario``, let ``edit`` rewrite each route configuration (it counts
+    what it changed, which must be something), and require check to find nothing."""
+    out = tmp_path / "xds.json"
+    assert cli("translate", rel(BASE), rel(scenario), "-o", str(out)).rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    configs = [
+        rc["route_config"] for c in doc["configs"] for rc in c.get("dynamic_route_configs", [])
+    ]
+    assert sum(edit(rc) for rc in configs)
+    out.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", rel(BASE), rel(scenario), "--xds", str(out), "--format", "json")
+    assert (r.rc, r.json()["findings"]) == (0, [])
+
+
+def _single_cluster(rc: dict[str, Any]) -> int:
+    """Single-entry weighted_clusters written as ``cluster:``."""
+    changed = 0
+    for vh in rc.get("virtual_hosts", []):
+        for route in vh["routes"]:
+            clusters = route.get("route", {}).get("weighted_clusters", {}).get("clusters")
+            if clusters and len(clusters) == 1:
+                route["route"].pop("weighted_clusters")
+                route["route"]["cluster"] = clusters[0]["name"]
+                changed += 1
+    return changed
+
+
+def _rds_default(rc: dict[str, Any]) -> int:
+    """validate_clusters left to its default, as most implementations do."""
+    assert rc.pop("validate_clusters") is False  # the default, over RDS
+    return 1
+
+
 def test_a_missing_cluster_answered_500_is_an_invalid_share(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
     """Issue 12 (false positives on other implementations' xDS): a route to a cluster
     that does not exist with cluster_not_found_response_code INTERNAL_SERVER_ERROR is
     how some implementations write an invalid backendRef. Both models answer 500; the
     Envoy model used to count no invalid share there, and check reported a difference."""
-    import json
-
-    scenario = FIXTURES / "httproute-status-backend-not-found"
-    out = tmp_path / "xds.json"
-    assert cli("translate", rel(BASE), rel(scenario), "-o", str(out)).rc == 0
-    doc = json.loads(out.read_text(encoding="utf-8"))
-    rewritten = 0
-    for config in doc["configs"]:
-        for rc in config.get("dynamic_route_configs", []):
-            for vh in rc["route_config"].get("virtual_hosts", []):
-                for route in vh["routes"]:
-                    clusters = route.get("route", {}).get("weighted_clusters", {}).get("clusters")
-                    if clusters and len(clusters) == 1:
-                        route["route"].pop("weighted_clusters")
-                        route["route"]["cluster"] = clusters[0]["name"]
-                        rewritten += 1
-    assert rewritten
-    out.write_text(json.dumps(doc), encoding="utf-8")
-    r = cli("check", rel(BASE), rel(scenario), "--xds", str(out), "--format", "json")
-    assert (r.rc, r.json()["findings"]) == (0, [])
+    _edited_xds_finds_nothing(
+        cli, tmp_path, FIXTURES / "httproute-status-backend-not-found", _single_cluster
+    )
 
 
 def test_a_route_to_a_missing_cluster_over_rds_is_not_predicted_a_nack(
@@ -165,18 +191,9 @@ def test_a_route_to_a_missing_cluster_over_rds_is_not_predicted_a_nack(
     """Issue 12: validate mode reads the route tables inlined, where validate_clusters
     defaults to true; over RDS (how they are served) it defaults to false and Envoy
     accepts a route to a missing cluster. envoy-accepts-config must judge them as served."""
-    import json
-
-    scenario = FIXTURES / "httproute-status-backend-not-found"
-    out = tmp_path / "xds.json"
-    assert cli("translate", rel(BASE), rel(scenario), "-o", str(out)).rc == 0
-    doc = json.loads(out.read_text(encoding="utf-8"))
-    for config in doc["configs"]:
-        for rc in config.get("dynamic_route_configs", []):
-            assert rc["route_config"].pop("validate_clusters") is False  # the default, over RDS
-    out.write_text(json.dumps(doc), encoding="utf-8")
-    r = cli("check", rel(BASE), rel(scenario), "--xds", str(out), "--format", "json")
-    assert (r.rc, r.json()["findings"]) == (0, [])
+    _edited_xds_finds_nothing(
+        cli, tmp_path, FIXTURES / "httproute-status-backend-not-found", _rds_default
+    )
 
 
 def test_status_o_names_a_file_and_the_old_meaning_is_refused(

@@ -33,7 +33,14 @@ from verifier.inputs import load_yaml, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.xds.codec import XdsLoadError
-from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
+from verifier.xds.snapshot import (
+    WILDCARD_ADDRESSES,
+    Snapshot,
+    bound_addresses,
+    from_config_dump,
+    load_path,
+    reaches,
+)
 
 
 @dataclass(frozen=True)
@@ -404,20 +411,6 @@ def prepare(
     return ctx, ScenarioResult(scn, warnings=warnings)
 
 
-def _bound(snapshot: Snapshot) -> set[tuple[str, int]]:
-    """Every (address, port) the snapshot's listeners bind."""
-    found = set()
-    for li in snapshot.listeners:
-        for a in [li.address] + [x.address for x in li.additional_addresses]:
-            sa = a.socket_address if a is not None else None
-            if sa is not None:
-                found.add((sa.address or "0.0.0.0", sa.port_value or 0))
-    return found
-
-
-WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})
-
-
 def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) -> list[InputError]:
     """Why the snapshot's listeners cannot be attributed to the Gateways, if they cannot.
 
@@ -448,7 +441,7 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
     if errors:
         return errors
     where = gateway_addresses(res, opts.controller_name, opts.addressing)
-    bound = _bound(snapshot)
+    bound = bound_addresses(snapshot)
     served = {ip for ip in where.values()}
     stray = sorted((a, p) for a, p in bound if a not in WILDCARD_ADDRESSES and a not in served)
     if not stray:
@@ -457,10 +450,8 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
         f"{ns}/{name} at {where[(ns, name)]}"
         for (ns, name), gw in mine.items()
         if not any(
-            (where[(ns, name)], port) in bound
-            or any((w, port) in bound for w in WILDCARD_ADDRESSES)
+            reaches(bound, where[(ns, name)], opts.addressing.proxy_port((ns, name), lst.port))
             for lst in gw.listeners
-            for port in [opts.addressing.proxy_port((ns, name), lst.port)]
         )
     )
     if not unreached:

@@ -384,6 +384,29 @@ def load_path(path: str | os.PathLike[str]) -> tuple[Snapshot, list[Skipped]]:
     return loader.snapshot(), loader.notes
 
 
+# --- what the listeners bind --------------------------------------------------------------
+
+# Addresses that take a connection to any destination of their family.
+WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})
+
+
+def bound_addresses(snap: Snapshot) -> set[tuple[str, int]]:
+    """Every (address, port) a listener of ``snap`` binds (additional_addresses too);
+    an unset address is the IPv4 wildcard."""
+    found: set[tuple[str, int]] = set()
+    for li in snap.listeners:
+        for a in [li.address] + [x.address for x in li.additional_addresses]:
+            sa = a.socket_address if a is not None else None
+            if sa is not None and sa.port_value:
+                found.add((sa.address or "0.0.0.0", sa.port_value))
+    return found
+
+
+def reaches(bound: set[tuple[str, int]], address: str, port: int) -> bool:
+    """Whether a connection to ``address``:``port`` finds a listener in ``bound``."""
+    return (address, port) in bound or any((w, port) in bound for w in WILDCARD_ADDRESSES)
+
+
 # --- validation by Envoy itself --------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ from verifier.mutate.proofs import prove_domain_change, prove_ignore_port
 from verifier.semantics.envoy.tls import ClientValidation, client_validation
 from verifier.semantics.request import ClientCert
 from verifier.xds.codec import XdsLoadError, unpack_any
-from verifier.xds.snapshot import Snapshot
+from verifier.xds.snapshot import WILDCARD_ADDRESSES, Snapshot
 
 # --- listeners, route configurations, virtual hosts ----------------------------------------------
 
@@ -90,8 +90,6 @@ def _listener_port(snap: Snapshot) -> Iterator[Site]:
 
 # --- per-Gateway addressing: a listener or virtual host on the wrong Gateway --------------------
 
-WILDCARDS = ("0.0.0.0", "::", "")
-
 
 def _address_of(li: Listener) -> str | None:
     sock = li.address.socket_address if li.address else None
@@ -113,7 +111,7 @@ def _other_address(snap: Snapshot, k: int) -> str | None:
     old, port = _address_of(li), _port_of(li)
     bound = {(_address_of(x), _port_of(x)) for x in snap.listeners}
     found = {_address_of(x) for x in snap.listeners}
-    others = sorted(a for a in found if a is not None and a != old and a not in WILDCARDS)
+    others = sorted(a for a in found if a is not None and a != old and a not in WILDCARD_ADDRESSES)
     for candidate in others:
         if (candidate, port) not in bound:
             return candidate
@@ -130,7 +128,7 @@ def _other_address(snap: Snapshot, k: int) -> str | None:
 def _rebind_address(snap: Snapshot) -> Iterator[Site]:
     for k, li in enumerate(snap.listeners):
         old = _address_of(li)
-        if old in WILDCARDS or old is None:
+        if old in WILDCARD_ADDRESSES or old is None:
             continue  # a wildcard listener serves every address: nothing to mix up
         new = _other_address(snap, k)
         if new is not None:
