@@ -73,7 +73,7 @@ CASES: dict[str, tuple[Make, str]] = {
                 )
             ),
         ],
-        "[yaml-depth]",
+        "[yaml-aliases]",
     ),
     "resources alias bomb": (
         lambda tmp: ["check", rel(BASE), str(_file("bomb.yaml", BOMB)(tmp))],
@@ -161,3 +161,73 @@ def test_a_few_aliases_are_still_yaml(tmp_path: Path, cli: CLI) -> None:  # noqa
     path.write_text(route, encoding="utf-8")
     r = cli("check", rel(BASE), str(path))
     assert (r.rc, r.err) == (0, ""), r.err
+
+
+# A ConfigMap whose aliases expand 100-fold: over the default bound, under a raised one.
+WIDE = (
+    b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: wide, namespace: a}\ndata:\n"
+    + b"  a0: &a0 ["
+    + b",".join([b'"x"'] * 200)
+    + b"]\n"
+    + b"  a1: ["
+    + b",".join([b"*a0"] * 200)
+    + b"]\n"
+)
+NESTED_CASES = b"- name: deep\n  request: {headers: " + b"[" * 300 + b"]" * 300 + b"}\n"
+NESTED_XDS = b'{"configs": [' + b'{"a": ' * 300 + b"1" + b"}" * 300 + b"]}"
+# (what, arguments after the scenario, the error code, the flag that raises the bound)
+LIMITED: dict[str, tuple[Callable[[Path], list[str]], str, list[str]]] = {
+    "a file over --max-input-bytes": (
+        lambda tmp: ["--max-input-bytes", "2000"],
+        "[too-large]",
+        ["--max-input-bytes", "10_000_000"],
+    ),
+    "a list over --max-list-length": (
+        lambda tmp: ["--max-list-length", "3"],
+        "[too-long]",
+        ["--max-list-length", "1000"],
+    ),
+    "cases nested past --max-depth": (
+        lambda tmp: ["--cases", str(_file("cases.yaml", NESTED_CASES)(tmp))],
+        "[too-deep]",
+        ["--max-depth", "400"],
+    ),
+    "xDS nested past --max-depth": (
+        lambda tmp: ["--xds", str(_file("x.json", NESTED_XDS)(tmp))],
+        "[too-deep]",
+        ["--max-depth", "400"],
+    ),
+    "aliases past --max-alias-expansion": (
+        lambda tmp: [str(_file("wide.yaml", WIDE)(tmp))],
+        "[yaml-aliases]",
+        ["--max-alias-expansion", "1000"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIMITED))
+def test_every_limit_names_its_flag_and_the_flag_raises_it(
+    name: str,
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """Each bound is one error that names the flag; with the flag raised, the same
+    input gets past that bound (to whatever else it has to say)."""
+    extra, code, raise_it = LIMITED[name]
+    args = ["check", rel(BASE), rel(SCENARIO), *extra(tmp_path)]
+    lines = cli(*args).error_lines()
+    assert any(code in ln and raise_it[0] in ln for ln in lines), lines
+    again = cli(*args, *raise_it)
+    assert "Traceback" not in again.err
+    assert code not in again.err, again.err
+
+
+def test_limits_apply_to_standard_input(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("# padding\n" * 500))
+    lines = cli("check", rel(BASE), "-", "--max-input-bytes", "3000").error_lines()
+    assert [ln for ln in lines if ln.startswith("<stdin>")] == [
+        "<stdin>: 5,000 characters, over the limit of 3,000 (raise it with "
+        "--max-input-bytes) [too-large]"
+    ], lines

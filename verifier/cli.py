@@ -31,6 +31,7 @@ from verifier.gatewayapi.attach import DEFAULT_CONTROLLER, build_graph
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import fewer_collections
+from verifier.inputs import LIMIT_FLAGS, Limits, set_limits
 from verifier.report import status as report
 
 EXIT_OK = 0
@@ -374,6 +375,47 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help="where a Gateway is reached, and which of its ports the proxy serves on another "
         "port (repeatable); for xDS from elsewhere, e.g. edge/gw=10.0.0.5:80>10080",
     )
+    _add_limits(p)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    """Bounds on every file read: a hostile input is refused in well under a second,
+    and a real one past a bound is read after raising it."""
+    d = Limits()
+    g = p.add_argument_group("input limits (per file; each error names the one it hit)")
+    for field, metavar, what in (
+        ("max_bytes", "N", f"largest file read (default: {d.max_bytes:,})"),
+        ("max_depth", "N", f"deepest nesting of YAML or JSON (default: {d.max_depth})"),
+        ("max_items", "N", f"most items in one list or mapping (default: {d.max_items:,})"),
+        (
+            "alias_expansion",
+            "X",
+            "how many times its own size a YAML document's aliases may expand it "
+            f"(default: {d.alias_expansion})",
+        ),
+    ):
+        g.add_argument(
+            LIMIT_FLAGS[field],
+            dest=field,
+            type=_positive,
+            default=getattr(d, field),
+            metavar=metavar,
+            help=what,
+        )
+
+
+def _limits_of(args: argparse.Namespace) -> Limits:
+    return Limits(**{field: getattr(args, field) for field in LIMIT_FLAGS})
 
 
 def _add_mesh(p: argparse.ArgumentParser) -> None:
@@ -556,6 +598,7 @@ def _report(errors: Sequence[InputError]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run: Command = args.run
+    set_limits(_limits_of(args))
     try:
         with fewer_collections():
             return run(args)

@@ -10,12 +10,71 @@ thousands of digits. Each becomes one ``file:line: message [code]`` input error
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from verifier.errors import InputError, InputErrors
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much of one input file the tool reads before calling it hostile.
+
+    Each bound is far above any real configuration and far below what hangs the
+    tool or exhausts memory; a user with a real input past one raises it with the
+    flag its error names (``LIMIT_FLAGS``).
+    """
+
+    max_bytes: int = 256 * 1024 * 1024
+    max_depth: int = 200
+    # items in one YAML/JSON list or mapping: 100,000 routes is a big edge
+    max_items: int = 1_000_000
+    # a document may expand its aliases to this many times its own distinct
+    # nodes (plus ALIAS_SLACK): real files repeat a few anchors, never a tree of them
+    alias_expansion: int = 10
+
+
+ALIAS_SLACK = 10_000
+# The codes of an input past a limit: stable whatever the file's kind.
+LIMIT_CODES = frozenset({"too-large", "too-deep", "too-long", "yaml-aliases"})
+LIMIT_FLAGS = {
+    "max_bytes": "--max-input-bytes",
+    "max_depth": "--max-depth",
+    "max_items": "--max-list-length",
+    "alias_expansion": "--max-alias-expansion",
+}
+_limits = Limits()
+
+
+def limits() -> Limits:
+    return _limits
+
+
+def set_limits(new: Limits) -> None:
+    """Set once by the command line, before anything is read; the readers are deep
+    in the call stack and every one of them must apply the same bounds."""
+    global _limits
+    _limits = new
+
+
+def _over(path: str, line: int, code: str, what: str, limit: str) -> InputErrors:
+    value = getattr(_limits, limit)
+    return InputErrors(
+        [
+            InputError(
+                path,
+                line,
+                "",
+                code,
+                f"{what}, over the limit of {value:,} (raise it with {LIMIT_FLAGS[limit]})",
+            )
+        ]
+    )
+
 
 # What Python raises from deep inside a parser on input it cannot represent:
 # recursion (nesting, self-referencing aliases), and the safe loader's own
@@ -37,6 +96,9 @@ def decode(data: bytes, path: str) -> str:
 def read_text(path: str) -> str:
     """A file's text; unreadable and non-UTF-8 files are input errors."""
     try:
+        size = Path(path).stat().st_size
+        if size > _limits.max_bytes:
+            raise _over(path, 0, "too-large", f"{size:,} bytes", "max_bytes")
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise InputErrors(
@@ -62,20 +124,122 @@ def yaml_problem(exc: BaseException, path: str) -> InputError:
     return InputError(path, 1, "", "yaml-value", f"a value the safe loader refuses: {exc}")
 
 
+def check_size(text: str, path: str) -> None:
+    """The byte limit, for text that did not come from a file (standard input)."""
+    if len(text) > _limits.max_bytes:
+        raise _over(path, 0, "too-large", f"{len(text):,} characters", "max_bytes")
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def check_yaml_shape(root: yaml.Node, path: str) -> None:
+    """Refuse a composed document before anything expands it: too deep, a list or
+    mapping too long, an alias that contains itself, or aliases that expand past
+    ``alias_expansion`` times the document's own size (a bomb, found in time linear
+    in the file, since sizes are summed over the graph, never over its expansion)."""
+    lim = _limits
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        line = node.start_mark.line + 1
+        kids = _children(node)
+        if finished:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+            if depth[key] > lim.max_depth:
+                raise _over(path, line, "too-deep", f"nested {depth[key]} levels", "max_depth")
+            continue
+        if key in size:
+            continue
+        items = len(node.value) if isinstance(node, yaml.MappingNode | yaml.SequenceNode) else 0
+        if items > lim.max_items:
+            raise _over(path, line, "too-long", f"{items:,} items in one list", "max_items")
+        open_.add(key)
+        stack.append((node, True))
+        for kid in kids:
+            if id(kid) in open_:
+                raise InputErrors(
+                    [InputError(path, line, "", "yaml-aliases", "an alias that contains itself")]
+                )
+            if id(kid) not in size:
+                stack.append((kid, False))
+    distinct = len(size)
+    if size[id(root)] > lim.alias_expansion * distinct + ALIAS_SLACK:
+        what = (
+            f"aliases expand this document to {size[id(root)]:,} nodes from {distinct:,} "
+            f"(an alias bomb?), more than {lim.alias_expansion} times its size"
+        )
+        raise InputErrors(
+            [
+                InputError(
+                    path,
+                    root.start_mark.line + 1,
+                    "",
+                    "yaml-aliases",
+                    f"{what} (raise it with {LIMIT_FLAGS['alias_expansion']})",
+                )
+            ]
+        )
+
+
 def load_yaml(text: str, path: str) -> tuple[Any, yaml.Node | None]:
     """(data, node) of a one-document YAML text, with the safe loader only."""
+    check_size(text, path)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text) if node is not None else None
+        if node is None:
+            return None, None
+        check_yaml_shape(node, path)
+        data = yaml.safe_load(text)
     except (yaml.YAMLError, *HOSTILE) as exc:
         raise InputErrors([yaml_problem(exc, path)]) from None
     return data, node
 
 
+def load_yaml_file(path: str) -> Any:
+    """The data of a one-document YAML file, read through every check above."""
+    return load_yaml(read_text(path), path)[0]
+
+
+def _values(doc: Any) -> Iterator[tuple[Any, int]]:
+    """(value, depth) of every value in parsed JSON, without recursion."""
+    stack = [(doc, 1)]
+    while stack:
+        value, level = stack.pop()
+        yield value, level
+        if isinstance(value, dict):
+            stack.extend((v, level + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, level + 1) for v in value)
+
+
+def check_json_shape(doc: Any, path: str) -> None:
+    """The depth and list-length limits, on parsed JSON (which has no aliases)."""
+    for value, level in _values(doc):
+        if level > _limits.max_depth:
+            raise _over(path, 1, "too-deep", f"nested {level} levels", "max_depth")
+        if isinstance(value, dict | list) and len(value) > _limits.max_items:
+            raise _over(path, 1, "too-long", f"{len(value):,} items in one list", "max_items")
+
+
 def load_json(text: str, path: str) -> Any:
     """JSON, with the failures ``json`` raises for hostile input turned into messages."""
+    check_size(text, path)
     try:
-        return json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
+        check_json_shape(doc, path)
+        return doc
     except json.JSONDecodeError as exc:
         raise InputErrors(
             [InputError(path, exc.lineno, "", "bad-json", f"invalid JSON: {exc.msg}")]
@@ -84,3 +248,8 @@ def load_json(text: str, path: str) -> Any:
         raise InputErrors([InputError(path, 1, "", "bad-json", "nested too deep")]) from None
     except ValueError as exc:  # an integer of thousands of digits, among others
         raise InputErrors([InputError(path, 1, "", "bad-json", str(exc))]) from None
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN`` and ``Infinity`` are not JSON; Python's parser accepts them unless told."""
+    raise ValueError(f"{name} is not a JSON value")

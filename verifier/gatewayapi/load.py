@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from verifier.errors import InputError, InputErrors
-from verifier.inputs import HOSTILE, read_text, yaml_problem
+from verifier.inputs import HOSTILE, check_size, check_yaml_shape, read_text, yaml_problem
 
 YAML_SUFFIXES = (".yaml", ".yml")
 # libyaml's parser when PyYAML was built with it (10x faster on large inputs);
@@ -107,36 +107,6 @@ class LoadResult:
     files: list[str] = field(default_factory=list)
 
 
-# A document may expand its aliases to this many times its own node count (plus a
-# little): real configurations repeat a few anchors, never a tree of them.
-ALIAS_EXPANSION = 10
-ALIAS_SLACK = 10_000
-
-
-class AliasBomb(Exception):
-    """A document whose aliases expand past ``ALIAS_EXPANSION`` times its size."""
-
-    def __init__(self, line: int) -> None:
-        super().__init__(line)
-        self.line = line
-
-
-def _distinct_nodes(root: yaml.Node) -> int:
-    """How many distinct nodes the composed graph holds (an alias is the same node)."""
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            stack.extend(n for pair in node.value for n in pair)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-    return len(seen)
-
-
 class _Builder:
     """Turns a composed YAML node tree into plain data plus a line table."""
 
@@ -147,21 +117,16 @@ class _Builder:
         # Set when a scalar could not be read: the document is then reported,
         # not checked (its fields would raise follow-on "missing" errors).
         self.broken = False
-        self.budget = 0
 
     def build(self, node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
         lines.setdefault(path, node.start_mark.line + 1)
-        # Aliases make the composed tree a graph; building expands it. A few aliases
-        # are YAML; a tree that expands far beyond its own size is a bomb (nested
-        # anchors reaching hundreds of millions of nodes), refused before it hangs.
-        self.budget = ALIAS_EXPANSION * _distinct_nodes(node) + ALIAS_SLACK
+        # Aliases make the composed tree a graph; building expands it, so its
+        # shape (depth, lengths, expansion) is judged first, on the graph.
+        check_yaml_shape(node, self.file)
         return self._value(node, path, lines)
 
     def _value(self, node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
         """``build`` below the top: the caller has just recorded ``path``'s line."""
-        self.budget -= 1
-        if self.budget < 0:
-            raise AliasBomb(node.start_mark.line + 1)
         if type(node) is yaml.ScalarNode and node.tag == STR_TAG:
             return node.value  # most nodes: what SafeConstructor.construct_yaml_str returns
         if isinstance(node, yaml.MappingNode):
@@ -269,12 +234,8 @@ def _documents(text: str, file: str, errors: list[InputError]) -> Iterator[RawOb
                 )
                 continue
             yield from _unwrap_lists(RawObject(data, file, lines))
-    except AliasBomb as exc:
-        message = (
-            f"its aliases expand to more than {ALIAS_EXPANSION} times the document's own "
-            "size (an alias bomb?): refused"
-        )
-        errors.append(InputError(file, exc.line, "", "yaml-aliases", message))
+    except InputErrors as exc:
+        errors.extend(exc.errors)
     except (yaml.YAMLError, *HOSTILE) as exc:
         errors.append(yaml_problem(exc, file))
 
@@ -326,7 +287,13 @@ def load_paths(paths: Sequence[str]) -> LoadResult:
     missing: list[InputError] = []
     for p in _expand(paths):
         if p == "-":
-            sources.append(("<stdin>", sys.stdin.read()))
+            text = sys.stdin.read()
+            try:
+                check_size(text, "<stdin>")
+            except InputErrors as exc:
+                missing.extend(exc.errors)
+                continue
+            sources.append(("<stdin>", text))
             continue
         try:
             sources.append((p, read_text(p)))

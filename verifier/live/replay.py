@@ -26,11 +26,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from verifier.gatewayapi.attach import build_graph
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
+from verifier.inputs import load_yaml_file
 from verifier.live.client import LiveResponse
 from verifier.live.harness import EmbeddedHarness
 from verifier.semantics.cases import Case, Expectation, parse_case, unmet
@@ -148,7 +147,7 @@ def _single_port(res: Resources, item: Mapping[str, Any]) -> int | None:
 def load_cases(scenario: Path, res: Resources) -> list[LiveCase]:
     """cases.yaml of a scenario folder, shared and live-only fields together."""
     path = scenario / "cases.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    data = load_yaml_file(str(path)) if path.is_file() else None
     items = [_d(item) for item in data] if isinstance(data, list) else []
     return [
         LiveCase(parse_case(item, i, _single_port(res, item), str(scenario)), parse_live(item))

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from verifier.errors import InputErrors
+from verifier.inputs import read_text
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     ClientCert,
@@ -165,12 +167,13 @@ def _client_cert(value: Any, where: str, base_dir: str | None) -> ClientCert | N
     if ("cert" in files) != ("key" in files):
         raise CaseError(where, "cert and key go together (the live pass presents both)")
     try:
-        issuer_pem = Path(files["issuer"]).read_text(encoding="utf-8")
+        issuer_pem = read_text(files["issuer"])
         for key in ("cert", "key"):
             if key in files:
-                Path(files[key]).read_bytes()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CaseError(f"{where}", f"unreadable file: {exc}") from None
+                read_text(files[key])
+    except InputErrors as exc:
+        first = exc.errors[0]
+        raise CaseError(f"{where}", f"unreadable file {first.file}: {first.message}") from None
     found = fingerprints(issuer_pem)
     if not found:
         raise CaseError(f"{where}.issuer", f"{files['issuer']} holds no PEM certificate")

@@ -51,10 +51,12 @@ class Skipped:
 class XdsLoadError(ValueError):
     """Input whose overall shape is wrong, so nothing sensible can be salvaged from it."""
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, path: str, message: str, *, line: int = 0, code: str = "bad-xds") -> None:
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+        self.line = line  # 0: unknown (the message may say "line N")
+        self.code = code
         # Problems of other files read in the same go (a per-type directory), so that
         # one run reports every bad file, not the first.
         self.more: list[XdsLoadError] = []
