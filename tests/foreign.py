@@ -243,4 +243,6 @@ def reencode(snap: Snapshot, res: Resources) -> Snapshot:
     _listeners(doc, _routes(doc, clusters))
     out, skipped = from_config_dump(doc, "foreign")
     assert not skipped, skipped
-    return reorder(out)
+    # A config_dump shows keys as [redacted]; the other implementation serves the
+    # same certificates under the same names, keys and all.
+    return reorder(dataclasses.replace(out, secrets=snap.secrets))

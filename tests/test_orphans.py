@@ -1,4 +1,4 @@
-"""No Envoy outlives the tool, even when the tool is killed with SIGKILL.
+"""No Envoy, listener or temporary directory outlives the tool, even on SIGKILL or Ctrl-C.
 
 A SIGKILLed parent runs no cleanup; its Envoy used to be re-parented to init and
 keep listening. The child now asks the kernel to kill it with its parent
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,3 +69,133 @@ def test_envoy_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
         parent.kill()
         if envoy_pid and _alive(envoy_pid):  # a failed run must not leave one behind
             os.kill(envoy_pid, signal.SIGKILL)
+
+
+# A live run as the tool makes one: a harness (Envoy, echo backends, DNS, a private
+# directory) replaying a scenario's cases over and over until it is stopped.
+LIVE_RUN = """
+import asyncio, sys
+from pathlib import Path
+from verifier.live.harness import EmbeddedHarness
+from verifier.live.replay import load_cases, load_scenario, run_with
+
+async def main():
+    scenario = Path(sys.argv[1])
+    res, snap = load_scenario(scenario)
+    cases = load_cases(scenario, res)
+    async with EmbeddedHarness(res, snap) as harness:
+        (ip, port), = list(harness.gateway_ports.values())[:1]
+        print(harness.envoy.proc.pid, harness.workdir, ip, port, flush=True)
+        while True:
+            runs = await run_with(harness, cases)
+            assert all(r.outcomes for r in runs)
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+def _start_live_run(tmp_path: Path) -> tuple[subprocess.Popen[str], int, Path, tuple[str, int]]:
+    """The run, its Envoy's pid, its private directory and a listener it serves."""
+    run = subprocess.Popen(
+        [sys.executable, "-c", LIVE_RUN, "fixtures/httproute-header-matching"],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        start_new_session=True,  # its own process group, as a terminal gives a command
+    )
+    assert run.stdout is not None
+    pid, workdir, ip, port = run.stdout.readline().split()
+    time.sleep(0.5)  # well into the replay loop
+    return run, int(pid), Path(workdir), (ip, int(port))
+
+
+def _listening(address: tuple[str, int]) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(address) == 0
+
+
+def _nothing_left(envoy_pid: int, workdir: Path, address: tuple[str, int], tmp: Path) -> None:
+    deadline = time.monotonic() + 10
+    while (_alive(envoy_pid) or workdir.exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(envoy_pid), "Envoy outlived the run"
+    assert not _listening(address), f"something still listens on {address}"
+    assert not workdir.exists(), f"{workdir} outlived the run"
+    assert list(tmp.iterdir()) == [], list(tmp.iterdir())
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
+def test_a_sigkilled_live_run_leaves_no_envoy_listener_or_directory(tmp_path: Path) -> None:
+    run, envoy_pid, workdir, address = _start_live_run(tmp_path)
+    try:
+        assert _alive(envoy_pid) and workdir.is_dir() and _listening(address)
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+        _nothing_left(envoy_pid, workdir, address, tmp_path)
+    finally:
+        run.kill()
+        if _alive(envoy_pid):
+            os.kill(envoy_pid, signal.SIGKILL)
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
+def test_ctrl_c_stops_a_live_run_at_once_and_leaves_nothing(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) stops the
+    run where it is: it does not go on replaying against a dead Envoy."""
+    run, envoy_pid, workdir, address = _start_live_run(tmp_path)
+    try:
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=20)
+        assert run.returncode == 130, err
+        assert err.strip() == "interrupted", err
+        _nothing_left(envoy_pid, workdir, address, tmp_path)
+    finally:
+        run.kill()
+        if _alive(envoy_pid):
+            os.kill(envoy_pid, signal.SIGKILL)
+
+
+KILLED_CHECK = """
+import sys
+from verifier.cli import main
+sys.exit(main(["check", "fixtures/", "--format", "json"]))
+"""
+
+
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
+def test_a_sigkilled_check_leaves_no_directory(tmp_path: Path) -> None:
+    """``check`` asks a validating Envoy in a private directory; killed while it does,
+    the directory still goes (the reaper sees the tool's end, however it came)."""
+    run = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CHECK],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("xds-validate-*")) and time.monotonic() < deadline:
+        if run.poll() is not None:
+            pytest.skip("the check ended before a validating Envoy started")
+        time.sleep(0.01)
+    os.kill(run.pid, signal.SIGKILL)  # the tool only: its children must follow by themselves
+    run.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while list(tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.iterdir()) == []

@@ -22,6 +22,8 @@ from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar, cast
 
+from verifier.orphans import follow_parent
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -144,6 +146,7 @@ def _child_signals() -> None:
     signal.signal(signal.SIGTERM, _stop)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _stop)
+    follow_parent(signal.SIGTERM)  # a SIGKILLed tool stops its workers too
 
 
 def _call_in_child(fn: Callable[[], object], send: Connection) -> None:

@@ -1,4 +1,4 @@
-"""Child processes that die with the tool, even when it is killed with SIGKILL.
+"""Child processes and temporary directories that end with the tool, even on SIGKILL.
 
 A SIGKILLed parent cannot clean up, and its children are re-parented to init: an
 embedded Envoy then keeps listening (seen 23 s later on this machine). Linux lets a
@@ -13,9 +13,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import secrets
 import signal
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
+from typing import IO
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -46,3 +51,71 @@ def die_with_parent() -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
+
+
+def follow_parent(sig: signal.Signals) -> None:
+    """Have this process (a forked worker) sent ``sig`` when its parent dies, so its
+    own cleanup runs and it does not work on for a tool that is gone."""
+    libc = _LIBC
+    if libc is None:
+        return
+    parent = os.getppid()
+    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), sig)
+
+
+# --- directories that outlive no run ------------------------------------------------------
+
+# The reaper: a tiny process that reads directory paths, one per line, until its
+# standard input closes, then removes them. Its input is a pipe only the tool (and
+# its forked children) hold, so it closes when the last of them ends, however that
+# happens: a normal exit, an exception, Ctrl-C, or SIGKILL, which runs no cleanup.
+_REAPER = (
+    "import shutil, sys\n"
+    "paths = [line[:-1] for line in sys.stdin if line.endswith('\\n')]\n"
+    "for p in paths:\n"
+    "    shutil.rmtree(p, ignore_errors=True)\n"
+)
+_reaper: subprocess.Popen[bytes] | None = None
+
+
+def _reaper_input() -> IO[bytes] | None:
+    global _reaper
+    if _reaper is None or _reaper.stdin is None or _reaper.stdin.closed:
+        try:
+            _reaper = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _REAPER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                # Its own session: the terminal's Ctrl-C, sent to the tool's process
+                # group, must not end it before the tool's input to it closes.
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:
+            return None  # the tool's own cleanup still runs
+    return _reaper.stdin
+
+
+def private_dir(prefix: str, *, reap: bool = True) -> Path:
+    """A new directory of mode 0700 (``mkdtemp``) that is removed when the tool ends,
+    even by SIGKILL (unless ``reap`` is False: kept for a person to read). The caller
+    still removes it when done; this is the backstop."""
+    pipe = _reaper_input() if reap else None
+    while True:
+        # Named and handed to the reaper before it exists: no instant in which the
+        # directory is there and nobody would remove it.
+        path = os.path.join(tempfile.gettempdir(), prefix + secrets.token_hex(6))
+        if pipe is not None:
+            try:
+                pipe.write(os.fsencode(path) + b"\n")
+                pipe.flush()
+            except OSError:
+                pass
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return Path(path)

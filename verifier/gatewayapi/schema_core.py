@@ -27,9 +27,17 @@ class Ctx:
 
     raw: RawObject
     errors: list[InputError] = field(default_factory=list)
+    # A Secret's values are key material: its errors say what was wrong, never what was there.
+    secret: bool = False
 
     def error(self, path: str, code: str, message: str) -> None:
         self.errors.append(InputError(self.raw.file, self.raw.line_of(path), path, code, message))
+
+    def show(self, value: Any) -> str:
+        """``show(value)``, or only its length where the object is a Secret."""
+        if self.secret:
+            return f"(a Secret's value, {len(json.dumps(value, default=str))} characters)"
+        return show(value)
 
 
 # A CEL rule: (ctx, value of the node it is attached to, path of that node).
@@ -191,7 +199,7 @@ def check(ctx: Ctx, node: Node, value: Any, path: str) -> None:
         _check_int(ctx, node, value, path)
     elif isinstance(node, Bool):
         if not isinstance(value, bool):
-            ctx.error(path, "type", f"expected boolean, got {type_name(value)} {show(value)}")
+            ctx.error(path, "type", f"expected boolean, got {type_name(value)} {ctx.show(value)}")
     elif isinstance(node, Obj):
         _check_obj(ctx, node, value, path)
     elif isinstance(node, Arr):
@@ -202,23 +210,23 @@ def check(ctx: Ctx, node: Node, value: Any, path: str) -> None:
 
 def _check_str(ctx: Ctx, node: Str, value: Any, path: str) -> None:
     if not isinstance(value, str):
-        ctx.error(path, "type", f"expected string, got {type_name(value)} {show(value)}")
+        ctx.error(path, "type", f"expected string, got {type_name(value)} {ctx.show(value)}")
         return
     if node.enum and value not in node.enum:
-        ctx.error(path, "enum", f"expected one of {', '.join(node.enum)}, got {show(value)}")
+        ctx.error(path, "enum", f"expected one of {', '.join(node.enum)}, got {ctx.show(value)}")
         return
     length = len(value)  # code points, as the API server counts them
     if node.min_len is not None and length < node.min_len:
         what = "must not be empty" if node.min_len == 1 else f"must be at least {node.min_len}"
         suffix = "" if node.min_len == 1 else " characters long"
-        ctx.error(path, "min-length", f"{what}{suffix}, got {show(value)}")
+        ctx.error(path, "min-length", f"{what}{suffix}, got {ctx.show(value)}")
     if node.max_len is not None and length > node.max_len:
         ctx.error(
             path, "max-length", f"must be at most {node.max_len} characters long, got {length}"
         )
     if node.pattern is not None and not matches(node.pattern, value):
         words = node.expect or f"must match {node.pattern}"
-        ctx.error(path, node.code, f"{words}, got {show(value)}")
+        ctx.error(path, node.code, f"{words}, got {ctx.show(value)}")
     for rule in node.rules:
         rule(ctx, value, path)
 
@@ -226,7 +234,7 @@ def _check_str(ctx: Ctx, node: Str, value: Any, path: str) -> None:
 def _check_int(ctx: Ctx, node: Int, value: Any, path: str) -> None:
     number = as_int(value)
     if number is None:
-        ctx.error(path, "type", f"expected integer, got {type_name(value)} {show(value)}")
+        ctx.error(path, "type", f"expected integer, got {type_name(value)} {ctx.show(value)}")
         return
     if node.enum and number not in node.enum:
         allowed = ", ".join(str(e) for e in node.enum)
@@ -242,7 +250,7 @@ def _check_int(ctx: Ctx, node: Int, value: Any, path: str) -> None:
 
 def _check_obj(ctx: Ctx, node: Obj, value: Any, path: str) -> None:
     if not isinstance(value, dict):
-        ctx.error(path, "type", f"expected object, got {type_name(value)} {show(value)}")
+        ctx.error(path, "type", f"expected object, got {type_name(value)} {ctx.show(value)}")
         return
     for key, child in value.items():
         spec = node.fields.get(key)
@@ -272,7 +280,7 @@ def identity(item: Any) -> str:
 
 def _check_arr(ctx: Ctx, node: Arr, value: Any, path: str) -> None:
     if not isinstance(value, list):
-        ctx.error(path, "type", f"expected array, got {type_name(value)} {show(value)}")
+        ctx.error(path, "type", f"expected array, got {type_name(value)} {ctx.show(value)}")
         return
     count = len(value)
     if node.min_items is not None and count < node.min_items:
@@ -297,9 +305,9 @@ def _check_arr(ctx: Ctx, node: Arr, value: Any, path: str) -> None:
             continue
         if ident in seen:
             what = (
-                f"{node.map_key} {show(item.get(node.map_key))}"
+                f"{node.map_key} {ctx.show(item.get(node.map_key))}"
                 if node.list_type == "map" and isinstance(item, dict)
-                else show(item)
+                else ctx.show(item)
             )
             ctx.error(
                 item_path, "unique", f"duplicate entry: {what} already at {path}[{seen[ident]}]"
@@ -312,7 +320,7 @@ def _check_arr(ctx: Ctx, node: Arr, value: Any, path: str) -> None:
 
 def _check_map(ctx: Ctx, node: Map, value: Any, path: str) -> None:
     if not isinstance(value, dict):
-        ctx.error(path, "type", f"expected object, got {type_name(value)} {show(value)}")
+        ctx.error(path, "type", f"expected object, got {type_name(value)} {ctx.show(value)}")
         return
     if node.max_props is not None and len(value) > node.max_props:
         ctx.error(

@@ -339,6 +339,11 @@ _CONFIG_KEY = Str(
 )
 
 
+def _check_secret(ctx: Ctx, data: Any) -> None:
+    ctx.secret = True  # key material: errors never quote it
+    check(ctx, SECRET, data, "")
+
+
 def _secret_rule(ctx: Ctx, secret: Any, path: str) -> None:
     obj = d(secret)
     data = d(obj.get("data"))
@@ -398,7 +403,7 @@ ENDPOINT_SLICE = Obj(
 )
 CORE_CHECKS = {
     "Service": lambda ctx, data: check(ctx, SERVICE, data, ""),
-    "Secret": lambda ctx, data: check(ctx, SECRET, data, ""),
+    "Secret": lambda ctx, data: _check_secret(ctx, data),
     "ConfigMap": lambda ctx, data: check(ctx, CONFIG_MAP, data, ""),
     "EndpointSlice": lambda ctx, data: check(ctx, ENDPOINT_SLICE, data, ""),
 }

@@ -17,10 +17,12 @@ one machine is rewritten, and every rewrite is recorded:
 * EDS: the snapshot's assignments are inlined (STATIC), as in
   ``bootstrap_for_validation``, and each pod IP is replaced by the loopback IP
   of the Service's echo backend; ``endpoint_mappings`` lists each replacement.
-* SDS: mesh clusters name the secrets ``default`` and ``ROOTCA`` over ADS. The
+* SDS: HTTPS listeners name their certificates (``<namespace>/<name>``) and
+  mesh clusters name the secrets ``default`` and ``ROOTCA`` over ADS. The
   references keep their names; only their source changes, to one file-based
-  SDS source (``path_config_source``) per secret, holding a throw-away CA and
-  an edge certificate. Static bootstrap ``secrets`` would only satisfy
+  SDS source (``path_config_source``) per secret, a file of mode 0600 in the
+  run's private directory holding the listener's certificate and key, or a
+  throw-away CA and edge certificate for the mesh. Static bootstrap ``secrets`` would only satisfy
   references *without* an ``sds_config``, and an ADS server is more machinery
   than the oracle needs; a file source is still SDS, so the by-name wiring is
   exercised. Mesh echo backends present SPIFFE certificates for their pods'
@@ -45,7 +47,7 @@ from typing import Any
 from verifier.gatewayapi.resources import Resources
 from verifier.live.echo import EchoBackend
 from verifier.xds.codec import to_json_dict
-from verifier.xds.snapshot import Snapshot, bootstrap_for_validation
+from verifier.xds.snapshot import REDACTED, Snapshot, bootstrap_for_validation
 
 LISTEN_IP = "127.0.0.1"
 H2C_APP_PROTOCOL = "kubernetes.io/h2c"
@@ -232,6 +234,22 @@ def sds_secret_names(snap: Snapshot) -> tuple[set[str], set[str]]:
     return identities, roots
 
 
+def listener_secrets(snap: Snapshot) -> list[dict[str, Any]]:
+    """The snapshot's own SDS secrets (the listeners' certificates), as Envoy is served them.
+
+    A config_dump shows keys as ``[redacted]``; Envoy cannot terminate TLS with that,
+    so such a snapshot cannot be run here, and saying so beats a failed handshake.
+    """
+    out = [to_json_dict(s, with_type=True) for s in snap.secrets]
+    for doc in out:
+        if REDACTED in json.dumps(doc):
+            raise BootstrapError(
+                f"SDS secret {doc.get('name')!r} has its key redacted (a config_dump never "
+                "shows keys): the live pass needs the xDS the translator makes, keys included"
+            )
+    return out
+
+
 def sds_secrets(snap: Snapshot, cert_pem: str, key_pem: str, ca_pem: str) -> list[dict[str, Any]]:
     """Secret resources for every name the clusters use: the edge identity and the trust bundle."""
     identities, roots = sds_secret_names(snap)
@@ -280,7 +298,9 @@ def local_bootstrap(
     workdir: Path,
 ) -> LocalBootstrap:
     """``bootstrap_for_validation`` plus the machine-local rewrites of the module docstring."""
-    boot: dict[str, Any] = bootstrap_for_validation(snap, secrets_path=os.devnull)
+    boot: dict[str, Any] = bootstrap_for_validation(
+        snap, secrets_path=os.devnull, inline_secrets=False
+    )
     out = LocalBootstrap(boot, {}, [], [])
     _sds_files(boot, secrets, workdir)
     static = boot["static_resources"]
@@ -332,7 +352,10 @@ def _sds_files(boot: dict[str, Any], secrets: list[dict[str, Any]], workdir: Pat
         if name not in by_name:
             raise BootstrapError(f"no local material for SDS secret {name!r}")
         path = workdir / f"sds-{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.json"
-        path.write_text(json.dumps({"resources": [by_name[name]]}), encoding="utf-8")
+        # Key material: readable by us (and the Envoy we run) only.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(json.dumps({"resources": [by_name[name]]}))
         source["path_config_source"] = {"path": str(path)}
 
 

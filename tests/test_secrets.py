@@ -1,0 +1,225 @@
+"""Key material never reaches anything the tool prints or writes for people.
+
+Listener certificates travel to Envoy over SDS, named from the listener, as in
+production; the config_dump ``translate`` writes, the golden files, every report
+and every error show a key as ``[redacted]``, as Envoy's admin endpoint does.
+These tests run every command on every fixture and grep what comes out for any
+of the fixtures' private keys.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import BASE, FIXTURES, rel, translate_scenario
+from test_check_cli import CLI, cli  # noqa: F401
+
+from verifier.live.bootstrap import BootstrapError, listener_secrets, local_bootstrap
+from verifier.xds.codec import to_json_dict
+from verifier.xds.snapshot import (
+    REDACTED,
+    Snapshot,
+    bootstrap_for_validation,
+    dumps,
+    load_path,
+    redacted,
+)
+
+SCENARIOS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p != BASE)
+HTTPS = FIXTURES / "gateway-https-listener"
+CLIENT_CERTS = FIXTURES / "gateway-frontend-client-certificate-validation"
+
+
+def _pem_keys() -> Iterator[str]:
+    """Every private key the fixtures hold: Secret data, stringData and ``*.key`` files."""
+    for path in sorted(FIXTURES.rglob("*")):
+        if path.suffix == ".key":
+            yield path.read_text(encoding="utf-8")
+        elif path.suffix == ".yaml" and path.parent.name != "invalid-yaml-syntax":
+            for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+                if not isinstance(doc, dict) or doc.get("kind") != "Secret":
+                    continue
+                for section, decode in (("data", True), ("stringData", False)):
+                    value = (doc.get(section) or {}).get("tls.key")
+                    if isinstance(value, str):
+                        yield base64.b64decode(value).decode() if decode else value
+
+
+def _markers() -> set[str]:
+    """Strings that only key material contains: the PEM armour, and for each key a
+    line of its body and the start of its base64 (how a Secret's ``data`` holds it)."""
+    found = {"PRIVATE KEY"}
+    for pem in _pem_keys():
+        body = [ln for ln in pem.splitlines() if ln and not ln.startswith("-----")]
+        found.add(body[1])
+        found.add(base64.b64encode(pem.encode()).decode()[40:100])
+    return found
+
+
+MARKERS = _markers()
+
+
+def assert_no_key(text: str, what: str) -> None:
+    leaked = sorted(m[:20] for m in MARKERS if m in text)
+    assert not leaked, f"{what} carries key material: {leaked}"
+
+
+def test_the_markers_find_keys() -> None:
+    """The grep below would see a key: fixtures have several, and the old inline form shows."""
+    assert len(MARKERS) > 5
+    snap = translate_scenario(HTTPS)
+    raw = json.dumps([to_json_dict(s) for s in snap.secrets])
+    with pytest.raises(AssertionError, match="carries key material"):
+        assert_no_key(raw, "the unredacted secrets")
+
+
+def test_listeners_name_their_certificates_and_the_key_travels_by_sds() -> None:
+    snap = translate_scenario(HTTPS)
+    listeners = json.dumps([to_json_dict(li) for li in snap.listeners])
+    assert_no_key(listeners, "a listener")
+    assert "tls_certificate_sds_secret_configs" in listeners
+    names = {s.name for s in snap.secrets}
+    assert names and all("/" in n for n in names), names
+    for name in names:
+        assert json.dumps(name) in listeners
+
+
+def test_every_written_form_is_redacted_like_envoys_admin() -> None:
+    snap = translate_scenario(HTTPS)
+    dump = json.loads(dumps(snap))
+    secrets = next(c for c in dump["configs"] if c["@type"].endswith("SecretsConfigDump"))
+    entry = secrets["dynamic_active_secrets"][0]
+    tls = entry["secret"]["tls_certificate"]
+    assert tls["private_key"] == {"inline_string": REDACTED}
+    assert "BEGIN CERTIFICATE" in tls["certificate_chain"]["inline_string"]  # not secret
+    assert redacted({"keys": [{"inline_bytes": "a2V5"}]}) == {
+        "keys": [{"inline_bytes": base64.b64encode(REDACTED.encode()).decode()}]
+    }
+    # A redacted dump still reads back (the models need the certificate, never the key).
+    back, _ = load_path_text(dumps(snap))
+    assert {s.name for s in back.secrets} == {s.name for s in snap.secrets}
+
+
+def load_path_text(text: str) -> tuple[Snapshot, object]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "dump.json"
+        path.write_text(text, encoding="utf-8")
+        return load_path(path)
+
+
+def test_goldens_carry_no_key() -> None:
+    for golden in sorted(FIXTURES.glob("*/xds.*.golden.json")):
+        assert_no_key(golden.read_text(encoding="utf-8"), str(golden))
+
+
+def test_validate_mode_judges_the_certificate_a_redacted_dump_cannot_show() -> None:
+    """``--mode validate`` never reads SDS, so the translator's certificates are inlined
+    into its bootstrap (a bad key is caught); a dump's redacted ones stay references."""
+    snap = translate_scenario(HTTPS)
+    inlined = json.dumps(bootstrap_for_validation(snap))
+    assert "tls_certificates" in inlined and "tls_certificate_sds_secret_configs" not in inlined
+    back, _ = load_path_text(dumps(snap))
+    kept = json.dumps(bootstrap_for_validation(back))
+    assert "tls_certificate_sds_secret_configs" in kept
+    assert_no_key(kept, "the bootstrap of a redacted dump")
+
+
+def test_the_live_harness_writes_keys_only_to_private_files(tmp_path: Path) -> None:
+    snap = translate_scenario(HTTPS)
+    served = listener_secrets(snap)
+    boot = local_bootstrap(snap, {}, {}, ("127.0.0.1", 53), served, tmp_path)
+    assert_no_key(json.dumps(boot.config), "the live bootstrap")
+    files = sorted(tmp_path.glob("sds-*.json"))
+    assert files and all("PRIVATE KEY" in f.read_text() for f in files)
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    back, _ = load_path_text(dumps(snap))
+    with pytest.raises(BootstrapError, match="redacted"):
+        listener_secrets(back)
+
+
+def test_secret_values_are_not_quoted_in_errors(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    """A tls.key of the wrong type is reported without echoing its first characters."""
+    docs = list(yaml.safe_load_all((HTTPS / "resources.yaml").read_text(encoding="utf-8")))
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "Secret":
+            doc["data"]["tls.key"] = [doc["data"]["tls.key"]]
+            doc["data"]["tls.crt"] = {"nested": doc["data"]["tls.key"][0]}
+    (tmp_path / "resources.yaml").write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    for command in ("check", "translate", "status"):
+        r = cli(command, rel(BASE), str(tmp_path))
+        lines = r.error_lines()
+        assert any("data.tls.key" in ln for ln in lines), lines
+        assert_no_key(r.out + r.err, f"{command}'s errors")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
+def test_no_command_prints_a_key(scenario: Path, cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    args = [rel(BASE), rel(scenario)]
+    outputs = [cli("translate", *args), cli("status", *args, "--format", "yaml")]
+    written = tmp_path / "xds.json"
+    outputs.append(cli("translate", *args, "-o", str(written)))
+    for run in outputs:
+        assert_no_key(run.out + run.err, f"{scenario.name}: {run}")
+    if written.exists():
+        assert_no_key(written.read_text(encoding="utf-8"), f"{scenario.name}: translate -o")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif"])
+def test_check_reports_carry_no_key(fmt: str, cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    r = cli("check", "fixtures/", "--format", fmt)
+    assert r.rc == 0, r.err
+    assert_no_key(r.out + r.err, f"check --format {fmt}")
+
+
+def test_reports_on_foreign_xds_with_inline_keys_carry_no_key(
+    cli: CLI,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Another translator may inline keys in its listeners; explain and check still
+    print none of them, and mutate (which rewrites listeners) neither."""
+    snap = translate_scenario(CLIENT_CERTS)
+    doc = json.loads(dumps(snap))
+    secrets = {s.name: to_json_dict(s)["tls_certificate"] for s in snap.secrets}
+
+    def inline(node: object) -> None:
+        if isinstance(node, dict):
+            refs = node.pop("tls_certificate_sds_secret_configs", None)
+            if refs:
+                node["tls_certificates"] = [secrets[r["name"]] for r in refs]
+            for value in node.values():
+                inline(value)
+        elif isinstance(node, list):
+            for value in node:
+                inline(value)
+
+    inline(doc)
+    doc["configs"] = [c for c in doc["configs"] if "Secrets" not in c["@type"]]
+    xds = tmp_path / "foreign.json"
+    xds.write_text(json.dumps(doc), encoding="utf-8")
+    assert "PRIVATE KEY" in xds.read_text()
+    args = [rel(BASE), rel(CLIENT_CERTS), "--xds", str(xds)]
+    cases = rel(CLIENT_CERTS / "cases.yaml")
+    runs = [
+        cli("check", *args, "--format", "json"),
+        cli("explain", *args, "--cases", cases, "--format", "json"),
+        cli(
+            "explain",
+            *args,
+            "--request",
+            "GET https://secure.example.com:8451/",
+            "--gateway",
+            "edge-infra/client-validation",
+        ),
+        cli("mutate", *args, "--format", "json"),
+    ]
+    for run in runs:
+        assert run.rc in (0, 1), run.err
+        assert_no_key(run.out + run.err, f"{run}")
