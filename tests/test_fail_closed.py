@@ -8,11 +8,13 @@ directory, a mistyped --controller-name) ran its rules on nothing and passed.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import BASE, FIXTURES, rel
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
@@ -232,3 +234,19 @@ def test_explain_on_a_port_no_gateway_has_says_which_ports_there_are(cli: CLI) -
     r = cli("explain", rel(BASE), rel(SCENARIO), "--request", "GET https://a.example/")
     (line,) = r.error_lines()
     assert "[no-gateway-on-port]" in line and "ports: 80, 8080" in line, line
+
+
+def test_a_scenario_folder_brings_its_own_cases(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    """``check base SCENARIO`` replays SCENARIO/cases.yaml as the suite does: a case
+    no model meets fails the check whether or not ``--cases`` names the file."""
+    scenario = tmp_path / SCENARIO.name
+    shutil.copytree(SCENARIO, scenario)
+    cases = yaml.safe_load((scenario / "cases.yaml").read_text(encoding="utf-8"))
+    cases[0]["expect"]["status"] = 418  # nobody answers that
+    (scenario / "cases.yaml").write_text(yaml.safe_dump(cases), encoding="utf-8")
+    for extra in ([], ["--cases", str(scenario / "cases.yaml")]):
+        r = cli("check", rel(BASE), str(scenario), "--format", "json", *extra)
+        assert r.rc == 1, r.err
+        rules = {f["code"] for f in r.json()["findings"]}
+        assert rules == {"EV701"}, rules
+    assert cli("check", rel(BASE), rel(SCENARIO)).rc == 0

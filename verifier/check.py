@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, VirtualHost
@@ -363,7 +363,7 @@ class Context:
         s = self.spec(w.gateway, w.request, trace=False)
         diffs = outcome_diff(s.outcome, e.outcome)
         if diffs:
-            return Comparison(w, s, e, diffs)
+            return Comparison(_attributed(w, s, e), s, e, diffs)
         if e.outcome.otherwise is None:
             return None
         for other in e.outcome.possibilities()[1:]:  # a runtime_fraction passes it on
@@ -483,6 +483,20 @@ def _culprit(c: Comparison) -> tuple[object, ...] | None:
         # behaviour, however many requests to that port show it.
         return (w.gateway, w.request.port, "connection")
     return (w.route, w.rule, w.match) if w.route is not None else None
+
+
+def _attributed(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witness:
+    """A case names no HTTPRoute match; the one the spec model chose for its request
+    (or, where the spec gives it to none, the one the xDS route that took it was made
+    from) is what it exercises. So a case's disagreement points at that match, and is
+    the same finding as the generated witnesses' for it, not a second one."""
+    if w.route is not None or w.feature != wt.CASE:
+        return w
+    for ref in (spec.outcome.route, envoy.outcome.route):
+        if ref is not None and ref.httproute and "/" in ref.httproute:
+            ns, name = ref.httproute.split("/", 1)
+            return replace(w, route=(ns, name), rule=ref.rule, match=ref.match)
+    return w
 
 
 def connection_level(c: Comparison) -> bool:

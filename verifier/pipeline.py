@@ -29,7 +29,7 @@ from verifier.gatewayapi.addresses import Addressing, gateway_addresses, nothing
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import loaded_objects_frozen
-from verifier.inputs import load_yaml, read_text
+from verifier.inputs import load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.xds.codec import XdsLoadError
@@ -74,6 +74,9 @@ class ScenarioResult:
     input_errors: list[InputError] = field(default_factory=list)
 
 
+MESH_REGISTRY = "mesh-registry.yaml"
+
+
 def _is_suite(path: Path) -> bool:
     return (path / "base").is_dir() and any(
         (child / "resources.yaml").is_file() for child in path.iterdir() if child.name != "base"
@@ -89,7 +92,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
                 continue
             cases = child / "cases.yaml"
             errors = child / "expected-errors.yaml"
-            registry = child / "mesh-registry.yaml"
+            registry = child / MESH_REGISTRY
             out.append(
                 Scenario(
                     child.name,
@@ -115,7 +118,40 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
                 ]
             )
         return out
-    return [Scenario("input", tuple(paths), opts.cases, None, opts.mesh_registry)]
+    return [
+        Scenario(
+            "input",
+            tuple(paths),
+            _own_cases(paths, opts.cases),
+            None,
+            _own_registry(paths, opts.mesh_registry),
+        )
+    ]
+
+
+def _own_cases(paths: Sequence[str], given: tuple[str, ...]) -> tuple[str, ...]:
+    """``--cases`` plus the cases.yaml of every folder given: a scenario's own table is
+    always replayed (the suite does the same), so naming its folder checks its cases."""
+    out = list(given)
+    seen = {Path(p).resolve() for p in given}
+    for p in paths:
+        own = Path(p) / "cases.yaml"
+        if p != "-" and own.is_file() and own.resolve() not in seen:
+            seen.add(own.resolve())
+            out.append(str(own))
+    return tuple(out)
+
+
+def _own_registry(paths: Sequence[str], given: str | None) -> str | None:
+    """``--mesh-registry``, else the mesh-registry.yaml of a folder given (as the suite
+    reads it); a folder's registry changes how its backends are dialled."""
+    if given is not None:
+        return given
+    found = [str(Path(p) / MESH_REGISTRY) for p in paths if (Path(p) / MESH_REGISTRY).is_file()]
+    if len(found) > 1:
+        why = f"{len(found)} folders bring one ({', '.join(found)}): name one with --mesh-registry"
+        raise InputErrors([InputError(found[1], 0, "", "ambiguous", why)])
+    return found[0] if found else None
 
 
 # ---------------------------------------------------------------- cases
@@ -244,10 +280,10 @@ def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, lis
 def _xds_input_error(exc: XdsLoadError, path: str) -> InputError:
     # "invalid JSON: ... line 2 column 5 ...": surface the line as file:line.
     found = re.search(r"line (\d+)", exc.message)
-    line = int(found.group(1)) if found else 0
+    line = exc.line or (int(found.group(1)) if found else 0)
     file, _, where = (exc.path or path).partition(":$")
     fld = f"${where}" if where else "--xds"
-    return InputError(file, line, fld, "bad-xds", exc.message)
+    return InputError(file, line, fld, exc.code, exc.message)
 
 
 def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
@@ -275,7 +311,7 @@ def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
 
 
 def _expected_errors(path: str) -> set[tuple[str, int, str, str]]:
-    entries = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or []
+    entries = load_yaml_file(path) or []
     return {
         (str(e["file"]), int(e.get("line") or 0), str(e.get("field") or ""), str(e["code"]))
         for e in entries
