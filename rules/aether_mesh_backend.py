@@ -118,7 +118,9 @@ def problems(ctx: Context, found: bk.Dialled, common: CommonTlsContext | None) -
 
 def check(ctx: Context) -> Iterable[Finding]:
     registry = ctx.mesh_registry
-    for cluster, found, _refs in bk.with_service(ctx.snapshot, ctx.res):
+    for cluster, found, _refs in bk.with_service(
+        ctx.snapshot, ctx.res, unjudged=ctx.unjudged.clusters
+    ):
         svc = found.service
         if not spec.is_mesh(ctx.res, svc.meta.namespace, svc.meta.name, registry):
             continue

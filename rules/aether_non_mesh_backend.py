@@ -56,7 +56,9 @@ def problems(cluster: Cluster, found: bk.Dialled) -> list[str]:
 
 def check(ctx: Context) -> Iterable[Finding]:
     registry = ctx.mesh_registry
-    for cluster, found, _refs in bk.with_service(ctx.snapshot, ctx.res):
+    for cluster, found, _refs in bk.with_service(
+        ctx.snapshot, ctx.res, unjudged=ctx.unjudged.clusters
+    ):
         svc = found.service
         if spec.is_mesh(ctx.res, svc.meta.namespace, svc.meta.name, registry):
             continue

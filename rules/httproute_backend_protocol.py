@@ -33,6 +33,7 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
     HttpConnectionManager,
 )
 from verifier.rules.support import backends as bk
+from verifier.rules.support import served as spec
 from verifier.rules.support import walk
 
 from verifier.check import Context
@@ -80,26 +81,12 @@ def _ws_problems(ctx: Context, cluster: Cluster, refs: list[walk.RouteRef]) -> I
             yield f"is reached by route {ref.label}, which does not allow WebSocket upgrades"
 
 
-def _named_by_httproutes(ctx: Context) -> set[tuple[str, str, int | None]]:
-    """(namespace, Service, port) of every backendRef and mirror of an HTTPRoute.
-
-    A cluster dialling a Service port no HTTPRoute names serves another route kind
-    (a GRPCRoute's HTTP/2 cluster, say), which the edge does not read and this rule
-    must not judge as if it served an HTTPRoute."""
-    named: set[tuple[str, str, int | None]] = set()
-    for route in ctx.res.httproutes.values():
-        ns = route.meta.namespace
-        for rule in route.rules:
-            filters = [*rule.filters, *(f for b in rule.backend_refs for f in b.filters)]
-            refs = [b.ref for b in rule.backend_refs]
-            refs += [f.request_mirror.backend for f in filters if f.request_mirror is not None]
-            named |= {(r.namespace or ns, r.name, r.port) for r in refs if r.kind == "Service"}
-    return named
-
-
 def check(ctx: Context) -> Iterable[Finding]:
-    named = _named_by_httproutes(ctx)
-    for cluster, found, refs in bk.with_service(ctx.snapshot, ctx.res, shared=True):
+    # A cluster dialling a Service port no HTTPRoute names serves another route kind
+    # (a GRPCRoute's HTTP/2 cluster, say), even when that route is not in the input.
+    named = spec.named_by_httproutes(ctx.res)
+    clusters = bk.with_service(ctx.snapshot, ctx.res, shared=True, unjudged=ctx.unjudged.clusters)
+    for cluster, found, refs in clusters:
         # Endpoints that may stand for several Service ports (pods shared, or one
         # targetPort behind several ports): a problem only if it is one for each.
         readings = found.readings or ((found.service, found.port),)

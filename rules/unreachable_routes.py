@@ -185,7 +185,7 @@ def check(ctx: Context) -> Iterable[Finding]:
     infos: dict[int, list[PathInfo | None]] = {}
     for ref in walk.routes(ctx.snapshot):
         late = ref.route.match
-        if late is None:
+        if late is None or ctx.unjudged.has(ref):
             continue
         vhost_infos = infos.get(id(ref.vhost))
         if vhost_infos is None:

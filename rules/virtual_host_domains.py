@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import betterproto2
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
+from envoy_data_plane.envoy.config.route.v3 import VirtualHost
 from verifier.rules.support import served as spec
 from verifier.rules.support import walk
 
@@ -37,31 +36,6 @@ from verifier.registry import Rule
 
 NAME = "virtual-host-domains"
 CODE = "EV105"
-
-
-def _configs_by_port(ctx: Context) -> dict[int, tuple[list[str], list[RouteConfiguration]]]:
-    """Listener names and the route configurations their HCMs use, by bound port."""
-    rds = {rc.name: rc for rc in ctx.snapshot.routes}
-    out: dict[int, tuple[list[str], list[RouteConfiguration]]] = {}
-    for li in ctx.snapshot.listeners:
-        sa = li.address.socket_address if li.address else None
-        if sa is None:
-            continue
-        names, configs = out.setdefault(sa.port_value or 0, ([], []))
-        names.append(li.name)
-        for _path, hcm in walk.hcms(li):
-            kind, _ = betterproto2.which_one_of(hcm, "route_specifier")
-            rc = hcm.route_config if kind == "route_config" else None
-            if kind == "rds" and hcm.rds is not None:
-                rc = rds.get(hcm.rds.route_config_name)
-            if rc is not None:
-                configs.append(rc)
-    return out
-
-
-def _norm(domain: str) -> str:
-    host, _, port = domain.lower().rpartition(":")
-    return host if host and port.isdigit() else domain.lower()
 
 
 def _domain_covers(domain: str, host: str) -> bool:
@@ -77,16 +51,6 @@ def _domain_covers(domain: str, host: str) -> bool:
     return False
 
 
-def _host_covers(host: str, domain: str) -> bool:
-    """The Gateway hostname ``host`` covers every Host Envoy's ``domain`` matches."""
-    if host in ("*", domain):
-        return True
-    if host.startswith("*.") and not domain.endswith("*") and domain != "*":
-        stem = domain[1:] if domain.startswith("*.") else domain
-        return stem.endswith(host[1:])
-    return False
-
-
 def _forwards(vh: VirtualHost) -> bool:
     """A route that forwards any Host (no ``:authority``/``host`` header condition)."""
     for route in vh.routes:
@@ -98,15 +62,24 @@ def _forwards(vh: VirtualHost) -> bool:
 
 def check(ctx: Context) -> Iterable[Finding]:
     served = spec.served_hostnames(ctx.res, ctx.controller_name, ctx.addressing.shared)
-    for port, (names, configs) in sorted(_configs_by_port(ctx).items()):
+    for port, (names, configs) in sorted(walk.configs_by_port(ctx.snapshot).items()):
         want = served.get(port)
         if want is None:
             continue
         vhosts = [vh for rc in configs for vh in rc.virtual_hosts]
-        domains = sorted({_norm(d) for vh in vhosts for d in vh.domains})
-        forwarding = {_norm(d) for vh in vhosts if _forwards(vh) for d in vh.domains}
+        domains = sorted({walk.domain_name(d) for vh in vhosts for d in vh.domains})
+        # Virtual hosts serving route kinds the edge does not read are not extra.
+        judged = [
+            vh
+            for rc in configs
+            for vh in rc.virtual_hosts
+            if f"routes[{rc.name}].virtual_hosts[{vh.name}]" not in ctx.unjudged.virtual_hosts
+        ]
+        forwarding = {walk.domain_name(d) for vh in judged if _forwards(vh) for d in vh.domains}
         missing = sorted(h for h in want.required if not any(_domain_covers(d, h) for d in domains))
-        extra = sorted(d for d in forwarding if not any(_host_covers(h, d) for h in want.allowed))
+        extra = sorted(
+            d for d in forwarding if not any(spec.host_covers(h, d) for h in want.allowed)
+        )
         if not missing and not extra:
             continue
         gw, lst = want.listeners[0]

@@ -26,7 +26,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from verifier.gatewayapi.resources import Resources
 from verifier.live.bootstrap import walk
@@ -72,12 +76,70 @@ def _pod_endpoints(res: Resources, host: str, port: int) -> list[tuple[str, int]
     for sl in res.endpoint_slices.values():
         if (sl.meta.namespace, sl.service_name) != (namespace, name):
             continue
+        # A slice names its ports after the Service's (an unnamed port: the only one).
         target = next(
-            (n for pn, n in sl.ports if str(n) == spec.target_port or pn == spec.target_port),
+            (n for pn, n in sl.ports if str(n) == spec.target_port or pn == spec.name),
             None,
         )
         out += [(a, target) for a in sl.addresses if target is not None]
     return sorted(out)
+
+
+def _pod_port_name(number: int) -> str:
+    return f"port-{number}"  # an IANA_SVC_NAME: at most 15 characters, with a letter
+
+
+def _name_target_ports(docs: list[Json]) -> None:
+    """Services' numeric targetPorts named after the container port; a single-port
+    Service's port left unnamed, and its EndpointSlices' port with it (slices carry
+    the Service port's name); containers' ports named, as a workload must for that."""
+    unnamed: dict[tuple[str, str], str] = {}  # (namespace, Service) -> old port name
+    for doc in docs:
+        if not isinstance(doc, dict) or doc.get("apiVersion") != "v1":
+            continue
+        if doc.get("kind") != "Service":
+            continue
+        meta, ports = doc.get("metadata", {}), doc.get("spec", {}).get("ports", [])
+        for p in ports:
+            target = p.get("targetPort", p.get("port"))
+            if isinstance(target, int):
+                p["targetPort"] = _pod_port_name(target)
+        if len(ports) == 1:
+            key = (meta.get("namespace", "default"), meta.get("name", ""))
+            unnamed[key] = str(ports[0].pop("name", "") or "")
+    for doc in docs:
+        if not isinstance(doc, dict):
+            continue
+        meta = doc.get("metadata", {})
+        if doc.get("kind") == "EndpointSlice":
+            svc = meta.get("labels", {}).get("kubernetes.io/service-name", "")
+            old = unnamed.get((meta.get("namespace", "default"), svc))
+            for p in doc.get("ports") or [] if old is not None else []:
+                if str(p.get("name", "") or "") == old:
+                    p["name"] = ""
+        template = doc.get("spec", {}).get("template", {}).get("spec", {})
+        if doc.get("kind") in ("Deployment", "StatefulSet", "DaemonSet"):
+            for container in template.get("containers", []):
+                for p in container.get("ports", []):
+                    p.setdefault("name", _pod_port_name(p["containerPort"]))
+
+
+def with_named_target_ports(folders: list[Path], out: Path) -> list[Path]:
+    """Copies of ``folders`` (``fixtures/base`` and a scenario) under ``out``, every
+    Service reaching its pods through a named targetPort (see ``_name_target_ports``):
+    the same Services, in the form many charts write them."""
+    copies = []
+    for folder in folders:
+        copy_to = out / folder.name
+        shutil.copytree(folder, copy_to)
+        for path in sorted(copy_to.glob("*.yaml")):
+            if folder.name != "base" and path.name != "resources.yaml":
+                continue  # cases, expected status, mesh registry: not resources
+            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+            _name_target_ports(docs)
+            path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
+        copies.append(copy_to)
+    return copies
 
 
 def _clusters(doc: Json, res: Resources) -> dict[str, str]:
@@ -236,11 +298,122 @@ def reorder(snap: Snapshot) -> Snapshot:
     return dataclasses.replace(snap, routes=tuple(configs))
 
 
+_H2 = {
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": {"http2_protocol_options": {}},
+    }
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class GrpcRule:
+    """One GRPCRoute rule as Envoy Gateway serves it: a method's path prefix sent to an
+    HTTP/2 EDS cluster of the backend's pods."""
+
+    prefix: str
+    pods: tuple[tuple[str, int], ...]
+
+
+def serve_grpcroute(
+    snap: Snapshot, route: tuple[str, str], port: int, hostname: str, rules: list[GrpcRule]
+) -> Snapshot:
+    """``snap`` also serving a GRPCRoute ``route`` (namespace, name) on ``hostname``, as
+    Envoy Gateway writes it: a virtual host in the route configuration of ``port``, a
+    route per rule, and a ``grpcroute/<ns>/<name>/rule/<i>`` cluster forcing HTTP/2."""
+    doc = copy.deepcopy(to_config_dump(snap))
+    clusters = _section(doc, "Clusters").setdefault("dynamic_active_clusters", [])
+    assignments = _section(doc, "Endpoints").setdefault("dynamic_endpoint_configs", [])
+    routes = []
+    stem = f"grpcroute/{route[0]}/{route[1]}"
+    for i, rule in enumerate(rules):
+        name = f"{stem}/rule/{i}"
+        clusters.append(
+            {
+                "cluster": {
+                    "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                    "name": name,
+                    "type": "EDS",
+                    "connect_timeout": "10s",
+                    "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}},
+                    "typed_extension_protocol_options": _H2,
+                }
+            }
+        )
+        endpoints = [
+            {"endpoint": {"address": {"socket_address": {"address": a, "port_value": p}}}}
+            for a, p in rule.pods
+        ]
+        assignments.append(
+            {
+                "endpoint_config": {
+                    "@type": _CLA,
+                    "cluster_name": name,
+                    "endpoints": [{"lb_endpoints": endpoints}],
+                }
+            }
+        )
+        label = hostname.replace(".", "_")
+        routes.append(
+            {
+                "name": f"{name}/match/0/{label}",
+                "match": {"prefix": rule.prefix},
+                "route": {"cluster": name},
+            }
+        )
+    users = {
+        node["rds"]["route_config_name"]
+        for entry in _section(doc, "Listeners").get("dynamic_listeners", [])
+        if entry["active_state"]["listener"]["address"]["socket_address"]["port_value"] == port
+        for node in walk(entry)
+        if isinstance(node.get("rds"), dict)
+    }
+    (config,) = [
+        e["route_config"]
+        for e in _section(doc, "Routes")["dynamic_route_configs"]
+        if e["route_config"]["name"] in users
+    ]
+    vhost = {"name": f"{stem}/{hostname}", "domains": [hostname], "routes": routes}
+    config.setdefault("virtual_hosts", []).append(vhost)
+    out, skipped = from_config_dump(doc, "grpcroute")
+    assert not skipped, skipped
+    return out
+
+
+def _missing_clusters(doc: Json) -> None:
+    """Invalid backends as routes to clusters that do not exist, answered 500 by
+    ``cluster_not_found_response_code`` (as some implementations write them): a route
+    whose only backend is invalid names that cluster alone (not in weighted_clusters),
+    each invalid share its own missing cluster, and the 500 is set only where a
+    cluster is missing."""
+    existing = {
+        e["cluster"]["name"] for e in _section(doc, "Clusters").get("dynamic_active_clusters", [])
+    }
+    missing = 0
+    routes = [n for n in walk(_section(doc, "Routes")) if "match" in n]
+    for node in routes:
+        action = node.get("route")
+        if not isinstance(action, dict):
+            continue
+        weighted = action.get("weighted_clusters", {}).get("clusters", [])
+        for wc in weighted:
+            if wc.get("name") not in existing:
+                wc["name"] = f"invalid-backend-ref-{missing}"
+                missing += 1
+        if len(weighted) == 1 and set(weighted[0]) <= {"name", "weight"}:
+            del action["weighted_clusters"]
+            action["cluster"] = weighted[0]["name"]
+        names = [action.get("cluster")] + [wc.get("name") for wc in weighted]
+        if all(n is None or n in existing for n in names):
+            action.pop("cluster_not_found_response_code", None)
+
+
 def reencode(snap: Snapshot, res: Resources) -> Snapshot:
     """``snap``'s behaviour in another implementation's encoding."""
     doc = copy.deepcopy(to_config_dump(snap))
     clusters = _clusters(doc, res)
     _listeners(doc, _routes(doc, clusters))
+    _missing_clusters(doc)
     out, skipped = from_config_dump(doc, "foreign")
     assert not skipped, skipped
     # A config_dump shows keys as [redacted]; the other implementation serves the

@@ -76,6 +76,7 @@ from verifier.rules import (
     unreachable_routes,
     virtual_host_domains,
 )
+from verifier.rules.support import served
 
 from verifier.check import Context
 from verifier.findings import Finding
@@ -318,7 +319,7 @@ def test_envoy_domain_covers_gateway_hostname(domain: str, host: str, covers: bo
     ],
 )
 def test_gateway_hostname_covers_envoy_domain(host: str, domain: str, covers: bool) -> None:
-    assert virtual_host_domains._host_covers(host, domain) is covers
+    assert served.host_covers(host, domain) is covers
 
 
 # ------------------------------------------------------------------ EV221

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, VirtualHost
 
@@ -39,6 +40,9 @@ from verifier.semantics.request import (
 )
 from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from verifier.rules.support.other_routes import Unjudged
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
 
@@ -250,6 +254,14 @@ class Context:
         return EnvoyModel(self.snapshot, backend_directory_from(self.res))
 
     @cached_property
+    def unjudged(self) -> Unjudged:
+        """The xDS serving route kinds the edge does not read (GRPCRoute, ...): no model
+        says what it should do, so no rule judges it (rules/support/other_routes.py)."""
+        from verifier.rules.support.other_routes import attribute
+
+        return attribute(self.res, self.snapshot, self.controller_name)
+
+    @cached_property
     def models_problem(self) -> str | None:
         """Why the Envoy model cannot answer requests on this snapshot, or None.
 
@@ -386,6 +398,8 @@ class Context:
 
         best: dict[tuple[object, ...], tuple[int, str, Comparison]] = {}
         for c in self.comparisons:
+            if self._unjudged_answer(c):
+                continue
             rule = owner(c, self)
             rank = OWNER_PRIORITY.index(rule) if rule in OWNER_PRIORITY else len(OWNER_PRIORITY)
             key = _culprit(c) or (rule, c.witness.gateway, c.diffs, c.witness.note)
@@ -396,6 +410,17 @@ class Context:
         for _rank, rule, c in best.values():
             by_rule.setdefault(rule, []).append(c)
         return by_rule
+
+    def _unjudged_answer(self, c: Comparison) -> bool:
+        """Envoy answers with a route serving a kind the edge does not read (a GRPCRoute's
+        virtual host, say) where no HTTPRoute is the spec's answer: no model says what
+        that request should get."""
+        route = c.envoy.outcome.route
+        return (
+            c.spec.outcome.route is None
+            and route is not None
+            and route.xds_path in self.unjudged.xds_routes
+        )
 
     # ------------------------------------------------------------ lookups
 

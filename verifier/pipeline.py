@@ -27,7 +27,7 @@ from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
 from verifier.gatewayapi.addresses import Addressing, gateway_addresses, nothing_to_check, ours
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
-from verifier.gatewayapi.resources import Resources, load_resources
+from verifier.gatewayapi.resources import Resources, load_resources, skip_warning
 from verifier.heap import loaded_objects_frozen
 from verifier.inputs import load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
@@ -444,7 +444,17 @@ def prepare(
         spec_cache=spec_cache,
         addressing=opts.addressing,
     )
-    return ctx, ScenarioResult(scn, warnings=warnings)
+    return ctx, ScenarioResult(scn, warnings=_with_unjudged(warnings, ctx))
+
+
+def _with_unjudged(warnings: list[str], ctx: Context) -> list[str]:
+    """The load warnings, the skipped route kinds' lines folded into one that also names
+    the xDS serving them: what check left alone is said once, in one place."""
+    note = ctx.unjudged.warning()
+    if note is None:
+        return warnings
+    folded = {skip_warning(r.meta.raw) for r in ctx.res.other_routes.values() if r.meta.raw}
+    return [w for w in warnings if w not in folded] + [note]
 
 
 def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) -> list[InputError]:

@@ -8,7 +8,7 @@ SNI of its TLS context. Cluster names and metadata are never read.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import betterproto2
@@ -161,8 +161,10 @@ class Directory:
     def _may_be(self, key: tuple[str, str], host: str, number: int, p: m.ServicePort) -> bool:
         if host == self.res.services[key].cluster_ip or host not in self.by_ip:
             return p.port == number
+        # A slice names its ports after the Service's ports (unnamed: the only one),
+        # whatever the targetPort is (a number, or a container port name).
         names = {n for n, num in self.slice_ports.get(key, set()) if num == number}
-        return p.target_port == str(number) or p.target_port in names
+        return p.target_port == str(number) or p.name in names
 
     def port(self, key: tuple[str, str], host: str, number: int) -> m.ServicePort | None:
         """The one Service port a target is, if it is one."""
@@ -213,14 +215,19 @@ def routed_clusters(snap: Snapshot) -> dict[str, list[walk.RouteRef]]:
 
 
 def with_service(
-    snap: Snapshot, res: Resources, *, shared: bool = False
+    snap: Snapshot,
+    res: Resources,
+    *,
+    shared: bool = False,
+    unjudged: Collection[str] = (),
 ) -> Iterator[tuple[Cluster, Dialled, list[walk.RouteRef]]]:
     """Routed clusters of the snapshot whose Service is known (one Service, unless
-    ``shared``: then also pods that stand for several, with ``others`` set)."""
+    ``shared``: then also pods that stand for several, with ``others`` set), but for
+    ``unjudged`` ones (serving route kinds the edge does not read)."""
     directory = Directory(res)
     routed = routed_clusters(snap)
     for cluster in snap.clusters:
-        if cluster.name in routed:
+        if cluster.name in routed and cluster.name not in unjudged:
             found = dialled(cluster, snap, directory)
             if found is not None and (shared or not found.others):
                 yield cluster, found, routed[cluster.name]

@@ -157,7 +157,7 @@ def _selector_matches(sel: m.LabelSelector, labels: dict[str, str]) -> bool:
     )
 
 
-def _namespace_allowed(res: Resources, gw: m.Gateway, lst: m.GatewayListener, ns: str) -> bool:
+def namespace_allowed(res: Resources, gw: m.Gateway, lst: m.GatewayListener, ns: str) -> bool:
     """AllowedRoutes.namespaces.from: All, Same (the default), Selector, None."""
     if lst.allowed_from == "All":
         return True
@@ -189,7 +189,7 @@ def intersect(listener: str | None, route: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _attaches(ref: m.ParentRef, gw: m.Gateway, lst: m.GatewayListener) -> bool:
+def attaches(ref: m.ParentRef, gw: m.Gateway, lst: m.GatewayListener) -> bool:
     """A parentRef reaches the listeners of the resource it names (GEP-1713: a
     Gateway's own, or one ListenerSet's)."""
     owner = (
@@ -201,6 +201,16 @@ def _attaches(ref: m.ParentRef, gw: m.Gateway, lst: m.GatewayListener) -> bool:
         and ref.section_name in (None, lst.name)
         and ref.port in (None, lst.port)
     )
+
+
+def host_covers(host: str, domain: str) -> bool:
+    """The Gateway hostname ``host`` covers every Host Envoy's ``domain`` matches."""
+    if host in ("*", domain):
+        return True
+    if host.startswith("*.") and not domain.endswith("*") and domain != "*":
+        stem = domain[1:] if domain.startswith("*.") else domain
+        return stem.endswith(host[1:])
+    return False
 
 
 def _standard(route: m.HTTPRoute) -> bool:
@@ -230,15 +240,28 @@ def served_hostnames(res: Resources, controller: str, shared: bool = False) -> d
             served = out.setdefault(lst.port, Served())
             served.listeners.append((gw, lst))
             for route in res.httproutes.values():
-                if not any(_attaches(p, gw, lst) for p in route.parent_refs):
+                if not any(attaches(p, gw, lst) for p in route.parent_refs):
                     continue
-                if not _namespace_allowed(res, gw, lst, route.meta.namespace):
+                if not namespace_allowed(res, gw, lst, route.meta.namespace):
                     continue
                 hosts = intersect(lst.hostname, route.hostnames)
                 served.allowed.update(hosts)
                 if state == "ready" and _standard(route):
                     served.required.update(hosts)
     return out
+
+
+def named_by_httproutes(res: Resources) -> set[tuple[str, str, int | None]]:
+    """(namespace, Service, port) of every backendRef and mirror of an HTTPRoute."""
+    named: set[tuple[str, str, int | None]] = set()
+    for route in res.httproutes.values():
+        ns = route.meta.namespace
+        for rule in route.rules:
+            filters = [*rule.filters, *(f for b in rule.backend_refs for f in b.filters)]
+            refs = [b.ref for b in rule.backend_refs]
+            refs += [f.request_mirror.backend for f in filters if f.request_mirror is not None]
+            named |= {(r.namespace or ns, r.name, r.port) for r in refs if r.kind == "Service"}
+    return named
 
 
 def is_mesh(res: Resources, ns: str, name: str, registry: frozenset[tuple[str, str]]) -> bool:

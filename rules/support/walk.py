@@ -294,16 +294,46 @@ def route_origin(ctx: Context, route: Route) -> tuple[Location, str] | None:
     return found.meta.where(path), f"HTTPRoute {found.meta.namespace}/{found.meta.name}"
 
 
+def route_config_of(
+    hcm: HttpConnectionManager, rds: dict[str, RouteConfiguration]
+) -> RouteConfiguration | None:
+    """The route configuration an HCM uses: inline, or the RDS one it names."""
+    kind, _ = betterproto2.which_one_of(hcm, "route_specifier")
+    if kind == "rds" and hcm.rds is not None:
+        return rds.get(hcm.rds.route_config_name)
+    return hcm.route_config if kind == "route_config" else None
+
+
+def configs_by_port(snap: Snapshot) -> dict[int, tuple[list[str], list[RouteConfiguration]]]:
+    """Listener names and the route configurations their HCMs use, by bound port."""
+    rds = {rc.name: rc for rc in snap.routes}
+    out: dict[int, tuple[list[str], list[RouteConfiguration]]] = {}
+    for li in snap.listeners:
+        sa = li.address.socket_address if li.address else None
+        if sa is None:
+            continue
+        names, configs = out.setdefault(sa.port_value or 0, ([], []))
+        names.append(li.name)
+        for _path, hcm in hcms(li):
+            rc = route_config_of(hcm, rds)
+            if rc is not None:
+                configs.append(rc)
+    return out
+
+
+def domain_name(domain: str) -> str:
+    """A virtual host domain without its port, lower-cased (Host matching ignores case)."""
+    host, _, port = domain.lower().rpartition(":")
+    return host if host and port.isdigit() else domain.lower()
+
+
 def config_users(snap: Snapshot) -> dict[int, list[HttpConnectionManager]]:
     """The HCMs using each route configuration, keyed by ``id`` of the configuration."""
     rds = {rc.name: rc for rc in snap.routes}
     out: dict[int, list[HttpConnectionManager]] = {}
     for listener in snap.listeners:
         for _path, hcm in hcms(listener):
-            kind, _ = betterproto2.which_one_of(hcm, "route_specifier")
-            rc = hcm.route_config if kind == "route_config" else None
-            if kind == "rds" and hcm.rds is not None:
-                rc = rds.get(hcm.rds.route_config_name)
+            rc = route_config_of(hcm, rds)
             if rc is not None:
                 out.setdefault(id(rc), []).append(hcm)
     return out

@@ -9,6 +9,7 @@ later finding can be turned back into a file:line.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -478,14 +479,14 @@ def _path_modifier(value: Any) -> PathModifier | None:
     )
 
 
-def _object_ref(value: Any, path: str) -> ObjectRef:
+def _object_ref(value: Any, path: str, port: Callable[[Any], int | None] = _opt_int) -> ObjectRef:
     ref = _d(value)
     return ObjectRef(
         str(ref.get("group", "") or ""),
         str(ref.get("kind", "Service") or "Service"),
         str(ref.get("name", "")),
         _opt_str(ref.get("namespace")),
-        _opt_int(ref.get("port")),
+        port(ref.get("port")),
         path,
     )
 
@@ -581,21 +582,27 @@ def _matches(items: Any, rule_path: str) -> tuple[RouteMatch, ...]:
     return tuple(out)
 
 
-def parse_httproute(raw: RawObject) -> HTTPRoute:
-    meta = _meta(raw)
-    spec = _d(raw.data.get("spec"))
-    parents = tuple(
+def _parent_refs(
+    spec: dict[str, Any], namespace: str, port: Callable[[Any], int | None]
+) -> tuple[ParentRef, ...]:
+    return tuple(
         ParentRef(
             str(p.get("group", GATEWAY_GROUP) if p.get("group") is not None else GATEWAY_GROUP),
             str(p.get("kind", "Gateway") or "Gateway"),
-            str(p.get("namespace") or meta.namespace),
+            str(p.get("namespace") or namespace),
             str(p.get("name", "")),
             _opt_str(p.get("sectionName")),
-            _opt_int(p.get("port")),
+            port(p.get("port")),
             f"spec.parentRefs[{i}]",
         )
         for i, p in enumerate(_d(x) for x in _l(spec.get("parentRefs")))
     )
+
+
+def parse_httproute(raw: RawObject) -> HTTPRoute:
+    meta = _meta(raw)
+    spec = _d(raw.data.get("spec"))
+    parents = _parent_refs(spec, meta.namespace, _opt_int)
     raw_rules = _l(spec.get("rules")) or [{}]
     rules = []
     for i, item in enumerate(raw_rules):
@@ -627,6 +634,42 @@ def parse_httproute(raw: RawObject) -> HTTPRoute:
             )
         )
     return HTTPRoute(meta, parents, tuple(str(h) for h in _l(spec.get("hostnames"))), tuple(rules))
+
+
+# ---------------------------------------------------------------- route kinds not read
+
+# Route kinds of the Gateway API that the edge does not serve. Other implementations
+# do, and their xDS for them must be told apart from mistakes in the HTTPRoutes'.
+OTHER_ROUTE_KINDS = frozenset({"GRPCRoute", "TCPRoute", "TLSRoute", "UDPRoute"})
+
+
+@dataclass(frozen=True)
+class OtherRoute:
+    """What check needs of a route kind it does not judge: where it attaches, the
+    hostnames it claims and the Services it sends to. It is never validated (the edge
+    does not read it), so malformed parts are dropped rather than reported."""
+
+    meta: Meta
+    parent_refs: tuple[ParentRef, ...]
+    hostnames: tuple[str, ...]
+    backends: tuple[ObjectRef, ...]
+
+
+def _lenient_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parse_other_route(raw: RawObject) -> OtherRoute:
+    meta = _meta(raw)
+    spec = _d(raw.data.get("spec"))
+    parents = _parent_refs(spec, meta.namespace, _lenient_int)
+    backends = tuple(
+        _object_ref(b, f"spec.rules[{i}].backendRefs[{j}]", _lenient_int)
+        for i, r in enumerate(_d(x) for x in _l(spec.get("rules")))
+        for j, b in enumerate(_d(x) for x in _l(r.get("backendRefs")))
+    )
+    hostnames = tuple(str(h) for h in _l(spec.get("hostnames")) if isinstance(h, str))
+    return OtherRoute(meta, parents, hostnames, backends)
 
 
 # ---------------------------------------------------------------- ReferenceGrant and core

@@ -58,6 +58,9 @@ class Resources:
     secrets: dict[tuple[str, str], m.Secret] = field(default_factory=dict)
     config_maps: dict[tuple[str, str], m.ConfigMap] = field(default_factory=dict)
     workloads: dict[tuple[str, str, str], m.Workload] = field(default_factory=dict)
+    # Route kinds the edge skips (GRPCRoute, ...): kept so that check can tell the
+    # xDS other implementations write for them from mistakes, and say it left it alone.
+    other_routes: dict[tuple[str, str, str], m.OtherRoute] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
@@ -130,6 +133,13 @@ def _api_version_problem(raw: RawObject, groups: frozenset[str] | None) -> Input
     )
 
 
+def skip_warning(raw: RawObject) -> str:
+    return (
+        f"{raw.loc}: ignoring {raw.kind or '<no kind>'} "
+        f"{raw.api_version or '<no apiVersion>'} {raw.name}: not read by the edge"
+    )
+
+
 def build(loaded: LoadResult) -> Resources:
     """Validate and type every object; raise InputErrors with all problems at once."""
     res = Resources(files=list(loaded.files))
@@ -142,10 +152,10 @@ def build(loaded: LoadResult) -> Resources:
             continue
         if entry is None or raw.group not in entry[0]:
             if raw.kind not in QUIET_KINDS:
-                res.warnings.append(
-                    f"{raw.loc}: ignoring {raw.kind or '<no kind>'} "
-                    f"{raw.api_version or '<no apiVersion>'} {raw.name}: not read by the edge"
-                )
+                res.warnings.append(skip_warning(raw))
+            if raw.kind in m.OTHER_ROUTE_KINDS and raw.group == GATEWAY_GROUP:
+                other = m.parse_other_route(raw)
+                res.other_routes.setdefault((raw.kind, *other.meta.key), other)
             continue
         problems = validate_object(raw)
         if problems:
