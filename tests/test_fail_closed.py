@@ -250,3 +250,27 @@ def test_a_scenario_folder_brings_its_own_cases(tmp_path: Path, cli: CLI) -> Non
         rules = {f["code"] for f in r.json()["findings"]}
         assert rules == {"EV701"}, rules
     assert cli("check", rel(BASE), rel(SCENARIO)).rc == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("servicess:\n- a/b\n", "/reg.yaml:1: servicess: unknown field (expected services)"),
+        (
+            "services:\n- {namespace: a, name: b, nmae: c}\n",
+            "/reg.yaml:2: services[0].nmae: unknown field (expected namespace and name)",
+        ),
+    ],
+)
+def test_an_unknown_key_in_a_mesh_registry_is_an_error(
+    text: str,
+    expected: str,
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    registry = tmp_path / "reg.yaml"
+    registry.write_text(text, encoding="utf-8")
+    lines = cli(
+        "check", *[rel(BASE), rel(SCENARIO)], "--mesh-registry", str(registry)
+    ).error_lines()
+    assert any(expected in ln and "[unknown-field]" in ln for ln in lines), lines

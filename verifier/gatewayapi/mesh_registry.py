@@ -24,6 +24,16 @@ def load_mesh_registry(path: str) -> frozenset[tuple[str, str]]:
     errors = list(loaded.errors)
     found: set[tuple[str, str]] = set()
     for doc in loaded.objects:
+        for key in sorted(set(doc.data) - {"services"}):
+            errors.append(
+                InputError(
+                    path,
+                    doc.line_of(key),
+                    key,
+                    "unknown-field",
+                    "unknown field (expected services)",
+                )
+            )
         entries = doc.data.get("services")
         if not isinstance(entries, list):
             errors.append(
@@ -31,7 +41,7 @@ def load_mesh_registry(path: str) -> frozenset[tuple[str, str]]:
                     path,
                     doc.line_of("services"),
                     "services",
-                    "type",
+                    "type" if "services" in doc.data else "required",
                     "expected a list of {namespace, name} or 'namespace/name'",
                 )
             )
@@ -43,6 +53,16 @@ def load_mesh_registry(path: str) -> frozenset[tuple[str, str]]:
                 found.add((ns, name))
             elif isinstance(entry, dict) and entry.get("namespace") and entry.get("name"):
                 found.add((str(entry["namespace"]), str(entry["name"])))
+                for key in sorted(set(entry) - {"namespace", "name"}):
+                    errors.append(
+                        InputError(
+                            path,
+                            doc.line_of(f"services[{i}].{key}"),
+                            f"services[{i}].{key}",
+                            "unknown-field",
+                            "unknown field (expected namespace and name)",
+                        )
+                    )
             else:
                 errors.append(
                     InputError(
