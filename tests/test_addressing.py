@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,7 @@ def _listener(docs: list[dict[str, Any]], ns: str, name: str) -> dict[str, str]:
     return {c["type"]: f"{c['status']}/{c['reason']}" for c in lst["conditions"]}
 
 
-def test_shared_mode_reports_the_conflict_and_check_agrees(cli: CLI) -> None:  # noqa: F811
+def test_shared_mode_reports_the_conflict_and_check_agrees(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
     docs = _status(cli, CONFLICT, "--addressing", "shared")
     for gateway in ("same-namespace", "conflict-b"):
         conds = _listener(docs, "edge-infra", gateway)
@@ -161,7 +162,11 @@ def test_shared_mode_reports_the_conflict_and_check_agrees(cli: CLI) -> None:  #
     r = cli("translate", rel(BASE), rel(CONFLICT), "--addressing", "shared")
     listeners = json.loads(r.out)["configs"][2]["dynamic_listeners"]
     assert [li["name"] for li in listeners] == ["edge-8080"]
-    r = cli("check", rel(BASE), rel(CONFLICT), "--addressing", "shared", "--format", "json")
+    # Without the scenario's cases: they say what per-Gateway addressing serves.
+    alone = tmp_path / CONFLICT.name
+    alone.mkdir()
+    shutil.copy(CONFLICT / "resources.yaml", alone)
+    r = cli("check", rel(BASE), str(alone), "--addressing", "shared", "--format", "json")
     assert (r.rc, r.json()["findings"]) == (0, [])
 
 
