@@ -11,6 +11,10 @@ Waits are bounded by hard timeouts only; no assertion is about time.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +22,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from conftest import FIXTURES, translate_scenario
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
@@ -47,6 +52,7 @@ from verifier.xds.snapshot import (
     ROUTE_TYPE,
     SECRET_TYPE,
     Snapshot,
+    dumps,
     resource_name,
 )
 
@@ -84,19 +90,20 @@ def scenario(name: str) -> Snapshot:
 
 
 @asynccontextmanager
-async def envoy_on(server: AdsServer, workdir: Path, *, delta: bool) -> AsyncIterator[EnvoyProcess]:
-    """A real Envoy whose only configuration is ``server``'s bootstrap (plus an admin
-    port, and a DNS server of ours so STRICT_DNS names fail fast instead of leaking)."""
+async def envoy_with(boot: dict[str, Any], workdir: Path) -> AsyncIterator[EnvoyProcess]:
+    """A real Envoy on ``boot`` plus an admin port, and a DNS server of ours so that
+    STRICT_DNS names fail fast instead of leaking to the host's resolver."""
     dns = DnsServer()
     await dns.start()
-    host, port = await server.start()
-    boot = to_json_dict(bootstrap(host, port, delta=delta))
-    boot["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}}
-    boot["typed_dns_resolver_config"] = {
-        "name": "envoy.network.dns_resolver.cares",
-        "typed_config": {
-            "@type": CARES,
-            "resolvers": [{"socket_address": {"address": dns.host, "port_value": dns.port}}],
+    boot = {
+        **boot,
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "typed_dns_resolver_config": {
+            "name": "envoy.network.dns_resolver.cares",
+            "typed_config": {
+                "@type": CARES,
+                "resolvers": [{"socket_address": {"address": dns.host, "port_value": dns.port}}],
+            },
         },
     }
     envoy = EnvoyProcess(boot, workdir)
@@ -105,8 +112,18 @@ async def envoy_on(server: AdsServer, workdir: Path, *, delta: bool) -> AsyncIte
         yield envoy
     finally:
         await envoy.stop()
-        await server.stop()
         await dns.stop()
+
+
+@asynccontextmanager
+async def envoy_on(server: AdsServer, workdir: Path, *, delta: bool) -> AsyncIterator[EnvoyProcess]:
+    """A real Envoy whose only configuration is ``server``'s bootstrap."""
+    host, port = await server.start()
+    try:
+        async with envoy_with(to_json_dict(bootstrap(host, port, delta=delta)), workdir) as envoy:
+            yield envoy
+    finally:
+        await server.stop()
 
 
 async def answers(server: AdsServer, types: Mapping[str, str]) -> dict[str, Answer]:
@@ -290,3 +307,43 @@ def test_endpoints_and_mesh_secrets_are_answered_before_listeners_are_sent(
         assert {"default", "ROOTCA"} <= set(dump[SECRET_TYPE])
 
     asyncio.run(run())
+
+
+def test_serve_feeds_the_envoy_its_bootstrap_points_at(tmp_path: Path) -> None:
+    """``edge-verify serve`` as a user runs it: the printed bootstrap is all Envoy
+    needs, every ACK is reported, and Ctrl-C ends it with 130 and one line."""
+    xds = tmp_path / "xds.json"
+    xds.write_text(dumps(scenario("httproute-header-matching")), encoding="utf-8")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "verifier.cli", "serve", "--xds", str(xds), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal gives a command
+    )
+    try:
+        assert serve.stderr is not None
+        lines = [serve.stderr.readline() for _ in range(2)]
+        assert "over ADS" in lines[0] and "bootstrap" in lines[1], lines
+        boot_lines = []
+        while not (line := serve.stderr.readline()).startswith("edge-verify: waiting"):
+            assert line, "serve ended before it was ready"
+            boot_lines.append(line)
+        boot = yaml.safe_load("".join(boot_lines))
+
+        async def run() -> list[str]:
+            async with envoy_with(boot, tmp_path):
+                assert serve.stderr is not None
+                acks = [serve.stderr.readline() for _ in range(3)]  # clusters, listeners, routes
+            return acks
+
+        acks = asyncio.run(asyncio.wait_for(run(), WAIT))
+        assert sorted(a.split()[2] for a in acks) == ["clusters", "listeners", "routes"], acks
+        assert all(a.startswith("edge-verify: ACK ") for a in acks), acks
+        os.killpg(serve.pid, signal.SIGINT)
+        _, rest = serve.communicate(timeout=WAIT)
+        assert serve.returncode == 130
+        assert rest.strip().splitlines()[-1] == "edge-verify: interrupted"
+    finally:
+        serve.kill()
+        serve.wait()

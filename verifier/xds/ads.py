@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,11 +69,12 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 from envoy_data_plane.google.protobuf import Any as AnyMessage
 from grpclib.server import Server
 
-from verifier.xds.codec import pack_any, type_url_of
+from verifier.xds.codec import Json, pack_any, to_json_dict, type_url_of
 from verifier.xds.snapshot import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
     LISTENER_TYPE,
+    REDACTED,
     ROUTE_TYPE,
     SECRET_TYPE,
     Snapshot,
@@ -93,7 +95,7 @@ AFTER: Final[Mapping[str, tuple[str, ...]]] = {
 XDS_CLUSTER: Final = "edge-verifier-ads"
 _KINDS: Final = dict(
     zip(TYPES, ("clusters", "endpoints", "listeners", "routes", "secrets"), strict=True)
-)
+)  # type URL -> the Snapshot field
 
 
 def _digest(parts: Iterable[bytes]) -> str:
@@ -357,8 +359,15 @@ class AdsServer(AggregatedDiscoveryServiceBase):
     version went out once; ``wait_answer`` waits for Envoy's verdict on a version.
     """
 
-    def __init__(self, snapshot: Snapshot, *, extra_secrets: Sequence[Secret] = ()) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        *,
+        extra_secrets: Sequence[Secret] = (),
+        on_answer: Callable[[Answer], None] | None = None,
+    ) -> None:
         self.extra_secrets = tuple(extra_secrets)
+        self.on_answer = on_answer
         self.packed = pack_snapshot(snapshot, self.extra_secrets)
         self.answers: list[Answer] = []
         self.sent: Counter[tuple[str, str]] = Counter()
@@ -393,6 +402,8 @@ class AdsServer(AggregatedDiscoveryServiceBase):
 
     def record(self, answer: Answer) -> None:
         self.answers.append(answer)
+        if self.on_answer is not None:
+            self.on_answer(answer)
         waiting = []
         for url, version, future in self._waiters:
             if (url, version) == (answer.type_url, answer.version) and not future.done():
@@ -469,6 +480,21 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         self._waiters = []
 
 
+async def serve_forever(
+    server: AdsServer,
+    host: str,
+    port: int,
+    on_listening: Callable[[str, int], None],
+) -> None:
+    """Serve until cancelled (Ctrl-C); ``on_listening`` learns where, once bound."""
+    bound = await server.start(host, port)
+    try:
+        on_listening(*bound)
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
 def bootstrap(address: str, port: int, *, delta: bool = False, node: str = "edge") -> Bootstrap:
     """The bootstrap that points an Envoy at this server: everything over one ADS
     stream to a static HTTP/2 cluster (gRPC needs HTTP/2)."""
@@ -508,3 +534,65 @@ def bootstrap(address: str, port: int, *, delta: bool = False, node: str = "edge
         ),
         static_resources=BootstrapStaticResources(clusters=[cluster]),
     )
+
+
+# --- what a person running ``edge-verify serve`` is told ----------------------------------
+
+
+def unservable(snap: Snapshot) -> list[tuple[str, str]]:
+    """(field, why) for what Envoy could only reject: secrets whose keys a config_dump
+    replaced by ``[redacted]`` (Envoy never prints keys, so a dump cannot be served as is)."""
+    return [
+        (
+            f"secrets[{s.name}]",
+            "the key is [redacted], as a config_dump shows it; serve the resources (PATHs) "
+            "or xDS with the keys in it",
+        )
+        for s in snap.secrets
+        if REDACTED in json.dumps(to_json_dict(s))
+    ]
+
+
+def _sds_names(node: Json) -> Iterable[str]:
+    if isinstance(node, list):
+        for item in node:
+            yield from _sds_names(item)
+    elif isinstance(node, dict):
+        for ref in node.get("tls_certificate_sds_secret_configs", []):
+            yield str(ref.get("name", ""))
+        ref = node.get("validation_context_sds_secret_config")
+        if isinstance(ref, dict):
+            yield str(ref.get("name", ""))
+        for value in node.values():
+            yield from _sds_names(value)
+
+
+def missing_secrets(snap: Snapshot, extra: Sequence[Secret] = ()) -> list[str]:
+    """SDS secrets the clusters and listeners name that nobody here serves (the mesh's
+    ``default`` and ``ROOTCA`` come from its agent): Envoy waits for them."""
+    named = set(_sds_names([to_json_dict(m) for m in (*snap.clusters, *snap.listeners)]))
+    return sorted(named - {s.name for s in (*snap.secrets, *extra)})
+
+
+def serving_banner(snap: Snapshot, host: str, port: int, *, delta: bool) -> str:
+    """What is served where, and the bootstrap to give Envoy, as YAML (``envoy -c``)."""
+    import yaml
+
+    counts = ", ".join(f"{len(getattr(snap, kind))} {kind}" for kind in _KINDS.values())
+    boot = yaml.safe_dump(to_json_dict(bootstrap(host, port, delta=delta)), sort_keys=False)
+    flavour = "delta" if delta else "state-of-the-world"
+    return (
+        f"edge-verify: serving {counts} over ADS (state-of-the-world and delta) on "
+        f"{host}:{port}; Ctrl-C stops\n"
+        f"edge-verify: an Envoy bootstrap for it ({flavour}; envoy -c FILE):\n{boot.rstrip()}\n"
+        "edge-verify: waiting for Envoys to connect"
+    )
+
+
+def answer_line(answer: Answer) -> str:
+    """One line per ACK or NACK; a NACK carries Envoy's message as it sent it."""
+    kind = _KINDS.get(answer.type_url, answer.type_url)
+    who = f" from {answer.node}" if answer.node else ""
+    if answer.accepted:
+        return f"edge-verify: ACK {kind} version {answer.version}{who}"
+    return f"edge-verify: NACK {kind} version {answer.version}{who}: {answer.message}"
