@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -313,3 +314,27 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
         if a.option_strings and not a.help and a.dest != "help"
     ]
     assert silent == []
+
+
+def test_serve_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
+    """serve fails closed before it listens: no input, two inputs, a config_dump whose
+    keys are redacted (Envoy could only reject them), a port already taken."""
+    https = REPO_ROOT / "fixtures" / "gateway-https-listener"
+    dump = run("translate", *translate_args(https), "-o", str(tmp_path / "dump.json"))
+    assert dump.returncode == 0, dump.stderr
+    cases = {
+        ("serve", "--port", "0"): "[no-input]",
+        ("serve", *translate_args(https), "--xds", rel(https), "--port", "0"): "[no-input]",
+        ("serve", "--xds", str(tmp_path / "dump.json"), "--port", "0"): "[unservable]",
+        ("serve", "--xds", rel(https), "--port", "0", "--mesh-registry", "x.yaml"): (
+            "[not-applicable]"
+        ),
+    }
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        cases[("serve", *translate_args(https), "--port", port)] = "[unbindable]"
+        for args, code in cases.items():
+            errors = assert_bad_input(run(*args))
+            assert all(line.endswith(code) for line in errors), (args, errors)

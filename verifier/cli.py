@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 
@@ -33,6 +33,9 @@ from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import fewer_collections
 from verifier.inputs import LIMIT_FLAGS, Limits, set_limits
 from verifier.report import status as report
+
+if TYPE_CHECKING:
+    from verifier.xds.snapshot import Snapshot
 
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -104,12 +107,9 @@ def _addressing(args: argparse.Namespace) -> Addressing:
     return Addressing(args.addressing, args.gateway_cidr, tuple(fixed), tuple(ports))
 
 
-def cmd_translate(args: argparse.Namespace) -> int:
-    """Write the config_dump the aether edge would serve for the given resources."""
-    # Imported here so `status` and `--version` do not pay for loading the xDS
-    # protobuf types.
+def _translated(args: argparse.Namespace) -> Snapshot:
+    """The xDS the aether edge would serve for the PATHs (translate, serve)."""
     from verifier.translate import TranslateOptions, translate
-    from verifier.xds.snapshot import dumps
 
     errors: list[InputError] = []
     addressing = _addressing(args)
@@ -134,7 +134,68 @@ def cmd_translate(args: argparse.Namespace) -> int:
         mesh_registry=registry,
         addressing=addressing,
     )
-    _write(dumps(translate(res, graph, opts)), args.output)
+    return translate(res, graph, opts)
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    """Write the config_dump the aether edge would serve for the given resources."""
+    # Imported here so `status` and `--version` do not pay for loading the xDS
+    # protobuf types.
+    from verifier.xds.snapshot import dumps
+
+    _write(dumps(_translated(args)), args.output)
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the xDS over ADS to any Envoy pointed at it, until Ctrl-C."""
+    import asyncio
+
+    from verifier.xds import ads
+
+    if bool(args.xds) == bool(args.paths):
+        message = (
+            "--xds serves that file; drop the PATHs"
+            if args.xds
+            else "give the resource PATHs to translate, or --xds FILE"
+        )
+        raise InputErrors([InputError("serve", 0, "PATH", "no-input", message)])
+    if args.xds and args.mesh_registry:
+        message = "--mesh-registry says how to translate; --xds is served as it is"
+        raise InputErrors([InputError("serve", 0, "--mesh-registry", "not-applicable", message)])
+    if args.xds:
+        from verifier import pipeline
+
+        snapshot, notes = pipeline.file_snapshot(args.xds)
+        for note in notes:
+            print(f"warning: {note}", file=sys.stderr)
+    else:
+        snapshot = _translated(args)
+    problems = ads.unservable(snapshot)
+    if problems:
+        where = args.xds or " ".join(args.paths)
+        raise InputErrors([InputError(where, 0, f, "unservable", m) for f, m in problems])
+    for name in ads.missing_secrets(snapshot):
+        print(
+            f"warning: the xDS names SDS secret {name!r}, which serve does not have "
+            "(a mesh agent serves it); Envoy waits for it",
+            file=sys.stderr,
+        )
+
+    def listening(host: str, port: int) -> None:
+        print(ads.serving_banner(snapshot, host, port, delta=args.delta), file=sys.stderr)
+
+    def answered(answer: ads.Answer) -> None:
+        print(ads.answer_line(answer), file=sys.stderr, flush=True)
+
+    server = ads.AdsServer(snapshot, on_answer=answered)
+    try:
+        asyncio.run(ads.serve_forever(server, args.address, args.port, listening))
+    except OSError as exc:
+        where = f"{args.address}:{args.port}"
+        raise InputErrors(
+            [InputError(where, 0, "--port", "unbindable", exc.strerror or str(exc))]
+        ) from None
     return EXIT_OK
 
 
@@ -342,10 +403,10 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_common(p: argparse.ArgumentParser, paths: str = "+") -> None:
     p.add_argument(
         "paths",
-        nargs="+",
+        nargs=paths,
         metavar="PATH",
         help="YAML files or directories (read recursively); '-' reads stdin",
     )
@@ -376,6 +437,16 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "port (repeatable); for xDS from elsewhere, e.g. edge/gw=10.0.0.5:80>10080",
     )
     _add_limits(p)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -584,6 +655,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="YAML list of the Services enrolled in the mesh (reached over mTLS on :15008)",
     )
     mu.set_defaults(run=cmd_mutate)
+
+    sv = sub.add_parser(
+        "serve",
+        help="serve the xDS to Envoys over ADS",
+        description="Serve the xDS the aether edge would serve for the resources (or --xds) "
+        "over ADS, state-of-the-world and delta, until Ctrl-C; print an Envoy bootstrap that "
+        "points at it, and every ACK and NACK (with Envoy's message) on stderr.",
+        epilog="Exit codes: 130 on Ctrl-C, 2 bad input (or the port cannot be bound).",
+    )
+    _add_common(sv, paths="*")
+    sv.add_argument(
+        "--xds",
+        metavar="FILE",
+        help="serve this xDS (config_dump, per-type directory or "
+        "DiscoveryResponses) instead of translating PATHs",
+    )
+    sv.add_argument(
+        "--port", required=True, type=_port, metavar="N", help="port to listen on (0: any free)"
+    )
+    sv.add_argument(
+        "--address",
+        default="127.0.0.1",
+        metavar="IP",
+        help="address to listen on (default: 127.0.0.1)",
+    )
+    sv.add_argument(
+        "--delta",
+        action="store_true",
+        help="print a bootstrap for delta xDS (the server answers both kinds of stream)",
+    )
+    _add_mesh(sv)
+    sv.set_defaults(run=cmd_serve)
     return parser
 
 
