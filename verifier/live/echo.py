@@ -4,8 +4,9 @@ The fixtures' cases were written against echo-basic (fixtures/README.md), so
 the live oracle must answer the same way: 200 with a JSON description of the
 request as received (``path`` is the RequestURI including the query, ``host``,
 ``method``, ``proto``, ``headers`` as Go's canonicalised ``{Name: [values]}``
-without Host, ``namespace``, ``pod``), ``?delay=<Go duration>`` before
-answering, ``X-Echo-Set-Header: Name:value,...`` copied onto the response, a
+without Host, ``namespace``, ``service``, ``pod``), ``?delay=<Go duration>``
+before answering, ``/status/NNN`` answered with status NNN and ``/health``
+with 200 ``OK`` (neither logged, as echo-basic logs only echoes), ``X-Echo-Set-Header: Name:value,...`` copied onto the response, a
 WebSocket echo on ``/ws`` (golang.org/x/net/websocket: 403 without ``Origin``),
 and h2c-only ports that answer anything but HTTP/2 with 400. One extra body
 field, ``servicePort``, names the Service port the request arrived on, so a
@@ -39,7 +40,7 @@ import h2.events
 import h2.exceptions
 from aiohttp import WSMsgType, web
 
-from verifier.live.echo_model import parse_go_duration
+from verifier.live.echo_model import echo_status, parse_go_duration
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,20 @@ def _set_headers(values: Sequence[str]) -> list[tuple[str, str]]:
                 continue
             out[name] = f"{out[name]},{value.strip()}" if name in out else value.strip()
     return list(out.items())
+
+
+def special_answer(path: str, request_uri: str) -> tuple[int, str] | None:
+    """echo-basic's non-echo handlers: ``/health`` and ``/status/NNN``, or None.
+
+    Clients (and the conformance suite) probe with them, so a backend that
+    echoed instead would answer 200 where a real echo-basic pod answers the
+    asked-for status. Like echo-basic, ``/status/`` matches the RequestURI
+    (query included) against ``^/status/(\\d\\d\\d)$`` and answers 400 otherwise.
+    """
+    status = echo_status(path, request_uri)
+    if status is None:
+        return None
+    return status, "OK" if path == "/health" else ""
 
 
 def _bind(ip: str, port: int) -> socket.socket:
@@ -217,7 +232,7 @@ class EchoBackend:
             "headers": rec.headers,
             "namespace": self.namespace,
             "ingress": "",
-            "service": "",
+            "service": self.service,
             "pod": self.pod,
             "servicePort": rec.service_port,
         }
@@ -226,6 +241,10 @@ class EchoBackend:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         port = self._by_actual.get(int(sockname[1]) if sockname else 0, 0)
+        plain = special_answer(request.path, request.raw_path)
+        if plain is not None:
+            status, text = plain
+            return web.Response(status=status, text=text)
         pairs = [(k, v) for k, v in request.headers.items() if k.lower() != "host"]
         version = f"HTTP/{request.version.major}.{request.version.minor}"
         rec = self.record(port, request.method, request.raw_path, request.host, version, pairs)
@@ -331,6 +350,10 @@ class _H2cProtocol(asyncio.Protocol):
         plain = [(k, v) for k, v in headers if not k.startswith(":") and k != "host"]
         host = pseudo.get(":authority") or next((v for k, v in headers if k == "host"), "")
         path = pseudo.get(":path", "/")
+        plain_answer = special_answer(path.partition("?")[0], path)
+        if plain_answer is not None:
+            self._answer_plain(stream_id, *plain_answer)
+            return
         rec = self.backend.record(
             self.service_port, pseudo.get(":method", "GET"), path, host, "HTTP/2.0", plain
         )
@@ -352,6 +375,19 @@ class _H2cProtocol(asyncio.Protocol):
             self.conn.send_data(stream_id, body, end_stream=True)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             return  # the proxy gave up (timeout) and reset the stream
+        self._flush()
+
+    def _answer_plain(self, stream_id: int, status: int, text: str) -> None:
+        if self.conn is None:
+            return
+        body = text.encode()
+        head = [(":status", str(status)), ("content-length", str(len(body)))]
+        try:
+            self.conn.send_headers(stream_id, head, end_stream=not body)
+            if body:
+                self.conn.send_data(stream_id, body, end_stream=True)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return
         self._flush()
 
     def _reject_http1(self) -> None:

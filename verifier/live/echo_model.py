@@ -38,7 +38,28 @@ def parse_go_duration(text: str) -> float | None:
     return total if pos == len(text) else None
 
 
+_STATUS_URI = re.compile(r"/status/(\d\d\d)")
+
+
+def echo_status(path: str, request_uri: str) -> int | None:
+    """The status echo-basic's own handlers answer with, or None for an echo.
+
+    ``path`` is the URL path (no query), ``request_uri`` the request target as
+    sent: ``/health`` is 200; any path under ``/status/`` is the three digits of
+    an exact ``/status/NNN`` target, else 400 (echo-basic's ``statusHandler``).
+    """
+    if path == "/health":
+        return 200
+    if path.startswith("/status/"):
+        found = _STATUS_URI.fullmatch(request_uri)
+        return int(found.group(1)) if found else 400
+    return None
+
+
 def echo_reply(request: Request) -> BackendReply:
+    status = echo_status(request.path.partition("?")[0], request.path)
+    if status is not None:
+        return BackendReply(status if status != 200 else None, (), 0)
     latency_ms = 0
     for part in request.query.split("&"):
         name, _, value = part.partition("=")
@@ -78,6 +99,8 @@ def spec_client_view(res: Resources, request: Request, outcome: Outcome) -> Outc
     deadlines = [t for t in (out.request_timeout_ms, out.backend_timeout_ms) if t]
     if reply.latency_ms and deadlines and reply.latency_ms > min(deadlines):
         return Outcome(504)
+    if reply.status is not None and reply.status != 101:
+        return replace(out, status=reply.status)  # /status/NNN: echo-basic's own answer
     if reply.status == 101 and _app_protocols(res, out) == {"kubernetes.io/ws"}:
         ws = tuple((k, v) for k, v in reply.headers if k in ("sec-websocket-accept", "upgrade"))
         return replace(out, status=101, response_headers=ws)

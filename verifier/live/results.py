@@ -1,0 +1,113 @@
+"""What a live pass found, as data the reports render.
+
+Kept apart from the runner so that ``verifier.report`` can render a live pass
+without reaching the translator (the runner gets its xDS through the pipeline,
+which may translate): a report renders what was found, whatever produced it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifier.findings import Finding
+
+CASE = "case"
+WITNESS = "witness"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case (or witness request) of one scenario, after its last attempt.
+
+    ``attempts`` counts sends (a batch of ``samples`` is one attempt);
+    ``spec_agrees``/``envoy_model_agrees`` say whether the live answer agrees
+    with that model, None when the model could not answer (an xDS the Envoy
+    model cannot read) or the request was not sent (``skipped``).
+    """
+
+    scenario: str
+    name: str
+    kind: str
+    passed: bool
+    attempts: int
+    request: str
+    expected: dict[str, Any]
+    observed: dict[str, Any]
+    spec_agrees: bool | None
+    envoy_model_agrees: bool | None
+    xds_route: str
+    problems: tuple[str, ...] = ()
+    odd_one_out: str | None = None
+    skipped: str = ""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "name": self.name,
+            "kind": self.kind,
+            "passed": self.passed,
+            "skipped": self.skipped or None,
+            "attempts": self.attempts,
+            "request": self.request,
+            "expected": self.expected,
+            "observed": self.observed,
+            "spec_agrees": self.spec_agrees,
+            "envoy_model_agrees": self.envoy_model_agrees,
+            "odd_one_out": self.odd_one_out,
+            "xds_route": self.xds_route,
+            "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    """One scenario's live pass: its cases and witnesses, and the feature it tests."""
+
+    name: str
+    results: tuple[CaseResult, ...]
+    findings: tuple[Finding, ...] = ()
+    rewritten: bool = True
+    notes: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results if not r.skipped)
+
+
+@dataclass
+class LiveReport:
+    """Everything a live pass found, in scenario order."""
+
+    scenarios: list[ScenarioRun] = field(default_factory=list)
+    seconds: float = 0.0
+    consistency: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def results(self) -> list[CaseResult]:
+        return [r for s in self.scenarios for r in s.results]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for s in self.scenarios for f in s.findings]
+
+    @property
+    def rewritten(self) -> bool:
+        """The harness ran a rewritten copy of the xDS (loopback addresses, inlined
+        routes) for at least one scenario; every report says so."""
+        return any(s.rewritten for s in self.scenarios) or not self.scenarios
+
+    def summary(self) -> dict[str, Any]:
+        results = self.results
+        return {
+            "passed": sum(1 for r in results if r.passed and not r.skipped),
+            "failed": sum(1 for r in results if not r.passed and not r.skipped),
+            "skipped": sum(1 for r in results if r.skipped),
+            "seconds": round(self.seconds, 2),
+            "rewritten": self.rewritten,
+        }
+
+    @property
+    def ok(self) -> bool:
+        return all(r.passed or r.skipped for r in self.results)

@@ -1,0 +1,422 @@
+"""`edge-verify live`: every case (and witness) through real Envoy, judged three ways.
+
+Scenarios are found and prepared exactly as ``check`` does (``pipeline.discover``
+and ``pipeline.prepare``), so the live pass runs the very xDS that was checked,
+with the same cases. Each scenario gets its own embedded harness; scenarios run
+concurrently.
+
+A case passes as a Gateway API conformance test does: its expectations are
+met (``replay.live_unmet``: status, backend pod, namespace, the request the
+backend saw, response headers, redirect parts, mirrors, ratios) on
+``successes`` consecutive attempts within ``budget`` seconds, each request
+given ``request_timeout`` seconds; after a failed attempt the next waits a
+second, after a success it follows at once (upstream ``AwaitConvergence``).
+A case with ``samples`` is one attempt of that many requests judged as a
+whole, and one passing attempt suffices: its ratio tolerances are the
+statistical check. Witness requests (``--witnesses``) have no expectation of
+their own: one request each, passing when the three answers agree.
+
+Every answer is also judged three ways (``verdict``): one finding per
+disagreement, naming the odd one out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from verifier import pipeline
+from verifier.check import Comparison, Context, brief
+from verifier.errors import InputError, InputErrors
+from verifier.findings import Finding, new
+from verifier.inputs import load_yaml_file
+from verifier.live.client import LiveResponse
+from verifier.live.echo_model import echo_reply, spec_client_view
+from verifier.live.harness import EmbeddedHarness
+from verifier.live.replay import CaseRun, LiveCase, live_unmet, parse_live
+from verifier.live.results import CASE, WITNESS, CaseResult, LiveReport, ScenarioRun
+from verifier.live.verdict import ODD_ENVOY, ODD_LIVE, ODD_SPEC, ODD_XDS, Verdict, three_way
+from verifier.semantics import witness as wt
+from verifier.semantics.request import Evaluation, Outcome, Request, evolve
+
+RULE = "live-three-way"
+RETRY_DELAY = 1.0  # upstream AwaitConvergence's pause after a failed attempt
+PARALLEL_REQUESTS = 16
+CODES = {ODD_LIVE: "EV802", ODD_XDS: "EV803", ODD_SPEC: "EV804", ODD_ENVOY: "EV805"}
+FAILED_CASE = "EV801"
+LIVE_CODES = ("EV801", "EV802", "EV803", "EV804", "EV805")
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """How cases are judged; defaults as the upstream conformance suite's."""
+
+    witnesses: bool = False
+    successes: int = 3
+    budget: float = 60.0
+    request_timeout: float = 10.0
+    parallel_scenarios: int = 8
+
+
+Progress = Callable[[ScenarioRun], None]
+
+
+@dataclass
+class _Prepared:
+    scenario: pipeline.Scenario
+    ctx: Context
+    cases: list[LiveCase]
+
+
+def prepare_all(paths: Sequence[str], check: pipeline.CheckOptions) -> list[_Prepared]:
+    """Every scenario with its check context and live cases; bad input raised at once.
+
+    A negative scenario (one that must be rejected) has no data plane and is
+    left out; one whose rejection is not the expected one is bad input here
+    as it is for ``check``."""
+    errors: list[InputError] = []
+    out: list[_Prepared] = []
+    for scn in pipeline.discover(paths, check):
+        ctx, result = pipeline.prepare(scn, check)
+        prefix = f"{scn.name}: " if scn.name != "input" else ""
+        errors += [
+            InputError(e.file, e.line, e.field, e.code, prefix + e.message)
+            for e in result.input_errors
+        ]
+        if ctx is None or result.input_errors:
+            continue
+        if ctx.models_problem is not None:
+            why = f"the Envoy model cannot read this xDS: {ctx.models_problem}"
+            errors.append(InputError(check.xds or scn.name, 0, "", "xds", why))
+            continue
+        out.append(_Prepared(scn, ctx, _live_cases(scn, ctx)))
+    if errors:
+        raise InputErrors(errors)
+    return out
+
+
+def _live_cases(scn: pipeline.Scenario, ctx: Context) -> list[LiveCase]:
+    """The context's cases (already sent to their Gateway) with their live-only fields,
+    read from the same files in the same order."""
+    raw: list[Any] = []
+    for path in scn.cases:
+        data = load_yaml_file(path)
+        raw += data if isinstance(data, list) else []
+    return [
+        LiveCase(c, parse_live(item if isinstance(item, dict) else {}))
+        for c, item in zip(ctx.cases, raw, strict=True)
+    ]
+
+
+def run_live(
+    paths: Sequence[str],
+    check: pipeline.CheckOptions,
+    opts: LiveOptions,
+    progress: Progress | None = None,
+) -> LiveReport:
+    """Prepare every scenario, refuse to succeed on nothing, then run them all."""
+    prepared = prepare_all(paths, check)
+    total = sum(len(p.cases) for p in prepared)
+    if total == 0 and not opts.witnesses:
+        where = " ".join(paths)
+        message = "no case to run: give a scenario with a cases.yaml, --cases FILE or --witnesses"
+        raise InputErrors([InputError(where, 0, "", "nothing-to-run", message)])
+    started = time.monotonic()
+    report = LiveReport(
+        consistency={
+            "successes": opts.successes,
+            "budget_seconds": opts.budget,
+            "request_timeout_seconds": opts.request_timeout,
+        }
+    )
+    report.scenarios = asyncio.run(_run_all(prepared, check, opts, progress))
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def _run_all(
+    prepared: list[_Prepared],
+    check: pipeline.CheckOptions,
+    opts: LiveOptions,
+    progress: Progress | None,
+) -> list[ScenarioRun]:
+    limit = asyncio.Semaphore(max(1, opts.parallel_scenarios))
+
+    async def one(p: _Prepared) -> ScenarioRun:
+        async with limit:
+            run = await _run_scenario(p, check, opts)
+        if progress is not None:
+            progress(run)
+        return run
+
+    return list(await asyncio.gather(*(one(p) for p in prepared)))
+
+
+async def _run_scenario(
+    p: _Prepared, check: pipeline.CheckOptions, opts: LiveOptions
+) -> ScenarioRun:
+    ctx = p.ctx
+    requests = asyncio.Semaphore(PARALLEL_REQUESTS)
+    async with EmbeddedHarness(
+        ctx.res, ctx.snapshot, trust_domain=check.trust_domain, addressing=check.addressing
+    ) as h:
+        for lc in p.cases:  # witnesses present the cases' client certificates
+            cert = lc.case.request.client_cert
+            if cert is not None and cert.cert_file:
+                h.client_certs[cert.issuer] = (cert.cert_file, cert.key_file)
+        # Mirrors are seen in the backends' logs once they are quiet: those cases go
+        # last, on their own, so other cases' traffic does not hold the log open.
+        plain = [c for c in p.cases if not _mirrors(c)]
+        mirrored = [c for c in p.cases if _mirrors(c)]
+        found: list[tuple[CaseResult, list[Finding]]] = []
+        for batch in (plain, mirrored):
+            found += await asyncio.gather(
+                *(_judge_case(h, ctx, p.scenario.name, c, opts, requests) for c in batch)
+            )
+        if opts.witnesses:
+            witnesses = [w for w in ctx.witnesses if w.feature != wt.CASE]
+            found += await asyncio.gather(
+                *(
+                    _judge_witness(h, ctx, p.scenario.name, i, w, opts, requests)
+                    for i, w in enumerate(witnesses)
+                )
+            )
+        rewritten = bool(getattr(h, "rewritten", True))
+        notes = tuple(getattr(h, "notes", ()))
+    order = {c.case.name: i for i, c in enumerate(p.cases)}
+    results = [r for r, _ in found]
+    results.sort(key=lambda r: (r.kind != CASE, order.get(r.name, 0)))
+    return ScenarioRun(
+        p.scenario.name,
+        tuple(results),
+        tuple(f for _, fs in found for f in fs),
+        rewritten,
+        notes,
+    )
+
+
+def _mirrors(c: LiveCase) -> bool:
+    return bool(c.live.mirrored_to or c.live.not_mirrored_to or c.live.mirrored_ratio)
+
+
+def _statistical(c: LiveCase) -> bool:
+    return c.live.samples > 1 or bool(c.live.status_ratio or c.live.backend_ratio)
+
+
+async def _attempt(
+    h: EmbeddedHarness, c: LiveCase, opts: LiveOptions, limit: asyncio.Semaphore
+) -> CaseRun:
+    """One attempt: every sample of the case, mirrors settled when the case looks for them."""
+
+    async def one() -> LiveResponse:
+        async with limit:
+            return await h.send(
+                h.for_gateway(c.case.gateway.key, c.case.request),
+                protocol=c.live.protocol,
+                websocket_messages=c.live.websocket_messages or (),
+                timeout=opts.request_timeout,
+            )
+
+    responses = await asyncio.gather(*(one() for _ in range(max(1, c.live.samples))))
+    if _mirrors(c):
+        await h.settle()
+    observed = tuple(h.observe_mirrors(r) for r in responses)
+    return CaseRun(c, observed, tuple(h.to_outcome(r) for r in observed))
+
+
+async def _consistent(
+    h: EmbeddedHarness, c: LiveCase, opts: LiveOptions, limit: asyncio.Semaphore
+) -> tuple[CaseRun, int, list[str]]:
+    """Attempts until ``successes`` in a row (one for a sampled case) or the budget ends."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + opts.budget
+    need = 1 if _statistical(c) else max(1, opts.successes)
+    streak = attempts = 0
+    while True:
+        run = await _attempt(h, c, opts, limit)
+        attempts += 1
+        problems = live_unmet(run)
+        if not problems:
+            streak += 1
+            if streak >= need:
+                return run, attempts, []
+            if loop.time() < deadline:
+                continue  # no pause after a success, as upstream
+            why = f"{streak} of {need} consecutive successes within {opts.budget:g}s"
+            return run, attempts, [why]
+        streak = 0
+        if loop.time() + RETRY_DELAY >= deadline:
+            return run, attempts, problems
+        await asyncio.sleep(RETRY_DELAY)
+
+
+def _models(ctx: Context, gateway: tuple[str, str], request: Request) -> tuple[Evaluation, Evaluation]:
+    """Both models' answers to the request as sent, with the echo backend's part in them."""
+    spec = ctx.spec(gateway, request, trace=False)
+    spec = Evaluation(spec_client_view(ctx.res, request, spec.outcome), spec.trace)
+    envoy = ctx.envoy.evaluate(request, echo_reply(request), trace=False)
+    return spec, envoy
+
+
+def _verdict(spec: Outcome, envoy: Outcome, lives: Sequence[Outcome], met: bool) -> Verdict:
+    """The verdict of the first distinct live answer that disagrees, else of the first."""
+    first: Verdict | None = None
+    for live in dict.fromkeys(lives):
+        v = three_way(spec, envoy, live, live_meets_case=met)
+        if v.odd_one_out is not None:
+            return v
+        first = first or v
+    assert first is not None
+    return first
+
+
+async def _judge_case(
+    h: EmbeddedHarness,
+    ctx: Context,
+    scenario: str,
+    c: LiveCase,
+    opts: LiveOptions,
+    limit: asyncio.Semaphore,
+) -> tuple[CaseResult, list[Finding]]:
+    started = time.monotonic()
+    run, attempts, problems = await _consistent(h, c, opts, limit)
+    sent = run.responses[0].request
+    spec, envoy = _models(ctx, c.case.gateway.key, sent)
+    verdict = _verdict(spec.outcome, envoy.outcome, run.outcomes, met=not problems)
+    w = wt.Witness(c.case.gateway.key, sent, wt.CASE, note=c.case.name)
+    findings = _findings(ctx, w, spec, envoy, run.outcomes[0], verdict)
+    if problems and not findings:
+        findings = [_failed_case(ctx, c, attempts, problems)]
+    result = CaseResult(
+        scenario=scenario,
+        name=c.case.name,
+        kind=CASE,
+        passed=not problems,
+        attempts=attempts,
+        request=sent.line(),
+        expected=_expected(c),
+        observed=run.outcomes[0].to_json(),
+        spec_agrees=verdict.spec_agrees,
+        envoy_model_agrees=verdict.envoy_model_agrees,
+        xds_route=_xds_route(ctx, envoy),
+        problems=tuple(problems),
+        odd_one_out=verdict.odd_one_out,
+        seconds=time.monotonic() - started,
+    )
+    return result, findings
+
+
+async def _judge_witness(
+    h: EmbeddedHarness,
+    ctx: Context,
+    scenario: str,
+    index: int,
+    w: wt.Witness,
+    opts: LiveOptions,
+    limit: asyncio.Semaphore,
+) -> tuple[CaseResult, list[Finding]]:
+    name = f"witness {index}: {w.note or w.feature}"
+    try:
+        async with limit:
+            resp = await h.send(h.for_gateway(w.gateway, w.request), timeout=opts.request_timeout)
+    except ValueError as exc:  # a client certificate no case brings files for
+        skipped = CaseResult(
+            scenario, name, WITNESS, False, 0, w.request.line(), {}, {}, None, None, "",
+            skipped=str(exc),
+        )
+        return skipped, []
+    live = h.to_outcome(resp)
+    spec, envoy = _models(ctx, w.gateway, resp.request)
+    verdict = three_way(spec.outcome, envoy.outcome, live, live_meets_case=False)
+    findings = _findings(ctx, evolve(w, request=resp.request), spec, envoy, live, verdict)
+    result = CaseResult(
+        scenario=scenario,
+        name=name,
+        kind=WITNESS,
+        passed=verdict.odd_one_out is None,
+        attempts=1,
+        request=resp.request.line(),
+        expected=spec.outcome.to_json(),
+        observed=live.to_json(),
+        spec_agrees=verdict.spec_agrees,
+        envoy_model_agrees=verdict.envoy_model_agrees,
+        xds_route=_xds_route(ctx, envoy),
+        problems=verdict.spec_problems + verdict.envoy_problems,
+        odd_one_out=verdict.odd_one_out,
+    )
+    return result, findings
+
+
+def _xds_route(ctx: Context, envoy: Evaluation) -> str:
+    """The xDS route the Envoy model says answered: today's harness logs no route name,
+    so the live answer is attributed through the model that agrees with it."""
+    ref = envoy.outcome.route
+    if ref is None:
+        return ""
+    return ctx.xds_path_of_route(ref) or ref.xds_name or ""
+
+
+def _expected(c: LiveCase) -> dict[str, Any]:
+    """The case's expectation as written, live-only fields (ratios, mirrors) included."""
+    expect = {k: v for k, v in asdict(c.case.expect).items() if v not in ((), None)}
+    live = {
+        k: v
+        for k, v in asdict(c.live).items()
+        if v not in ((), None) and k not in ("protocol", "samples") or (k == "samples" and v != 1)
+    }
+    return {**expect, **live}
+
+
+def _findings(
+    ctx: Context,
+    w: wt.Witness,
+    spec: Evaluation,
+    envoy: Evaluation,
+    live: Outcome,
+    verdict: Verdict,
+) -> list[Finding]:
+    """One finding for a three-way disagreement, at the HTTPRoute match it is about."""
+    if verdict.odd_one_out is None:
+        return []
+    comparison = ctx.compare(w) or Comparison(w, spec, envoy, verdict.models_differ)
+    # Located as check locates the models' disagreements (its message is not used).
+    where = ctx.comparison_finding("EV501", RULE, comparison)
+    file, line = where.file, where.line
+    if not file and w.note in ctx.case_locations:
+        file, line = ctx.case_locations[w.note]
+    return [
+        new(
+            CODES[verdict.odd_one_out],
+            RULE,
+            file=file,
+            line=line,
+            resource=where.resource,
+            xds_path=where.xds_path,
+            request=w.request.to_json(),
+            expected=spec.outcome.to_json(),
+            actual=live.to_json(),
+            note=w.note or w.feature,
+            spec=brief(spec.outcome),
+            envoy=brief(envoy.outcome),
+            live=brief(live),
+        )
+    ]
+
+
+def _failed_case(ctx: Context, c: LiveCase, attempts: int, problems: list[str]) -> Finding:
+    """A case all three answers agree on and that still fails: its expectation is at odds
+    with both models and real Envoy."""
+    file, line = ctx.case_locations.get(c.case.name, ("", 0))
+    return new(
+        FAILED_CASE,
+        RULE,
+        file=file,
+        line=line,
+        request=c.case.request.to_json(),
+        case=c.case.name,
+        attempts=attempts,
+        problems="; ".join(problems),
+    )
