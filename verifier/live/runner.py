@@ -26,6 +26,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from verifier import pipeline
@@ -174,13 +175,13 @@ async def _run_scenario(
         found: list[tuple[CaseResult, list[Finding]]] = []
         for batch in (plain, mirrored):
             found += await asyncio.gather(
-                *(_judge_case(h, ctx, p.scenario.name, c, opts, requests) for c in batch)
+                *(_judge_case(h, ctx, _name(p.scenario), c, opts, requests) for c in batch)
             )
         if opts.witnesses:
             witnesses = [w for w in ctx.witnesses if w.feature != wt.CASE]
             found += await asyncio.gather(
                 *(
-                    _judge_witness(h, ctx, p.scenario.name, i, w, opts, requests)
+                    _judge_witness(h, ctx, _name(p.scenario), i, w, opts, requests)
                     for i, w in enumerate(witnesses)
                 )
             )
@@ -190,12 +191,19 @@ async def _run_scenario(
     results = [r for r, _ in found]
     results.sort(key=lambda r: (r.kind != CASE, order.get(r.name, 0)))
     return ScenarioRun(
-        p.scenario.name,
+        _name(p.scenario),
         tuple(results),
         tuple(f for _, fs in found for f in fs),
         rewritten,
         notes,
     )
+
+
+def _name(scn: pipeline.Scenario) -> str:
+    """A suite's scenario by its folder; explicit paths by the last folder given."""
+    if scn.name != "input" or not scn.paths or scn.paths[-1] == "-":
+        return scn.name
+    return Path(scn.paths[-1]).name or scn.name
 
 
 def _mirrors(c: LiveCase) -> bool:
@@ -253,7 +261,9 @@ async def _consistent(
         await asyncio.sleep(RETRY_DELAY)
 
 
-def _models(ctx: Context, gateway: tuple[str, str], request: Request) -> tuple[Evaluation, Evaluation]:
+def _models(
+    ctx: Context, gateway: tuple[str, str], request: Request
+) -> tuple[Evaluation, Evaluation]:
     """Both models' answers to the request as sent, with the echo backend's part in them."""
     spec = ctx.spec(gateway, request, trace=False)
     spec = Evaluation(spec_client_view(ctx.res, request, spec.outcome), spec.trace)
@@ -324,7 +334,17 @@ async def _judge_witness(
             resp = await h.send(h.for_gateway(w.gateway, w.request), timeout=opts.request_timeout)
     except ValueError as exc:  # a client certificate no case brings files for
         skipped = CaseResult(
-            scenario, name, WITNESS, False, 0, w.request.line(), {}, {}, None, None, "",
+            scenario,
+            name,
+            WITNESS,
+            False,
+            0,
+            w.request.line(),
+            {},
+            {},
+            None,
+            None,
+            "",
             skipped=str(exc),
         )
         return skipped, []
@@ -365,7 +385,7 @@ def _expected(c: LiveCase) -> dict[str, Any]:
     live = {
         k: v
         for k, v in asdict(c.live).items()
-        if v not in ((), None) and k not in ("protocol", "samples") or (k == "samples" and v != 1)
+        if (v not in ((), None) and k not in ("protocol", "samples")) or (k == "samples" and v != 1)
     }
     return {**expect, **live}
 

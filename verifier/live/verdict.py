@@ -116,6 +116,4 @@ def three_way(spec: Outcome, envoy: Outcome, live: Outcome, *, live_meets_case: 
         odd = ODD_SPEC if live_meets_case else ODD_XDS
     else:
         odd = ODD_ENVOY
-    return Verdict(
-        spec_ok, envoy_ok, models, odd, tuple(spec_problems), tuple(envoy_problems)
-    )
+    return Verdict(spec_ok, envoy_ok, models, odd, tuple(spec_problems), tuple(envoy_problems))

@@ -1,0 +1,90 @@
+"""Live pass reports: text for people, JSON as a contract, JUnit for CI pages.
+
+Every form says whether the data plane ran a rewritten copy of the xDS
+(``rewritten``): a pass on a rewritten copy confirms a cousin of what was
+checked, and a reader of the report must not have to guess which.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from verifier.live.results import LiveReport
+from verifier.report.text import finding_lines
+
+
+def render_json(report: LiveReport) -> str:
+    doc = {
+        "cases": [r.to_json() for r in report.results],
+        "findings": [f.to_json() for f in report.findings],
+        "consistency": report.consistency,
+        "summary": report.summary(),
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def summary_line(summary: dict[str, Any]) -> str:
+    copy = "a rewritten copy of the xDS" if summary["rewritten"] else "the xDS as checked"
+    return (
+        f"edge-verify live: {summary['passed']} passed, {summary['failed']} failed, "
+        f"{summary['skipped']} skipped in {summary['seconds']:.1f}s (Envoy ran {copy})"
+    )
+
+
+def render_text(report: LiveReport) -> str:
+    """Failures and findings only, then one summary line: a clean run is one line."""
+    out: list[str] = []
+    for r in report.results:
+        if r.skipped:
+            out.append(f"{r.scenario}: {r.name}: skipped: {r.skipped}")
+        elif not r.passed:
+            out.append(f"{r.scenario}: {r.name}: FAILED after {r.attempts} attempts")
+            out.append(f"    request: {r.request}")
+            out += [f"    {p}" for p in r.problems]
+    for f in report.findings:
+        out.extend(finding_lines(f))
+    if report.rewritten:
+        out.append(
+            "note: Envoy ran a rewritten copy of the xDS (listeners and endpoints moved to "
+            "loopback addresses); see docs/live.md"
+        )
+    out.append(summary_line(report.summary()))
+    return "\n".join(out) + "\n"
+
+
+def render_junit(report: LiveReport) -> str:
+    """One test suite per scenario, one test case per case or witness."""
+    suites = ET.Element("testsuites", name="edge-verify live")
+    ET.SubElement(
+        ET.SubElement(suites, "properties"),
+        "property",
+        name="rewritten",
+        value=str(report.rewritten).lower(),
+    )
+    for scn in report.scenarios:
+        failed = [r for r in scn.results if not r.passed and not r.skipped]
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=scn.name,
+            tests=str(len(scn.results)),
+            failures=str(len(failed)),
+            skipped=str(sum(1 for r in scn.results if r.skipped)),
+        )
+        by_note: dict[str, list[str]] = {}
+        for f in scn.findings:
+            by_note.setdefault(str((f.request or {}).get("path", "")), []).extend(finding_lines(f))
+        for r in scn.results:
+            case = ET.SubElement(
+                suite, "testcase", classname=scn.name, name=r.name, time=f"{r.seconds:.3f}"
+            )
+            if r.skipped:
+                ET.SubElement(case, "skipped", message=r.skipped)
+            elif not r.passed:
+                el = ET.SubElement(case, "failure", message="; ".join(r.problems)[:500])
+                el.set("type", r.odd_one_out or "unmet")
+                el.text = "\n".join([r.request, *r.problems])
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
