@@ -8,7 +8,8 @@ without Host, ``namespace``, ``service``, ``pod``), ``?delay=<Go duration>``
 before answering, ``/status/NNN`` answered with status NNN and ``/health``
 with 200 ``OK`` (neither logged, as echo-basic logs only echoes),
 ``X-Echo-Set-Header: Name:value,...`` copied onto the response, a WebSocket
-echo on ``/ws`` (golang.org/x/net/websocket: 403 without ``Origin``), and h2c-only ports that answer anything but HTTP/2 with 400. One extra body
+echo on ``/ws`` (golang.org/x/net/websocket: 403 without ``Origin``), and
+h2c-only ports that answer anything but HTTP/2 with 400. One extra body
 field, ``servicePort``, names the Service port the request arrived on, so a
 Service with two ports is still identified exactly (echo-basic cannot know it).
 
