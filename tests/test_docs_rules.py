@@ -23,6 +23,8 @@ from verifier.rules import RULES
 
 from verifier.features import AETHER_EDGE, CORE, EXTENDED, NOT_CHECKED, PROFILES
 from verifier.findings import catalogue, retired
+from verifier.live.runner import LIVE_CODES
+from verifier.live.runner import RULE as LIVE_RULE
 from verifier.mutate.catalog import OPERATORS
 from verifier.registry import Rule
 
@@ -117,6 +119,8 @@ def render_rules_md() -> str:
             )
         )
     owners = {code: rule.name for rule in RULES for code in rule.codes}
+    # The live pass's verdicts are findings too, owned by no check rule (docs/live.md).
+    owners |= dict.fromkeys(LIVE_CODES, f"{LIVE_RULE}` (edge-verify live) `")
     lines += [
         "",
         "## Codes",
@@ -134,7 +138,7 @@ def render_rules_md() -> str:
                 [
                     f"`{code}`",
                     msg.level,
-                    f"`{owners[code]}`" if code in owners else "(none)",
+                    (f"`{owners[code]}`" if code in owners else "(none)").replace(" ``", ""),
                     msg.template,
                     _spec_ref(msg.spec_ref),
                 ]
