@@ -98,6 +98,21 @@ CASES: dict[str, tuple[Make, str]] = {
         ],
         "[max-items]",
     ),
+    "a parentRef whose name is a list": (
+        lambda tmp: [
+            "check",
+            rel(BASE),
+            str(
+                _file(
+                    "ref.yaml",
+                    b"apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n"
+                    b"metadata: {name: r, namespace: edge-infra}\n"
+                    b"spec:\n  parentRefs:\n  - name: [same-namespace]\n",
+                )(tmp)
+            ),
+        ],
+        "ref.yaml:6: spec.parentRefs[0].name: expected string",
+    ),
     "xds nested 100,000 deep": (
         _xds(b'{"configs":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
         "nested too deep",
