@@ -18,6 +18,7 @@ from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
 SCENARIO = FIXTURES / "httproute-exact-path-matching"
 MANY = FIXTURES / "gateway-multiple-gateways-same-port"
+CLIENT_CERT = FIXTURES / "gateway-frontend-client-certificate-validation"
 
 Make = Callable[[Path], list[str]]
 
@@ -136,6 +137,17 @@ CASES: dict[str, tuple[Make, str]] = {
             "GET http://[zz]/",
         ],
         "[request]",
+    ),
+    "a CA certificate that is not UTF-8": (
+        lambda tmp: [
+            "explain",
+            rel(BASE),
+            rel(CLIENT_CERT),
+            *["--request", "GET https://secure.example.com:8451/"],
+            "--client-cert-issuer",
+            str(_file("ca.crt", b"\xff" + (CLIENT_CERT / "client-ca-a.crt").read_bytes())(tmp)),
+        ],
+        "ca.crt:1: not UTF-8: byte 0xff [encoding]",
     ),
     "a CIDR too small for the Gateways": (
         lambda tmp: ["check", rel(BASE), rel(MANY), "--gateway-cidr", "10.0.0.0/30"],

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,6 +20,7 @@ from verifier.check import Context, brief, first_difference
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
+from verifier.inputs import read_text
 from verifier.semantics.cases import Case, unmet
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
@@ -42,11 +42,7 @@ def client_cert(issuer_file: str | None) -> ClientCert | None:
     """``--client-cert-issuer CA.pem``: the request presents a certificate of that CA."""
     if issuer_file is None:
         return None
-    try:
-        pem = Path(issuer_file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _bad("--client-cert-issuer", "unreadable", str(exc)) from None
-    found = fingerprints(pem)
+    found = fingerprints(read_text(issuer_file))
     if not found:
         raise _bad(
             "--client-cert-issuer", "pem", f"{issuer_file} holds no PEM certificate (the CA's)"
