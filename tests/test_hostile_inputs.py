@@ -149,6 +149,18 @@ CASES: dict[str, tuple[Make, str]] = {
         ],
         "ca.crt:1: not UTF-8: byte 0xff [encoding]",
     ),
+    # CPython hands argv bytes that are not UTF-8 to main as lone surrogates.
+    "a --request that is not UTF-8": (
+        lambda tmp: ["explain", rel(BASE), rel(SCENARIO), "--request", "GET http://a/\udcffx"],
+        "--request: not UTF-8: byte 0xff",
+    ),
+    "a -H that is not UTF-8": (
+        lambda tmp: [
+            *["explain", rel(BASE), rel(SCENARIO), "--request", "GET http://a/"],
+            *["-H", "X-A: \udcff"],
+        ],
+        "-H: not UTF-8: byte 0xff",
+    ),
     "a CIDR too small for the Gateways": (
         lambda tmp: ["check", rel(BASE), rel(MANY), "--gateway-cidr", "10.0.0.0/30"],
         "[unassignable]",

@@ -50,10 +50,23 @@ def client_cert(issuer_file: str | None) -> ClientCert | None:
     return ClientCert(found[0])
 
 
+def _utf8(flag: str, text: str) -> str:
+    """A command-line value as UTF-8 text. CPython hands argv bytes that are not UTF-8
+    over as lone surrogates (U+DC80-U+DCFF for 0x80-0xFF): no request can carry them
+    and no output can print them, so they are refused as a file's would be."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        byte = code - 0xDC00 if 0xDC80 <= code <= 0xDCFF else code
+        raise _bad(flag, "encoding", f"not UTF-8: byte {byte:#x} in {text!r}") from None
+    return text
+
+
 def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = None) -> Request:
     """``'GET http://foo.example/v2?x=1'`` plus ``-H 'Name: value'`` lines."""
     expected = f"expected 'METHOD http(s)://host[:port]/path', got {line!r}"
-    parts = line.split(None, 1)
+    parts = _utf8("--request", line).split(None, 1)
     if not parts:
         raise _bad("--request", "request", expected)
     if len(parts) == 1:
@@ -75,7 +88,7 @@ def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = N
     port = explicit or DEFAULT_PORTS[split.scheme]
     pairs = []
     for h in headers:
-        name, sep, value = h.partition(":")
+        name, sep, value = _utf8("-H", h).partition(":")
         if not sep or not name.strip():
             raise _bad("-H", "header", f"expected 'Name: value', got {h!r}")
         pairs.append((name.strip(), value.strip()))
