@@ -161,6 +161,13 @@ CASES: dict[str, tuple[Make, str]] = {
         ],
         "-H: not UTF-8: byte 0xff",
     ),
+    "a -H whose name is no token": (
+        lambda tmp: [
+            *["explain", rel(BASE), rel(SCENARIO), "--request", "GET http://a/"],
+            *["-H", "Bad Name: x"],
+        ],
+        "-H: not sendable over HTTP/1.1: the header name 'bad name' is not an HTTP token",
+    ),
     "a CIDR too small for the Gateways": (
         lambda tmp: ["check", rel(BASE), rel(MANY), "--gateway-cidr", "10.0.0.0/30"],
         "[unassignable]",

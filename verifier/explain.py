@@ -8,7 +8,7 @@ answer is on one screen, and its JSON form is a stable contract for scripts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import zip_longest
 from typing import Any
 from urllib.parse import urlsplit
@@ -64,7 +64,8 @@ def _utf8(flag: str, text: str) -> str:
 
 
 def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = None) -> Request:
-    """``'GET http://foo.example/v2?x=1'`` plus ``-H 'Name: value'`` lines."""
+    """``'GET http://foo.example/v2?x=1'`` plus ``-H 'Name: value'`` lines; a problem is
+    reported against the option that holds it."""
     expected = f"expected 'METHOD http(s)://host[:port]/path', got {line!r}"
     parts = _utf8("--request", line).split(None, 1)
     if not parts:
@@ -99,7 +100,6 @@ def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = N
         host=split.netloc,
         port=port,
         path=path,
-        headers=normalize_headers(pairs),
         client_cert=cert if split.scheme == "https" else None,
     )
     if cert is not None and split.scheme != "https":
@@ -107,6 +107,10 @@ def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = N
     problem = wire_problem(request)
     if problem is not None:
         raise _bad("--request", "request", f"not sendable over HTTP/1.1: {problem}")
+    request = replace(request, headers=normalize_headers(pairs))
+    problem = wire_problem(request)
+    if problem is not None:
+        raise _bad("-H", "header", f"not sendable over HTTP/1.1: {problem}")
     return request
 
 
