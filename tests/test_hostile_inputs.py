@@ -9,11 +9,13 @@ small for the Gateways. They all go through verifier/inputs.py now.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import BASE, FIXTURES, rel
+from conftest import BASE, FIXTURES, REPO_ROOT, rel
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
 SCENARIO = FIXTURES / "httproute-exact-path-matching"
@@ -207,3 +209,23 @@ def test_a_few_aliases_are_still_yaml(tmp_path: Path, cli: CLI) -> None:  # noqa
     path.write_text(route, encoding="utf-8")
     r = cli("check", rel(BASE), str(path))
     assert (r.rc, r.err) == (0, ""), r.err
+
+
+def test_standard_input_that_is_not_utf8_is_one_clear_error() -> None:
+    """`status -` read stdin through the console's decoder: under a UTF-8 locale bytes
+    that are not UTF-8 raised UnicodeDecodeError out of read(), a traceback (found by
+    test_fuzz_entry_points.py); under the C locale they became surrogates and a
+    confusing [yaml-value]. Run as a process: stdin is the process's."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "verifier.cli", "status", "-"],
+        cwd=REPO_ROOT,
+        input=b"apiVersion: v1\nkind: Namespace\nmetadata: {name: caf\xe9}\n",
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    err = proc.stderr.decode()
+    assert (proc.returncode, err.splitlines()[0]) == (
+        2,
+        "<stdin>:3: not UTF-8: byte 0xe9 [encoding]",
+    ), err
