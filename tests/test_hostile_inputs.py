@@ -170,6 +170,21 @@ CASES: dict[str, tuple[Make, str]] = {
         ],
         "-H: not sendable over HTTP/1.1: the header name 'bad name' is not an HTTP token",
     ),
+    "a --gateway-address port of 5,000 digits": (
+        lambda tmp: [
+            *["translate", rel(BASE), rel(SCENARIO)],
+            "--gateway-address",
+            "edge-infra/same-namespace=10.0.0.5:" + "9" * 5000 + ">10080",
+        ],
+        "[bad-address]",
+    ),
+    "a --gateway-address port of '\u00b2'": (
+        lambda tmp: [
+            *["translate", rel(BASE), rel(SCENARIO)],
+            *["--gateway-address", "edge-infra/same-namespace=10.0.0.5:80>\u00b2"],
+        ],
+        "is not PORT>PROXYPORT [bad-address]",
+    ),
     "a CIDR too small for the Gateways": (
         lambda tmp: ["check", rel(BASE), rel(MANY), "--gateway-cidr", "10.0.0.0/30"],
         "[unassignable]",
