@@ -7,6 +7,7 @@ same inputs (including the scenario's mesh registry, which the loader skips).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -159,3 +160,12 @@ def translate_scenario(scenario: Path) -> Snapshot:
     registry = scenario / MESH_REGISTRY
     mesh = load_mesh_registry(rel(registry)) if registry.is_file() else frozenset()
     return translate(res, graph, TranslateOptions(mesh_registry=mesh))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many damaged inputs each entry point was fed (tests/test_fuzz_entry_points.py)."""
+    fuzzed = sys.modules.get("entry_points")
+    if fuzzed is not None and fuzzed.COUNTS:
+        terminalreporter.section("damaged inputs per entry point")
+        for line in fuzzed.summary():
+            terminalreporter.write_line(line)

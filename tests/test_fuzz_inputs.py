@@ -13,24 +13,21 @@ from __future__ import annotations
 import copy
 import json
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from conftest import BASE, FIXTURES
+from damage import WRONG, paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verifier.cli import main
 
 SCENARIO = FIXTURES / "httproute-header-matching"
-WRONG = [None, 0, -1, 2**40, 1.5, "", "x", "-5s", True, [], {}, [1], {"a": 1}, "\u00e9"]
-WRONG += [{"@type": "type.googleapis.com/nope.Nope"}, {"@type": ""}]
 EXITS = (0, 1, 2)  # clean, findings, bad input
 
-Path_ = tuple[str | int, ...]
 Damage = list[tuple[int, str, Any]]
 
 FUZZ = settings(
@@ -41,25 +38,15 @@ FUZZ = settings(
 )
 
 
-def _paths(value: Any, here: Path_ = ()) -> Iterator[Path_]:
-    yield here
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _paths(v, (*here, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _paths(v, (*here, i))
-
-
 def _damaged(doc: Any, damage: Damage, min_depth: int) -> Any:
     """``doc`` with each (which path, what, value) applied: delete the field,
     duplicate a list item, or put ``value`` in its place."""
     doc = copy.deepcopy(doc)
     for pick, what, value in damage:
-        paths = [p for p in _paths(doc) if len(p) >= min_depth]
-        if not paths:
+        found = [p for p in paths(doc) if len(p) >= min_depth]
+        if not found:
             break
-        path = paths[pick % len(paths)]
+        path = found[pick % len(found)]
         parent = doc
         for key in path[:-1]:
             parent = parent[key]

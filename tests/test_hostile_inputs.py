@@ -9,15 +9,18 @@ small for the Gateways. They all go through verifier/inputs.py now.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import BASE, FIXTURES, rel
+from conftest import BASE, FIXTURES, REPO_ROOT, rel
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
 SCENARIO = FIXTURES / "httproute-exact-path-matching"
 MANY = FIXTURES / "gateway-multiple-gateways-same-port"
+CLIENT_CERT = FIXTURES / "gateway-frontend-client-certificate-validation"
 
 Make = Callable[[Path], list[str]]
 
@@ -98,6 +101,21 @@ CASES: dict[str, tuple[Make, str]] = {
         ],
         "[max-items]",
     ),
+    "a parentRef whose name is a list": (
+        lambda tmp: [
+            "check",
+            rel(BASE),
+            str(
+                _file(
+                    "ref.yaml",
+                    b"apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n"
+                    b"metadata: {name: r, namespace: edge-infra}\n"
+                    b"spec:\n  parentRefs:\n  - name: [same-namespace]\n",
+                )(tmp)
+            ),
+        ],
+        "ref.yaml:6: spec.parentRefs[0].name: expected string",
+    ),
     "xds nested 100,000 deep": (
         _xds(b'{"configs":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
         "nested too deep",
@@ -121,6 +139,51 @@ CASES: dict[str, tuple[Make, str]] = {
             "GET http://[zz]/",
         ],
         "[request]",
+    ),
+    "a CA certificate that is not UTF-8": (
+        lambda tmp: [
+            "explain",
+            rel(BASE),
+            rel(CLIENT_CERT),
+            *["--request", "GET https://secure.example.com:8451/"],
+            "--client-cert-issuer",
+            str(_file("ca.crt", b"\xff" + (CLIENT_CERT / "client-ca-a.crt").read_bytes())(tmp)),
+        ],
+        "ca.crt:1: not UTF-8: byte 0xff [encoding]",
+    ),
+    # CPython hands argv bytes that are not UTF-8 to main as lone surrogates.
+    "a --request that is not UTF-8": (
+        lambda tmp: ["explain", rel(BASE), rel(SCENARIO), "--request", "GET http://a/\udcffx"],
+        "--request: not UTF-8: byte 0xff",
+    ),
+    "a -H that is not UTF-8": (
+        lambda tmp: [
+            *["explain", rel(BASE), rel(SCENARIO), "--request", "GET http://a/"],
+            *["-H", "X-A: \udcff"],
+        ],
+        "-H: not UTF-8: byte 0xff",
+    ),
+    "a -H whose name is no token": (
+        lambda tmp: [
+            *["explain", rel(BASE), rel(SCENARIO), "--request", "GET http://a/"],
+            *["-H", "Bad Name: x"],
+        ],
+        "-H: not sendable over HTTP/1.1: the header name 'bad name' is not an HTTP token",
+    ),
+    "a --gateway-address port of 5,000 digits": (
+        lambda tmp: [
+            *["translate", rel(BASE), rel(SCENARIO)],
+            "--gateway-address",
+            "edge-infra/same-namespace=10.0.0.5:" + "9" * 5000 + ">10080",
+        ],
+        "[bad-address]",
+    ),
+    "a --gateway-address port of '\u00b2'": (
+        lambda tmp: [
+            *["translate", rel(BASE), rel(SCENARIO)],
+            *["--gateway-address", "edge-infra/same-namespace=10.0.0.5:80>\u00b2"],
+        ],
+        "is not PORT>PROXYPORT [bad-address]",
     ),
     "a CIDR too small for the Gateways": (
         lambda tmp: ["check", rel(BASE), rel(MANY), "--gateway-cidr", "10.0.0.0/30"],
@@ -231,3 +294,23 @@ def test_limits_apply_to_standard_input(cli: CLI, monkeypatch: pytest.MonkeyPatc
         "<stdin>: 5,000 characters, over the limit of 3,000 (raise it with "
         "--max-input-bytes) [too-large]"
     ], lines
+
+
+def test_standard_input_that_is_not_utf8_is_one_clear_error() -> None:
+    """`status -` read stdin through the console's decoder: under a UTF-8 locale bytes
+    that are not UTF-8 raised UnicodeDecodeError out of read(), a traceback (found by
+    test_fuzz_entry_points.py); under the C locale they became surrogates and a
+    confusing [yaml-value]. Run as a process: stdin is the process's."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "verifier.cli", "status", "-"],
+        cwd=REPO_ROOT,
+        input=b"apiVersion: v1\nkind: Namespace\nmetadata: {name: caf\xe9}\n",
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    err = proc.stderr.decode()
+    assert (proc.returncode, err.splitlines()[0]) == (
+        2,
+        "<stdin>:3: not UTF-8: byte 0xe9 [encoding]",
+    ), err

@@ -8,7 +8,7 @@ answer is on one screen, and its JSON form is a stable contract for scripts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import zip_longest
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,11 +42,7 @@ def client_cert(issuer_file: str | None) -> ClientCert | None:
     """``--client-cert-issuer CA.pem``: the request presents a certificate of that CA."""
     if issuer_file is None:
         return None
-    try:
-        pem = read_text(issuer_file)
-    except InputErrors as exc:
-        raise _bad("--client-cert-issuer", "unreadable", exc.errors[0].message) from None
-    found = fingerprints(pem)
+    found = fingerprints(read_text(issuer_file))
     if not found:
         raise _bad(
             "--client-cert-issuer", "pem", f"{issuer_file} holds no PEM certificate (the CA's)"
@@ -54,10 +50,24 @@ def client_cert(issuer_file: str | None) -> ClientCert | None:
     return ClientCert(found[0])
 
 
+def _utf8(flag: str, text: str) -> str:
+    """A command-line value as UTF-8 text. CPython hands argv bytes that are not UTF-8
+    over as lone surrogates (U+DC80-U+DCFF for 0x80-0xFF): no request can carry them
+    and no output can print them, so they are refused as a file's would be."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        byte = code - 0xDC00 if 0xDC80 <= code <= 0xDCFF else code
+        raise _bad(flag, "encoding", f"not UTF-8: byte {byte:#x} in {text!r}") from None
+    return text
+
+
 def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = None) -> Request:
-    """``'GET http://foo.example/v2?x=1'`` plus ``-H 'Name: value'`` lines."""
+    """``'GET http://foo.example/v2?x=1'`` plus ``-H 'Name: value'`` lines; a problem is
+    reported against the option that holds it."""
     expected = f"expected 'METHOD http(s)://host[:port]/path', got {line!r}"
-    parts = line.split(None, 1)
+    parts = _utf8("--request", line).split(None, 1)
     if not parts:
         raise _bad("--request", "request", expected)
     if len(parts) == 1:
@@ -79,7 +89,7 @@ def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = N
     port = explicit or DEFAULT_PORTS[split.scheme]
     pairs = []
     for h in headers:
-        name, sep, value = h.partition(":")
+        name, sep, value = _utf8("-H", h).partition(":")
         if not sep or not name.strip():
             raise _bad("-H", "header", f"expected 'Name: value', got {h!r}")
         pairs.append((name.strip(), value.strip()))
@@ -90,7 +100,6 @@ def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = N
         host=split.netloc,
         port=port,
         path=path,
-        headers=normalize_headers(pairs),
         client_cert=cert if split.scheme == "https" else None,
     )
     if cert is not None and split.scheme != "https":
@@ -98,6 +107,10 @@ def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = N
     problem = wire_problem(request)
     if problem is not None:
         raise _bad("--request", "request", f"not sendable over HTTP/1.1: {problem}")
+    request = replace(request, headers=normalize_headers(pairs))
+    problem = wire_problem(request)
+    if problem is not None:
+        raise _bad("-H", "header", f"not sendable over HTTP/1.1: {problem}")
     return request
 
 

@@ -10,6 +10,7 @@ thousands of digits. Each becomes one ``file:line: message [code]`` input error
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,21 @@ def read_text(path: str) -> str:
             [InputError(path, 0, "", "unreadable", exc.strerror or str(exc))]
         ) from None
     return decode(data, path)
+
+
+STDIN = "<stdin>"
+
+
+def read_stdin() -> str:
+    """Standard input's text, decoded as a file's is: the console's text layer would
+    raise UnicodeDecodeError from inside ``read`` on bytes that are not UTF-8."""
+    if sys.stdin is None:  # started with no file descriptor 0 at all
+        raise InputErrors([InputError(STDIN, 0, "", "unreadable", "no standard input")])
+    buffer = getattr(sys.stdin, "buffer", None)
+    # A text stream with no bytes under it is an embedding program's (or a test's).
+    text = sys.stdin.read() if buffer is None else decode(buffer.read(), STDIN)
+    check_size(text, STDIN)
+    return text
 
 
 def yaml_problem(exc: BaseException, path: str) -> InputError:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -148,7 +149,9 @@ def parse_fixed(text: str) -> tuple[GatewayKey, str, tuple[tuple[int, int], ...]
     pairs = []
     for item in filter(None, ports.split(",")):
         gw_port, _, proxy = item.partition(">")
-        numbers = [int(x) for x in (gw_port, proxy) if x.isdigit()]
+        # ASCII digits, few: str.isdigit() also takes '²', which int() refuses, and
+        # int() refuses more than 4,300 digits; both raised ValueError out of here.
+        numbers = [int(x) for x in (gw_port, proxy) if re.fullmatch(r"[0-9]{1,5}", x)]
         if len(numbers) != 2 or not all(0 < n < 65536 for n in numbers):
             raise AddressError(f"{text!r}: {item!r} is not PORT>PROXYPORT")
         pairs.append((numbers[0], numbers[1]))

@@ -9,7 +9,6 @@ validation) happens later, on these raw objects.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import yaml
 
 from verifier.errors import InputError, InputErrors
-from verifier.inputs import HOSTILE, check_size, check_yaml_shape, read_text, yaml_problem
+from verifier.inputs import HOSTILE, STDIN, check_yaml_shape, read_stdin, read_text, yaml_problem
 
 YAML_SUFFIXES = (".yaml", ".yml")
 # libyaml's parser when PyYAML was built with it (10x faster on large inputs);
@@ -286,17 +285,8 @@ def load_paths(paths: Sequence[str]) -> LoadResult:
     sources: list[tuple[str, str]] = []
     missing: list[InputError] = []
     for p in _expand(paths):
-        if p == "-":
-            text = sys.stdin.read()
-            try:
-                check_size(text, "<stdin>")
-            except InputErrors as exc:
-                missing.extend(exc.errors)
-                continue
-            sources.append(("<stdin>", text))
-            continue
         try:
-            sources.append((p, read_text(p)))
+            sources.append((STDIN, read_stdin()) if p == "-" else (p, read_text(p)))
         except InputErrors as exc:
             missing.extend(exc.errors)
     result = load_texts(sources)

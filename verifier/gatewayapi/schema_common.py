@@ -18,6 +18,7 @@ from verifier.gatewayapi.schema_core import (
     Str,
     d,
     has,
+    identity,
     join,
     lst,
     opt,
@@ -204,14 +205,16 @@ FRACTION = Obj(
 )
 
 
-def _parent_key(ref: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+def _parent_key(ref: dict[str, Any]) -> tuple[str, str, str, str]:
     # CEL compares defaulted values: group "gateway.networking.k8s.io",
-    # kind "Gateway"; an absent namespace equals an empty one.
+    # kind "Gateway"; an absent namespace equals an empty one. Each as its
+    # identity(): the rule runs after the type errors are reported, on whatever
+    # the fields hold (a list is no dict key).
     return (
-        ref.get("group", GATEWAY_GROUP),
-        ref.get("kind", "Gateway"),
-        ref.get("name"),
-        ref.get("namespace") or "",
+        identity(ref.get("group", GATEWAY_GROUP)),
+        identity(ref.get("kind", "Gateway")),
+        identity(ref.get("name")),
+        identity(ref.get("namespace") or ""),
     )
 
 
@@ -224,7 +227,7 @@ def parent_refs_rule(ctx: Ctx, refs: Any, path: str) -> None:
     items = [(i, d(r)) for i, r in enumerate(lst(refs)) if isinstance(r, dict)]
     # Only references to the same parent are compared: bucketed by parent, the rule
     # costs the same on 10,000 parentRefs (past maxItems, reported anyway) as on 32.
-    earlier: dict[tuple[Any, Any, Any, Any], list[tuple[int, dict[str, Any]]]] = {}
+    earlier: dict[tuple[str, str, str, str], list[tuple[int, dict[str, Any]]]] = {}
     for i, p1 in items:
         same = earlier.setdefault(_parent_key(p1), [])
         for j, p2 in same:
