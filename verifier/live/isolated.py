@@ -230,7 +230,7 @@ class NamespaceHarness(EmbeddedHarness):
     async def _transmit(self, req: Request, target: tuple[str, int], **how: Any) -> LiveResponse:
         """With our correlation header for the access log (stripped from what the
         backend reports, absent from ``resp.request``); raises once Envoy has ended."""
-        self.alive()
+        await self.alive()
         tag = f"{os.getpid()}-{next(self._ids)}"
         pairs = [(k, v) for k, vs in req.headers for v in vs] + [(CORRELATION_HEADER, tag)]
         resp = await send(replace(req, headers=normalize_headers(pairs)), target, **how)
@@ -238,7 +238,7 @@ class NamespaceHarness(EmbeddedHarness):
 
     async def attribute(self, responses: Sequence[LiveResponse]) -> list[LiveResponse]:
         """Each answer with Envoy's access-log line for it (route, cluster, flags)."""
-        self.alive()
+        await self.alive()
         assert self.access_log is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ACCESS_LOG_WAIT_S
@@ -248,18 +248,20 @@ class NamespaceHarness(EmbeddedHarness):
             if wanted <= logged.keys() or loop.time() > deadline:
                 break
             await asyncio.sleep(0.05)
-        self.alive()
+        await self.alive()
         return [replace(r, access=logged.get(r.correlation)) for r in responses]
 
-    def alive(self) -> None:
+    async def alive(self) -> None:
         """Raise if Envoy has ended: answers after that are not Envoy's."""
         envoy = self.envoy
-        pid = envoy.pid if envoy is not None else None
-        status = envoy.exit_status if envoy is not None else None
-        if envoy is None or (status is None and pid is not None and _running(pid)):
+        proc = envoy.proc if envoy is not None else None
+        if envoy is None or (proc is not None and proc.returncode is None and _running(proc.pid)):
             return
+        if proc is not None:  # a zombie: its status comes once the event loop reaps it
+            with suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 2.0)
         raise EnvoyError(
-            f"Envoy ended during the live run (exit status {status}); "
+            f"Envoy ended during the live run (exit status {envoy.exit_status}); "
             f"no answer after that is Envoy's\n{envoy.output()}"
         )
 

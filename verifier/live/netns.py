@@ -187,8 +187,9 @@ async def _read_all(fd: int) -> bytes:
         transport.close()
 
 
-def _reap(pid: int, *, stop: bool) -> None:
-    """End (SIGTERM, then SIGKILL after the grace) and wait for the child."""
+async def _reap(pid: int, *, stop: bool) -> None:
+    """End (SIGTERM, then SIGKILL after the grace) and wait for the child, without
+    holding up the other runs on the event loop."""
     if stop:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -202,7 +203,7 @@ def _reap(pid: int, *, stop: bool) -> None:
                 os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return
-        time.sleep(0.01)
+        await asyncio.sleep(0.01)
 
 
 async def run_in_namespace(
@@ -228,7 +229,7 @@ async def run_in_namespace(
         data = await _read_all(read_fd)
         answered = True
     finally:
-        _reap(pid, stop=not answered)
+        await _reap(pid, stop=not answered)
     if not data:
         raise NamespaceRunError("ChildDied", "the live run's process ended without an answer")
     payload = pickle.loads(data)
