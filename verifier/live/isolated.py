@@ -66,7 +66,7 @@ from verifier.live.served import (
 )
 from verifier.orphans import private_dir
 from verifier.semantics.request import Request, normalize_headers
-from verifier.xds.ads import TYPES, AdsServer, Answer
+from verifier.xds.ads import TYPES, AdsServer, Answer, pack_snapshot
 from verifier.xds.snapshot import SECRET_TYPE, WILDCARD_ADDRESSES, Snapshot, bound_addresses
 
 ACK_WAIT_S = 30.0  # hard bound on Envoy's answer to each served type
@@ -77,6 +77,31 @@ _ERRORS: dict[str, type[Exception]] = {
     "HarnessError": HarnessError,
     "BootstrapError": BootstrapError,
 }
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The pure half of a run, done in the parent before it forks: the served
+    snapshot (with the access log) and the run's private directory."""
+
+    workdir: Path
+    served: Snapshot
+    additions: tuple[str, ...]
+
+    @property
+    def access_log(self) -> Path:
+        return self.workdir / "access.log"
+
+
+def prepare(snap: Snapshot, *, keep_workdir: bool = False) -> Prepared:
+    """Done before the fork so that every child inherits the codec's per-message-type
+    caches filled by encoding this snapshot (and packing it, as the ADS server will)
+    instead of rebuilding them: measured, that halves a run's CPU."""
+    workdir = private_dir("edge-live-ns-", reap=not keep_workdir)
+    served, additions = with_access_log(snap, workdir / "access.log")
+    pack_snapshot(served)
+    ads_bootstrap(("127.0.0.1", 1), ("127.0.0.1", 1))
+    return Prepared(workdir, served, tuple(additions))
 
 
 class NamespaceHarness(EmbeddedHarness):
@@ -93,9 +118,18 @@ class NamespaceHarness(EmbeddedHarness):
 
     rewritten = False
 
-    def __init__(self, resources: Resources, snapshot: Snapshot, **options: Any) -> None:
-        """``options``: as ``EmbeddedHarness``'s (trust_domain, log_level, ...)."""
+    def __init__(
+        self,
+        resources: Resources,
+        snapshot: Snapshot,
+        *,
+        prepared: Prepared | None = None,
+        **options: Any,
+    ) -> None:
+        """``options``: as ``EmbeddedHarness``'s (trust_domain, log_level, ...);
+        ``prepared``: the served snapshot and its directory, made before the fork."""
         super().__init__(resources, snapshot, **options)
+        self.prepared = prepared
         self.ads: AdsServer | None = None
         self.additions: list[str] = []
         self.access_log: Path | None = None
@@ -112,7 +146,8 @@ class NamespaceHarness(EmbeddedHarness):
     async def start(self) -> NamespaceHarness:
         loop = asyncio.get_running_loop()
         began = loop.time()
-        self.workdir = private_dir("edge-live-ns-", reap=not self.keep_workdir)
+        prepared = self.prepared or prepare(self.snapshot, keep_workdir=self.keep_workdir)
+        self.workdir = prepared.workdir
         listener_secrets(self.snapshot)  # a redacted key cannot be served: say so first
         plans, self.notes = plan_backends(self.res, self.snapshot)
         mesh = any(tls for p in plans.values() for _, tls in p.ports.values())
@@ -128,8 +163,8 @@ class NamespaceHarness(EmbeddedHarness):
                 self.pods[(plan.namespace, backend.pod)] = plan.key
         await self._dns_answers()
         extra = await self._mesh_secrets(pki)
-        self.access_log = self.workdir / "access.log"
-        served, self.additions = with_access_log(self.snapshot, self.access_log)
+        served, self.access_log = prepared.served, prepared.access_log
+        self.additions = list(prepared.additions)
         self.ads = AdsServer(served, extra_secrets=extra, on_answer=self._answered)
         ads_at = await self.ads.start("127.0.0.1", 0)
         self.timings["harness_start"] = loop.time() - began
@@ -344,9 +379,12 @@ async def run_cases_isolated_async(
     gateways = gateway_addresses(res, DEFAULT_CONTROLLER, addressing or Addressing())
     destinations = [*gateways.values(), GATEWAY_ADDRESS, *(c.case.request.address for c in cases)]
 
+    prepared = prepare(snap)
+
     async def work() -> LiveRun:
         loop = asyncio.get_running_loop()
-        async with NamespaceHarness(res, snap, addressing=addressing) as harness:
+        harness = NamespaceHarness(res, snap, prepared=prepared, addressing=addressing)
+        async with harness:
             with on_stop(harness.kill_now):
                 if on_ready is not None:
                     await on_ready(harness)
@@ -368,10 +406,12 @@ async def run_cases_isolated_async(
     try:
         done = await run_in_namespace(work, namespace_addresses(snap, destinations))
     except NamespaceUnavailable as exc:
+        shutil.rmtree(prepared.workdir, ignore_errors=True)
         if not fallback:
             raise
         return await _rewritten(res, snap, cases, parallel, addressing, str(exc.strerror or exc))
     except NamespaceRunError as exc:
+        shutil.rmtree(prepared.workdir, ignore_errors=True)  # a child that died could not
         cls = _ERRORS.get(exc.kind)
         if cls is not None:
             raise cls(str(exc)) from None

@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import gc
 import ipaddress
 import os
 import pickle
@@ -219,10 +220,14 @@ async def run_in_namespace(
     """
     wanted = local_addresses(addresses)
     read_fd, write_fd = os.pipe()
+    # The child's collector must not walk (and so copy, page by page) every object
+    # it inherited: frozen objects are never scanned. The parent thaws at once.
+    gc.freeze()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
         os.close(read_fd)
         _child(write_fd, wanted, work, unshare)
+    gc.unfreeze()
     os.close(write_fd)
     answered = False
     try:
