@@ -149,6 +149,12 @@ def _child_signals() -> None:
     follow_parent(signal.SIGTERM)  # a SIGKILLed tool stops its workers too
 
 
+def child_signals() -> None:
+    """What every forked worker does first (``_child_signals``); public for workers
+    forked elsewhere (``verifier.live.netns``)."""
+    _child_signals()
+
+
 def _call_in_child(fn: Callable[[], object], send: Connection) -> None:
     _child_signals()
     try:

@@ -327,7 +327,16 @@ def local_bootstrap(
             )
             out.endpoint_mappings.append(mapping)
             sa["address"], sa["port_value"] = mapping.loopback, mapping.loopback_port
-    boot["typed_dns_resolver_config"] = {
+    boot["typed_dns_resolver_config"] = cares_resolver(dns)
+    boot["admin"] = {"address": {"socket_address": {"address": LISTEN_IP, "port_value": 0}}}
+    boot.setdefault("node", {"id": "edge-verifier-live", "cluster": "edge-verifier"})
+    return out
+
+
+def cares_resolver(dns: tuple[str, int]) -> dict[str, Any]:
+    """Bootstrap ``typed_dns_resolver_config``: only our DNS server, names as written
+    (no fallback to the host's resolvers, no search domains)."""
+    return {
         "name": "envoy.network.dns_resolver.cares",
         "typed_config": {
             "@type": CARES,
@@ -336,9 +345,6 @@ def local_bootstrap(
             "dns_resolver_options": {"no_default_search_domain": True},
         },
     }
-    boot["admin"] = {"address": {"socket_address": {"address": LISTEN_IP, "port_value": 0}}}
-    boot.setdefault("node", {"id": "edge-verifier-live", "cluster": "edge-verifier"})
-    return out
 
 
 def _sds_files(boot: dict[str, Any], secrets: list[dict[str, Any]], workdir: Path) -> None:

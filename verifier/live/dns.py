@@ -116,6 +116,27 @@ class DnsServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    async def resolve(self, name: str, timeout: float = 2.0) -> str | None:
+        """Ask this server for ``name``'s A record over UDP, as Envoy's c-ares will:
+        proof that it answers before an Envoy is pointed at it."""
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[bytes] = loop.create_future()
+
+        class _Ask(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+                if not reply.done():
+                    reply.set_result(data)
+
+        transport, _ = await loop.create_datagram_endpoint(
+            _Ask, remote_addr=(self.host, self.port), family=socket.AF_INET
+        )
+        try:
+            transport.sendto(DNSRecord.question(name, "A").pack())
+            answer = DNSRecord.parse(await asyncio.wait_for(reply, timeout))
+        finally:
+            transport.close()
+        return next((str(r.rdata) for r in answer.rr if r.rtype == QTYPE.A), None)
+
     def add(self, name: str, ip: str) -> None:
         self.table[name.lower().rstrip(".")] = ip
 

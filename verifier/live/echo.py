@@ -112,11 +112,17 @@ def special_answer(path: str, request_uri: str) -> tuple[int, str] | None:
     return status, "OK" if path == "/health" else ""
 
 
-def _bind(ip: str, port: int) -> socket.socket:
-    """A listening TCP socket; never SO_REUSEPORT, so a taken address fails here, not silently."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def _bind(ip: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket. Without ``reuse_port`` a taken address fails here, not
+    silently; with it (only inside a run's own network namespace, where nobody else
+    listens) a pod address may share its port with Envoy's wildcard listener, as a
+    pod and the edge do in a cluster: the kernel gives the exact address the echo."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((ip, port))
         sock.listen(128)
         sock.setblocking(False)
@@ -132,6 +138,8 @@ class EchoBackend:
     ``bound`` maps each requested port to the one actually bound: the same,
     except that a port below 1024 falls back to a free one when we may not bind
     it (unprivileged runs); the harness then rewrites that cluster's port.
+    ``also`` are more addresses answering the same ports (a Service's pod IPs in a
+    run's own network namespace: one echo stands in for every pod of the Service).
     """
 
     def __init__(
@@ -141,10 +149,15 @@ class EchoBackend:
         ip: str,
         ports: Sequence[EchoPort],
         pod: str | None = None,
+        *,
+        also: Sequence[str] = (),
+        reuse_port: bool = False,
     ) -> None:
         self.namespace = namespace
         self.service = service
         self.ip = ip
+        self.also = tuple(also)
+        self.reuse_port = reuse_port
         self.ports = list(ports)
         self.pod = pod or pod_name(service)
         self.records: list[EchoRecord] = []
@@ -161,12 +174,14 @@ class EchoBackend:
         try:
             for spec in self.ports:
                 try:
-                    sock = _bind(self.ip, spec.port)
+                    sock = _bind(self.ip, spec.port, self.reuse_port)
                 except PermissionError:
                     sock = _bind(self.ip, 0)
                 actual = int(sock.getsockname()[1])
                 self.bound[spec.port], self._by_actual[actual] = actual, spec.port
                 sockets.append((spec, sock))
+                for ip in self.also:  # the same port: these addresses are dialled as written
+                    sockets.append((spec, _bind(ip, actual, self.reuse_port)))
         except OSError:
             for _, sock in sockets:
                 sock.close()

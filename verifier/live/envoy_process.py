@@ -23,7 +23,7 @@ import json
 import os
 import random
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +75,19 @@ class EnvoyProcess:
         envoy: str | None = None,
         log_level: str = "warning",
         concurrency: int = 1,
+        listeners: Sequence[str] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
+        """``listeners``: the names to wait for when the bootstrap has none of its own
+        (an ADS-fed Envoy learns them from the server); ``extra_args`` go on the
+        command line."""
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.envoy = envoy or find_envoy()
         self.log_level = log_level
         self.concurrency = concurrency
+        self.expected = None if listeners is None else list(listeners)
+        self.extra_args = list(extra_args)
         self.admin: str | None = None
         self.listeners: dict[str, tuple[str, int]] = {}
         self.proc: asyncio.subprocess.Process | None = None
@@ -115,6 +122,7 @@ class EnvoyProcess:
             "--log-path", str(self.log_path),
             "--admin-address-path", str(admin_file),
             "--concurrency", str(self.concurrency),
+            *self.extra_args,
         ]  # fmt: skip
         with self.stderr_path.open("wb") as err:
             self.proc = await asyncio.create_subprocess_exec(
@@ -136,7 +144,9 @@ class EnvoyProcess:
 
     async def _wait_ready(self, admin_file: Path) -> None:
         assert self.proc is not None
-        expected = [li.get("name", "") for li in self._static_listeners()]
+        expected = self.expected
+        if expected is None:
+            expected = [li.get("name", "") for li in self._static_listeners()]
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             while True:
                 if self.proc.returncode is not None:
@@ -193,6 +203,12 @@ class EnvoyProcess:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+
+    @property
+    def exit_status(self) -> int | None:
+        """Envoy's exit status once it has ended (negative: the signal that ended it)."""
+        proc = self.proc
+        return None if proc is None else proc.returncode
 
     async def __aenter__(self) -> EnvoyProcess:
         return await self.start()

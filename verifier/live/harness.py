@@ -63,7 +63,8 @@ EDGE_IDENTITY = "ns/edge-system/sa/aether-edge"  # the edge's own SPIFFE path (S
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # Request headers Envoy adds on its own; the Outcome does not model them.
 ENVOY_REQUEST_PREFIXES = ("x-forwarded-", "x-envoy-")
-ENVOY_REQUEST_HEADERS = frozenset({"x-request-id"})
+# ... and the namespace harness's correlation header (``served.CORRELATION_HEADER``).
+ENVOY_REQUEST_HEADERS = frozenset({"x-request-id", "x-edge-verify-id"})
 # Response headers every answer carries whatever the configuration says.
 TRANSPORT_RESPONSE_HEADERS = frozenset(
     {
@@ -187,6 +188,19 @@ class EmbeddedHarness:
         """Bind the Service's ports on a fresh loopback IP (retrying if one is taken)."""
         if not plan.has_endpoints:
             return None  # no ready pod: the name resolves, nothing answers (503), as in a cluster
+        ports = await self._echo_ports(plan, pki)
+        for _attempt in range(50):
+            backend = EchoBackend(plan.namespace, plan.service, _random_loopback(), ports)
+            try:
+                return await backend.start()
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+        raise HarnessError(f"no free loopback address for {plan.namespace}/{plan.service}")
+
+    async def _echo_ports(self, plan: BackendPlan, pki: Pki | None) -> list[EchoPort]:
+        """The Service's ports as its pods speak them (mesh ports with the SPIFFE
+        identity of the pods' ServiceAccount)."""
         ports = []
         for port, (h2c, tls) in sorted(plan.ports.items()):
             ctx = None
@@ -198,14 +212,7 @@ class EmbeddedHarness:
                     *await pki.issue(f"{plan.service}.{plan.namespace}", ident)
                 )
             ports.append(EchoPort(port, h2c, ctx))
-        for _attempt in range(50):
-            backend = EchoBackend(plan.namespace, plan.service, _random_loopback(), ports)
-            try:
-                return await backend.start()
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    raise
-        raise HarnessError(f"no free loopback address for {plan.namespace}/{plan.service}")
+        return ports
 
     async def _secrets(self, pki: Pki | None) -> list[dict[str, Any]]:
         served = listener_secrets(self.snapshot)
@@ -271,9 +278,12 @@ class EmbeddedHarness:
         if target is None:  # no listener for that destination: the connection is refused
             where = f"{req.address}:{req.port}" if req.address else f"port {req.port}"
             return LiveResponse(req, 0, protocol=protocol, error=f"no listener for {where}")
-        return await send(
-            req, target, protocol=protocol, websocket_messages=websocket_messages, timeout=timeout
-        )
+        how = {"protocol": protocol, "websocket_messages": websocket_messages, "timeout": timeout}
+        return await self._transmit(req, target, **how)
+
+    async def _transmit(self, req: Request, target: tuple[str, int], **how: Any) -> LiveResponse:
+        """The request on the wire as it is (the namespace harness tags it)."""
+        return await send(req, target, **how)
 
     async def with_client_files(self, request: Request) -> Request:
         """A request whose client certificate names only its issuer gets files: those
@@ -301,6 +311,11 @@ class EmbeddedHarness:
         assert self.workdir is not None, "start the harness first"
         pki = await Pki(self.workdir / "untrusted-client-ca").create()
         return await pki.issue("untrusted-client", "spiffe://untrusted.invalid/client")
+
+    async def attribute(self, responses: Sequence[LiveResponse]) -> list[LiveResponse]:
+        """``responses`` with Envoy's access-log line each, where the harness has one
+        (this one adds no access log to the xDS: unchanged)."""
+        return list(responses)
 
     def _record_count(self) -> int:
         return sum(len(b.records) for b in self.backends.values())

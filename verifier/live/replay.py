@@ -188,6 +188,12 @@ async def run_with(
     """Send every case (all samples) through a started harness; mirrors settled at the end."""
     limit = asyncio.Semaphore(parallel)
     answers = await asyncio.gather(*(replay(harness, c, limit) for c in cases))
+    flat = await harness.attribute([r for rs in answers for r in rs])
+    regrouped, at = [], 0
+    for rs in answers:  # the same answers, each with the xDS route Envoy logged for it
+        regrouped.append(flat[at : at + len(rs)])
+        at += len(rs)
+    answers = regrouped
     if any(c.live.mirrored_to or c.live.not_mirrored_to or c.live.mirrored_ratio for c in cases):
         await harness.settle()
     runs = []

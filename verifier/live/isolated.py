@@ -1,0 +1,442 @@
+"""The live pass on exactly the checked xDS: ADS-fed Envoy in a network namespace of its own.
+
+``EmbeddedHarness`` runs a rewritten copy of the snapshot on the shared
+loopback (listeners moved to 127.x:0, EDS inlined with loopback IPs, SDS from
+files), so it confirms a cousin of what was checked. Here, inside a fresh
+network namespace (``netns``), nothing needs rewriting: the listeners bind
+the addresses and ports the xDS names, pod IPs are on the namespace's
+loopback with an echo behind them, Service names resolve through the run's
+DNS server, and Envoy learns everything from our ADS server, which serves the
+checked snapshot plus the mesh's ``default``/``ROOTCA`` secrets and one
+reported addition (an access log; see ``served``). No packet can leave the
+namespace: it has no interface but its loopback.
+
+``run_cases_isolated`` is the entry point: one forked child per run, which
+makes the namespace, runs ``replay.run_with`` there and sends the
+``CaseRun``s back. Where no namespace can be made (not root), it runs the
+rewriting harness instead and says so (``LiveRun.rewritten``, and a note).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
+
+from verifier.forked import on_stop
+from verifier.gatewayapi.addresses import Addressing, gateway_addresses
+from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
+from verifier.gatewayapi.resources import Resources
+from verifier.live.bootstrap import (
+    BackendPlan,
+    BootstrapError,
+    listener_secrets,
+    plan_backends,
+    sds_secret_names,
+)
+from verifier.live.client import LiveResponse, send
+from verifier.live.echo import EchoBackend
+from verifier.live.envoy_process import EnvoyError, EnvoyProcess
+from verifier.live.harness import EDGE_IDENTITY, GATEWAY_ADDRESS, EmbeddedHarness, HarnessError
+from verifier.live.netns import (
+    NamespaceRunError,
+    NamespaceUnavailable,
+    namespace_id,
+    run_in_namespace,
+)
+from verifier.live.pki import Pki
+from verifier.live.replay import PARALLEL_REQUESTS, CaseRun, LiveCase, run_with
+from verifier.live.served import (
+    CORRELATION_HEADER,
+    FLUSH_ARGS,
+    ads_bootstrap,
+    mesh_secrets,
+    namespace_addresses,
+    read_access_log,
+    with_access_log,
+)
+from verifier.orphans import private_dir
+from verifier.semantics.request import Request, normalize_headers
+from verifier.xds.ads import TYPES, AdsServer, Answer, pack_snapshot
+from verifier.xds.snapshot import SECRET_TYPE, WILDCARD_ADDRESSES, Snapshot, bound_addresses
+
+ACK_WAIT_S = 30.0  # hard bound on Envoy's answer to each served type
+ACCESS_LOG_WAIT_S = 5.0  # hard bound on Envoy flushing the access-log lines of a batch
+_KINDS = dict(zip(TYPES, ("clusters", "endpoints", "listeners", "routes", "secrets"), strict=True))
+_ERRORS: dict[str, type[Exception]] = {
+    "EnvoyError": EnvoyError,
+    "HarnessError": HarnessError,
+    "BootstrapError": BootstrapError,
+}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The pure half of a run, done in the parent before it forks: the served
+    snapshot (with the access log) and the run's private directory."""
+
+    workdir: Path
+    served: Snapshot
+    additions: tuple[str, ...]
+
+    @property
+    def access_log(self) -> Path:
+        return self.workdir / "access.log"
+
+
+def prepare(snap: Snapshot, *, keep_workdir: bool = False) -> Prepared:
+    """Done before the fork so that every child inherits the codec's per-message-type
+    caches filled by encoding this snapshot (and packing it, as the ADS server will)
+    instead of rebuilding them: measured, that halves a run's CPU."""
+    workdir = private_dir("edge-live-ns-", reap=not keep_workdir)
+    served, additions = with_access_log(snap, workdir / "access.log")
+    pack_snapshot(served)
+    ads_bootstrap(("127.0.0.1", 1), ("127.0.0.1", 1))
+    return Prepared(workdir, served, tuple(additions))
+
+
+class NamespaceHarness(EmbeddedHarness):
+    """``EmbeddedHarness``'s API (``send``, ``for_gateway``, ``to_outcome``,
+    ``observe_mirrors``, ``settle``) on the unchanged snapshot; must be entered inside
+    a network namespace of its own (``run_cases_isolated`` makes one).
+
+    ``gateway_ports`` maps each (address, port) the xDS binds to itself; a
+    Service that has endpoints gets one echo answering on its pod IPs and on
+    the address its DNS name resolves to (127.1.x.y: the namespace's own).
+    ``additions`` says what was added to the served xDS, ``timings`` what
+    start-up cost (seconds).
+    """
+
+    rewritten = False
+
+    def __init__(
+        self,
+        resources: Resources,
+        snapshot: Snapshot,
+        *,
+        prepared: Prepared | None = None,
+        **options: Any,
+    ) -> None:
+        """``options``: as ``EmbeddedHarness``'s (trust_domain, log_level, ...);
+        ``prepared``: the served snapshot and its directory, made before the fork."""
+        super().__init__(resources, snapshot, **options)
+        self.prepared = prepared
+        self.ads: AdsServer | None = None
+        self.additions: list[str] = []
+        self.access_log: Path | None = None
+        self.timings: dict[str, float] = {}
+        self._ids = itertools.count(1)
+        self._claimed: set[tuple[str, int]] = set()
+        self._acked_at: dict[tuple[str, str], float] = {}
+        self._service_ips = (f"127.1.{i // 250}.{i % 250 + 1}" for i in itertools.count())
+
+    async def __aenter__(self) -> NamespaceHarness:
+        await super().__aenter__()
+        return self
+
+    async def start(self) -> NamespaceHarness:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        prepared = self.prepared or prepare(self.snapshot, keep_workdir=self.keep_workdir)
+        self.workdir = prepared.workdir
+        listener_secrets(self.snapshot)  # a redacted key cannot be served: say so first
+        plans, self.notes = plan_backends(self.res, self.snapshot)
+        mesh = any(tls for p in plans.values() for _, tls in p.ports.values())
+        pki = Pki(self.workdir / "pki") if mesh else None
+        await asyncio.gather(self.dns.start(), pki.create() if pki else asyncio.sleep(0))
+        started = await asyncio.gather(*(self._start_pods(p, pki) for p in plans.values()))
+        for plan, backend in zip(plans.values(), started, strict=True):
+            self.service_ips[plan.key] = backend.ip if backend else next(self._service_ips)
+            for name in plan.dns_names:
+                self.dns.add(name, self.service_ips[plan.key])
+            if backend is not None:
+                self.backends[plan.key] = backend
+                self.pods[(plan.namespace, backend.pod)] = plan.key
+        await self._dns_answers()
+        extra = await self._mesh_secrets(pki)
+        served, self.access_log = prepared.served, prepared.access_log
+        self.additions = list(prepared.additions)
+        self.ads = AdsServer(served, extra_secrets=extra, on_answer=self._answered)
+        ads_at = await self.ads.start("127.0.0.1", 0)
+        self.timings["harness_start"] = loop.time() - began
+        spawned = loop.time()
+        self.envoy = EnvoyProcess(
+            ads_bootstrap(ads_at, (self.dns.host, self.dns.port)),
+            self.workdir,
+            log_level=self.log_level,
+            listeners=[li.name for li in served.listeners],
+            extra_args=FLUSH_ARGS,
+        )
+        await self.envoy.start()
+        last = await self._every_type_acked(served, bool(extra))
+        self.timings["envoy_to_ack"] = last - spawned
+        self.gateway_ports = {bound: bound for bound in bound_addresses(self.snapshot)}
+        return self
+
+    async def _start_pods(self, plan: BackendPlan, pki: Pki | None) -> EchoBackend | None:
+        """One echo for the Service, on the address its name resolves to (when a
+        cluster dials the name) and on every pod IP a cluster dials, at the very
+        ports the xDS dials."""
+        if not plan.has_endpoints:
+            return None  # no ready pod: the name resolves, nothing answers (503), as in a cluster
+        ips = [next(self._service_ips)] if plan.dns_names else []
+        ips += list(dict.fromkeys(addr for _, addr, _ in plan.ip_endpoints))
+        ports = await self._echo_ports(plan, pki)
+        taken = {(ip, p.port) for ip in ips for p in ports} & self._claimed
+        if taken:
+            raise HarnessError(
+                f"{plan.namespace}/{plan.service}: {sorted(taken)} already answer for another "
+                "Service (one pod IP behind two Services on one port)"
+            )
+        self._claimed |= {(ip, p.port) for ip in ips for p in ports}
+        backend = EchoBackend(
+            plan.namespace, plan.service, ips[0], ports, also=ips[1:], reuse_port=True
+        )
+        await backend.start()
+        moved = {p: b for p, b in backend.bound.items() if p != b}
+        if moved:
+            await backend.stop()
+            raise HarnessError(f"{plan.namespace}/{plan.service}: could not bind ports {moved}")
+        return backend
+
+    async def _dns_answers(self) -> None:
+        """Every name resolves to what the table says before Envoy asks (c-ares gives
+        up on a silent server, and a STRICT_DNS cluster would then have no host)."""
+        for name, ip in sorted(self.dns.table.items()):
+            got = await self.dns.resolve(name)
+            if got != ip:
+                raise HarnessError(f"the run's DNS server answered {got!r} for {name}, not {ip}")
+
+    async def _mesh_secrets(self, pki: Pki | None) -> list[Secret]:
+        identities, roots = sds_secret_names(self.snapshot)
+        if pki is None or not (identities or roots):
+            return []
+        cert, key = await pki.issue("edge", f"spiffe://{self.trust_domain}/{EDGE_IDENTITY}")
+        return mesh_secrets(
+            self.snapshot, cert.read_text(), key.read_text(), pki.ca_cert.read_text()
+        )
+
+    def _answered(self, answer: Answer) -> None:
+        self._acked_at.setdefault(
+            (answer.type_url, answer.version), asyncio.get_running_loop().time()
+        )
+
+    async def _every_type_acked(self, served: Snapshot, mesh: bool) -> float:
+        """Wait for Envoy's answer to every type served; a NACK is Envoy rejecting the
+        checked xDS, reported with its own message. Returns when the last ACK came."""
+        assert self.ads is not None
+        wanted = [u for u in TYPES if getattr(served, _KINDS[u]) and u != SECRET_TYPE]
+        if mesh or any(li for li in served.listeners if "sds_config" in str(li)):
+            wanted.append(SECRET_TYPE)  # Envoy asks only for secrets something names
+        answers = [
+            await asyncio.wait_for(self.ads.wait_answer(u, self.ads.versions[u]), ACK_WAIT_S)
+            for u in wanted
+        ]
+        rejected = [a for a in answers if not a.accepted]
+        if rejected:
+            raise HarnessError(
+                "Envoy rejected the checked xDS: "
+                + "; ".join(f"{_KINDS[a.type_url]} {a.version}: {a.message}" for a in rejected)
+            )
+        return max(self._acked_at[(a.type_url, a.version)] for a in answers)
+
+    # --- traffic ------------------------------------------------------------------------------
+
+    def target(self, address: str, port: int) -> tuple[str, int] | None:
+        """The listener's own address; a wildcard listener is reached at the request's
+        destination (on the namespace's loopback, like every Gateway address)."""
+        found = super().target(address, port)
+        if found is None:
+            return None
+        ip, bound_port = found
+        if ip in WILDCARD_ADDRESSES:
+            ip = address or (GATEWAY_ADDRESS if ip != "::" else "::1")
+        return ip, bound_port
+
+    async def _transmit(self, req: Request, target: tuple[str, int], **how: Any) -> LiveResponse:
+        """With our correlation header for the access log (stripped from what the
+        backend reports, absent from ``resp.request``); raises once Envoy has ended."""
+        await self.alive()
+        tag = f"{os.getpid()}-{next(self._ids)}"
+        pairs = [(k, v) for k, vs in req.headers for v in vs] + [(CORRELATION_HEADER, tag)]
+        resp = await send(replace(req, headers=normalize_headers(pairs)), target, **how)
+        return replace(resp, request=req, correlation=tag)
+
+    async def attribute(self, responses: Sequence[LiveResponse]) -> list[LiveResponse]:
+        """Each answer with Envoy's access-log line for it (route, cluster, flags)."""
+        await self.alive()
+        assert self.access_log is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ACCESS_LOG_WAIT_S
+        wanted = {r.correlation for r in responses if r.correlation and r.status}
+        while True:
+            logged = read_access_log(self.access_log)
+            if wanted <= logged.keys() or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        await self.alive()
+        return [replace(r, access=logged.get(r.correlation)) for r in responses]
+
+    async def alive(self) -> None:
+        """Raise if Envoy has ended: answers after that are not Envoy's."""
+        envoy = self.envoy
+        proc = envoy.proc if envoy is not None else None
+        if envoy is None or (proc is not None and proc.returncode is None and _running(proc.pid)):
+            return
+        if proc is not None:  # a zombie: its status comes once the event loop reaps it
+            with suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 2.0)
+        raise EnvoyError(
+            f"Envoy ended during the live run (exit status {envoy.exit_status}); "
+            f"no answer after that is Envoy's\n{envoy.output()}"
+        )
+
+    def kill_now(self) -> None:
+        """For a stopped run (SIGTERM): no event loop to wait on, just end things."""
+        pid = self.envoy.pid if self.envoy is not None else None
+        if pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.workdir is not None and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.ads is not None:
+            await self.ads.stop()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: it ended and waits to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timings:
+    """What one isolated run cost, in seconds (``requests``: samples sent)."""
+
+    namespace_setup: float  # unshare + loopback up + addresses added
+    harness_start: float  # DNS, PKI, echo backends, ADS server
+    envoy_to_ack: float  # Envoy spawned -> every served type ACKed
+    cases: float  # every case sent, answered, attributed
+    requests: int
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A live run's answers and how they were had.
+
+    ``rewritten``: True when no namespace could be made and the rewriting harness
+    answered (every report should say so); ``additions``: what was added to the
+    served xDS (the access log); ``namespace``: the network namespace's inode.
+    """
+
+    runs: tuple[CaseRun, ...]
+    rewritten: bool
+    notes: tuple[str, ...] = ()
+    additions: tuple[str, ...] = ()
+    timings: Timings | None = None
+    namespace: int | None = None
+
+
+Hook = Callable[[NamespaceHarness], Awaitable[None]]
+
+
+async def run_cases_isolated_async(
+    res: Resources,
+    snap: Snapshot,
+    cases: Sequence[LiveCase],
+    *,
+    parallel: int = PARALLEL_REQUESTS,
+    fallback: bool = True,
+    on_ready: Hook | None = None,
+    addressing: Addressing | None = None,
+) -> LiveRun:
+    """Every case through Envoy running exactly ``snap``, in a namespace of its own.
+
+    ``fallback``: where no namespace can be made, run the rewriting harness and
+    mark the run ``rewritten`` (else raise ``NamespaceUnavailable``). ``on_ready``
+    runs in the namespace once Envoy has ACKed everything (tests use it).
+    Errors inside the namespace come back as the class raised there
+    (``EnvoyError``, ``HarnessError``, ``BootstrapError``) or ``NamespaceRunError``.
+    """
+    gateways = gateway_addresses(res, DEFAULT_CONTROLLER, addressing or Addressing())
+    destinations = [*gateways.values(), GATEWAY_ADDRESS, *(c.case.request.address for c in cases)]
+
+    prepared = prepare(snap)
+
+    async def work() -> LiveRun:
+        loop = asyncio.get_running_loop()
+        harness = NamespaceHarness(res, snap, prepared=prepared, addressing=addressing)
+        async with harness:
+            with on_stop(harness.kill_now):
+                if on_ready is not None:
+                    await on_ready(harness)
+                began = loop.time()
+                runs = await run_with(harness, cases, parallel)
+                spent = loop.time() - began
+        timings = Timings(
+            0.0,
+            harness.timings["harness_start"],
+            harness.timings["envoy_to_ack"],
+            spent,
+            sum(len(r.responses) for r in runs),
+        )
+        return LiveRun(
+            tuple(runs), False, tuple(harness.notes), tuple(harness.additions), timings,
+            namespace_id(),
+        )  # fmt: skip
+
+    try:
+        done = await run_in_namespace(work, namespace_addresses(snap, destinations))
+    except NamespaceUnavailable as exc:
+        shutil.rmtree(prepared.workdir, ignore_errors=True)
+        if not fallback:
+            raise
+        return await _rewritten(res, snap, cases, parallel, addressing, str(exc.strerror or exc))
+    except NamespaceRunError as exc:
+        shutil.rmtree(prepared.workdir, ignore_errors=True)  # a child that died could not
+        cls = _ERRORS.get(exc.kind)
+        if cls is not None:
+            raise cls(str(exc)) from None
+        raise
+    run = done.value
+    assert run.timings is not None
+    return replace(run, timings=replace(run.timings, namespace_setup=done.setup_seconds))
+
+
+async def _rewritten(
+    res: Resources,
+    snap: Snapshot,
+    cases: Sequence[LiveCase],
+    parallel: int,
+    addressing: Addressing | None,
+    why: str,
+) -> LiveRun:
+    note = f"rewritten: {why}; Envoy ran a rewritten copy of the xDS on loopback"
+    async with EmbeddedHarness(res, snap, addressing=addressing) as harness:
+        runs = await run_with(harness, cases, parallel)
+    return LiveRun(tuple(runs), True, (note, *harness.notes))
+
+
+def run_cases_isolated(
+    res: Resources, snap: Snapshot, cases: Sequence[LiveCase], **options: object
+) -> LiveRun:
+    """``run_cases_isolated_async`` with an event loop of its own (not from async code)."""
+    return asyncio.run(run_cases_isolated_async(res, snap, cases, **options))  # type: ignore[arg-type]
