@@ -1,8 +1,8 @@
 """`edge-verify live` and `edge-verify run` as users and CI meet them.
 
 The whole fixture suite runs once, in-process (``verifier.cli.main``), through
-`run`: every case must pass live and every report must say the xDS was
-rewritten (today's harness moves listeners and endpoints to loopback).
+`run`: every case must pass live, and every report must say Envoy ran the xDS
+as checked (in a network namespace of the run's own, not rewritten).
 tests/test_live_fixtures.py keeps the per-case view of the same traffic; this
 is the command's contract: exit codes, the JSON shape, the three-way verdict
 on a broken xDS, and the ConformanceReport held to the upstream Go type.
@@ -100,7 +100,8 @@ def _all_cases() -> int:
 @pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
 def test_run_passes_every_case_of_every_fixture(cli: CLI, tmp_path: Path) -> None:
     """`edge-verify run fixtures/`, the README's first command: check clean, every case
-    passes live (3 in a row each), the report says the xDS ran rewritten."""
+    passes live (3 in a row each), with Envoy running exactly the checked xDS in a
+    network namespace of its own (`rewritten: false`)."""
     started = time.monotonic()
     report = tmp_path / "live.json"
     r = cli("run", "fixtures/", "--format", "json", "-o", str(report))
@@ -113,7 +114,7 @@ def test_run_passes_every_case_of_every_fixture(cli: CLI, tmp_path: Path) -> Non
     failed = [f for f, c in zip(failed, doc["cases"], strict=True) if not c["passed"]]
     assert failed == []
     assert doc["summary"]["passed"] == len(doc["cases"]) == _all_cases()
-    assert doc["summary"]["rewritten"] is True
+    assert doc["summary"]["rewritten"] is False  # Envoy ran exactly the checked xDS
     assert doc["findings"] == []
     assert all(c["spec_agrees"] and c["envoy_model_agrees"] for c in doc["cases"])
     assert "edge-verify check: " in r.err and "edge-verify live: " in r.err
@@ -325,7 +326,7 @@ def test_conformance_report_follows_the_upstream_type(cli: CLI, tmp_path: Path) 
     assert extended["statistics"] == {"Passed": 1, "Failed": 0, "Skipped": 0}
     assert extended["supportedFeatures"] == ["HTTPRouteQueryParamMatching"]
     assert "HTTPRouteMethodMatching" in extended["unsupportedFeatures"]
-    assert "rewritten" in profile["summary"]
+    assert "rewritten" not in profile["summary"]  # said only when Envoy ran a rewritten copy
 
 
 @pytest.mark.live
@@ -337,11 +338,11 @@ def test_junit_and_text_reports(cli: CLI) -> None:
     (suite,) = root.findall("testsuite")
     assert suite.get("name") == "httproute-method-matching"
     assert suite.get("failures") == "0" and int(suite.get("tests") or 0) > 0
-    assert root.find("properties/property[@name='rewritten']").get("value") == "true"  # type: ignore[union-attr]
+    assert root.find("properties/property[@name='rewritten']").get("value") == "false"  # type: ignore[union-attr]
     r = cli("live", *scenario_args("httproute-method-matching"))
     assert r.code == 0, r.err
     assert r.out.splitlines()[-1].startswith("edge-verify live: ")
-    assert "rewritten copy" in r.out
+    assert "(Envoy ran the xDS as checked)" in r.out
 
 
 # ---------------------------------------------------------------- echo-basic's own handlers

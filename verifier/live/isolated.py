@@ -24,11 +24,11 @@ import itertools
 import os
 import shutil
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
@@ -358,6 +358,86 @@ class LiveRun:
 Hook = Callable[[NamespaceHarness], Awaitable[None]]
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Isolated(Generic[T]):
+    """What ``work`` returned inside a harness, and how the harness was had."""
+
+    value: T
+    rewritten: bool
+    notes: tuple[str, ...] = ()
+    additions: tuple[str, ...] = ()
+    harness_start: float = 0.0
+    envoy_to_ack: float = 0.0
+    namespace_setup: float = 0.0
+    namespace: int | None = None
+
+
+async def with_isolated_harness(
+    res: Resources,
+    snap: Snapshot,
+    work: Callable[[EmbeddedHarness], Awaitable[T]],
+    *,
+    destinations: Iterable[str] = (),
+    fallback: bool = True,
+    on_ready: Hook | None = None,
+    **options: Any,
+) -> Isolated[T]:
+    """``await work(harness)`` with Envoy running exactly ``snap``, in a namespace of
+    its own; ``work``'s value must pickle (it comes back from the namespace's process).
+
+    ``destinations``: addresses requests are sent to besides the Gateways'.
+    ``fallback``: where no namespace can be made, run ``work`` on the rewriting
+    harness and mark the result ``rewritten`` (else raise ``NamespaceUnavailable``).
+    ``on_ready`` runs in the namespace once Envoy has ACKed everything (tests use it).
+    ``options`` are ``EmbeddedHarness``'s (addressing, trust_domain, ...).
+    Errors inside the namespace come back as the class raised there
+    (``EnvoyError``, ``HarnessError``, ``BootstrapError``) or ``NamespaceRunError``.
+    """
+    addressing = options.get("addressing") or Addressing()
+    gateways = gateway_addresses(res, DEFAULT_CONTROLLER, addressing)
+    wanted = [*gateways.values(), GATEWAY_ADDRESS, *destinations]
+    prepared = prepare(snap)
+
+    async def inside() -> Isolated[T]:
+        harness = NamespaceHarness(res, snap, prepared=prepared, **options)
+        async with harness:
+            with on_stop(harness.kill_now):
+                if on_ready is not None:
+                    await on_ready(harness)
+                value = await work(harness)
+        return Isolated(
+            value,
+            False,
+            tuple(harness.notes),
+            tuple(harness.additions),
+            harness.timings["harness_start"],
+            harness.timings["envoy_to_ack"],
+            namespace=namespace_id(),
+        )
+
+    try:
+        done = await run_in_namespace(inside, namespace_addresses(snap, wanted))
+    except NamespaceUnavailable as exc:
+        shutil.rmtree(prepared.workdir, ignore_errors=True)
+        if not fallback:
+            raise
+        why = str(exc.strerror or exc)
+        note = f"rewritten: {why}; Envoy ran a rewritten copy of the xDS on loopback"
+        async with EmbeddedHarness(res, snap, **options) as harness:
+            value = await work(harness)
+        return Isolated(value, True, (note, *harness.notes))
+    except NamespaceRunError as exc:
+        shutil.rmtree(prepared.workdir, ignore_errors=True)  # a child that died could not
+        cls = _ERRORS.get(exc.kind)
+        if cls is not None:
+            raise cls(str(exc)) from None
+        raise
+    return replace(done.value, namespace_setup=done.setup_seconds)
+
+
 async def run_cases_isolated_async(
     res: Resources,
     snap: Snapshot,
@@ -368,71 +448,33 @@ async def run_cases_isolated_async(
     on_ready: Hook | None = None,
     addressing: Addressing | None = None,
 ) -> LiveRun:
-    """Every case through Envoy running exactly ``snap``, in a namespace of its own.
+    """Every case through Envoy running exactly ``snap`` (``with_isolated_harness``)."""
 
-    ``fallback``: where no namespace can be made, run the rewriting harness and
-    mark the run ``rewritten`` (else raise ``NamespaceUnavailable``). ``on_ready``
-    runs in the namespace once Envoy has ACKed everything (tests use it).
-    Errors inside the namespace come back as the class raised there
-    (``EnvoyError``, ``HarnessError``, ``BootstrapError``) or ``NamespaceRunError``.
-    """
-    gateways = gateway_addresses(res, DEFAULT_CONTROLLER, addressing or Addressing())
-    destinations = [*gateways.values(), GATEWAY_ADDRESS, *(c.case.request.address for c in cases)]
-
-    prepared = prepare(snap)
-
-    async def work() -> LiveRun:
+    async def work(harness: EmbeddedHarness) -> tuple[tuple[CaseRun, ...], float, int]:
         loop = asyncio.get_running_loop()
-        harness = NamespaceHarness(res, snap, prepared=prepared, addressing=addressing)
-        async with harness:
-            with on_stop(harness.kill_now):
-                if on_ready is not None:
-                    await on_ready(harness)
-                began = loop.time()
-                runs = await run_with(harness, cases, parallel)
-                spent = loop.time() - began
-        timings = Timings(
-            0.0,
-            harness.timings["harness_start"],
-            harness.timings["envoy_to_ack"],
-            spent,
-            sum(len(r.responses) for r in runs),
-        )
-        return LiveRun(
-            tuple(runs), False, tuple(harness.notes), tuple(harness.additions), timings,
-            namespace_id(),
-        )  # fmt: skip
-
-    try:
-        done = await run_in_namespace(work, namespace_addresses(snap, destinations))
-    except NamespaceUnavailable as exc:
-        shutil.rmtree(prepared.workdir, ignore_errors=True)
-        if not fallback:
-            raise
-        return await _rewritten(res, snap, cases, parallel, addressing, str(exc.strerror or exc))
-    except NamespaceRunError as exc:
-        shutil.rmtree(prepared.workdir, ignore_errors=True)  # a child that died could not
-        cls = _ERRORS.get(exc.kind)
-        if cls is not None:
-            raise cls(str(exc)) from None
-        raise
-    run = done.value
-    assert run.timings is not None
-    return replace(run, timings=replace(run.timings, namespace_setup=done.setup_seconds))
-
-
-async def _rewritten(
-    res: Resources,
-    snap: Snapshot,
-    cases: Sequence[LiveCase],
-    parallel: int,
-    addressing: Addressing | None,
-    why: str,
-) -> LiveRun:
-    note = f"rewritten: {why}; Envoy ran a rewritten copy of the xDS on loopback"
-    async with EmbeddedHarness(res, snap, addressing=addressing) as harness:
+        began = loop.time()
         runs = await run_with(harness, cases, parallel)
-    return LiveRun(tuple(runs), True, (note, *harness.notes))
+        return tuple(runs), loop.time() - began, sum(len(r.responses) for r in runs)
+
+    done = await with_isolated_harness(
+        res,
+        snap,
+        work,
+        destinations=[c.case.request.address for c in cases],
+        fallback=fallback,
+        on_ready=on_ready,
+        addressing=addressing,
+    )
+    runs, spent, requests = done.value
+    timings = Timings(done.namespace_setup, done.harness_start, done.envoy_to_ack, spent, requests)
+    return LiveRun(
+        runs,
+        done.rewritten,
+        done.notes,
+        done.additions,
+        None if done.rewritten else timings,
+        done.namespace,
+    )
 
 
 def run_cases_isolated(

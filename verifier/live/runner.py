@@ -37,6 +37,7 @@ from verifier.inputs import load_yaml_file
 from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.live.harness import EmbeddedHarness
+from verifier.live.isolated import with_isolated_harness
 from verifier.live.replay import CaseRun, LiveCase, live_unmet, parse_live
 from verifier.live.results import CASE, WITNESS, CaseResult, LiveReport, ScenarioRun
 from verifier.live.verdict import ODD_ENVOY, ODD_LIVE, ODD_SPEC, ODD_XDS, Verdict, three_way
@@ -160,10 +161,9 @@ async def _run_scenario(
     p: _Prepared, check: pipeline.CheckOptions, opts: LiveOptions
 ) -> ScenarioRun:
     ctx = p.ctx
-    requests = asyncio.Semaphore(PARALLEL_REQUESTS)
-    async with EmbeddedHarness(
-        ctx.res, ctx.snapshot, trust_domain=check.trust_domain, addressing=check.addressing
-    ) as h:
+
+    async def work(h: EmbeddedHarness) -> list[tuple[CaseResult, list[Finding]]]:
+        requests = asyncio.Semaphore(PARALLEL_REQUESTS)
         for lc in p.cases:  # witnesses present the cases' client certificates
             cert = lc.case.request.client_cert
             if cert is not None and cert.cert_file:
@@ -185,8 +185,20 @@ async def _run_scenario(
                     for i, w in enumerate(witnesses)
                 )
             )
-        rewritten = bool(getattr(h, "rewritten", True))
-        notes = tuple(getattr(h, "notes", ()))
+        return found
+
+    # Envoy runs exactly the checked xDS, in a network namespace of the run's own
+    # (or, where none can be made, a rewritten copy on loopback, and the report says so).
+    done = await with_isolated_harness(
+        ctx.res,
+        ctx.snapshot,
+        work,
+        destinations=[c.case.request.address for c in p.cases]
+        + ([w.request.address for w in ctx.witnesses] if opts.witnesses else []),
+        trust_domain=check.trust_domain,
+        addressing=check.addressing,
+    )
+    found, rewritten, notes = done.value, done.rewritten, done.notes
     order = {c.case.name: i for i, c in enumerate(p.cases)}
     results = [r for r, _ in found]
     results.sort(key=lambda r: (r.kind != CASE, order.get(r.name, 0)))
