@@ -371,3 +371,26 @@ def test_echo_answers_status_and_health_as_echo_basic_and_the_model_agrees() -> 
     for path, (status, _) in got.items():
         reply = echo_reply(Request(path=path))
         assert (reply.status or 200) == status, path
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_a_nack_is_a_finding_with_envoys_words_not_a_traceback(cli: CLI, tmp_path: Path) -> None:
+    """A cluster with a negative connect_timeout: the models do not read it, real
+    Envoy rejects it over ADS. The scenario's cases fail with Envoy's message."""
+    r = cli("translate", *scenario_args("httproute-method-matching"))
+    doc = json.loads(r.out)
+    clusters = next(c for c in doc["configs"] if c["@type"].endswith("ClustersConfigDump"))
+    clusters["dynamic_active_clusters"][0]["cluster"]["connect_timeout"] = "-1s"
+    xds = tmp_path / "nack.json"
+    xds.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli(
+        "live", *scenario_args("httproute-method-matching"), "--xds", str(xds), "--format", "json"
+    )
+    assert r.code == 1, r.err
+    assert "Traceback" not in r.err
+    report = json.loads(r.out)
+    (finding,) = report["findings"]
+    assert finding["code"] == "EV806"
+    assert "Expected positive duration" in finding["message"]  # Envoy's own words
+    assert report["cases"] and not any(c["passed"] for c in report["cases"])

@@ -72,7 +72,14 @@ from verifier.xds.snapshot import SECRET_TYPE, WILDCARD_ADDRESSES, Snapshot, bou
 ACK_WAIT_S = 30.0  # hard bound on Envoy's answer to each served type
 ACCESS_LOG_WAIT_S = 5.0  # hard bound on Envoy flushing the access-log lines of a batch
 _KINDS = dict(zip(TYPES, ("clusters", "endpoints", "listeners", "routes", "secrets"), strict=True))
+
+
+class Rejected(HarnessError):
+    """Envoy NACKed the served xDS: its own message, verbatim, is the error's."""
+
+
 _ERRORS: dict[str, type[Exception]] = {
+    "Rejected": Rejected,
     "EnvoyError": EnvoyError,
     "HarnessError": HarnessError,
     "BootstrapError": BootstrapError,
@@ -243,7 +250,7 @@ class NamespaceHarness(EmbeddedHarness):
         ]
         rejected = [a for a in answers if not a.accepted]
         if rejected:
-            raise HarnessError(
+            raise Rejected(
                 "Envoy rejected the checked xDS: "
                 + "; ".join(f"{_KINDS[a.type_url]} {a.version}: {a.message}" for a in rejected)
             )

@@ -34,10 +34,12 @@ from verifier.check import Comparison, Context, brief
 from verifier.errors import InputError, InputErrors
 from verifier.findings import Finding, new
 from verifier.inputs import load_yaml_file
+from verifier.live.bootstrap import BootstrapError
 from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply, spec_client_view
-from verifier.live.harness import EmbeddedHarness
-from verifier.live.isolated import with_isolated_harness
+from verifier.live.envoy_process import EnvoyError
+from verifier.live.harness import EmbeddedHarness, HarnessError
+from verifier.live.isolated import Rejected, with_isolated_harness
 from verifier.live.replay import CaseRun, LiveCase, live_unmet, parse_live
 from verifier.live.results import CASE, WITNESS, CaseResult, LiveReport, ScenarioRun
 from verifier.live.verdict import ODD_ENVOY, ODD_LIVE, ODD_SPEC, ODD_XDS, Verdict, three_way
@@ -49,7 +51,7 @@ RETRY_DELAY = 1.0  # upstream AwaitConvergence's pause after a failed attempt
 PARALLEL_REQUESTS = 16
 CODES = {ODD_LIVE: "EV802", ODD_XDS: "EV803", ODD_SPEC: "EV804", ODD_ENVOY: "EV805"}
 FAILED_CASE = "EV801"
-LIVE_CODES = ("EV801", "EV802", "EV803", "EV804", "EV805")
+LIVE_CODES = ("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807")
 
 
 @dataclass(frozen=True)
@@ -189,15 +191,18 @@ async def _run_scenario(
 
     # Envoy runs exactly the checked xDS, in a network namespace of the run's own
     # (or, where none can be made, a rewritten copy on loopback, and the report says so).
-    done = await with_isolated_harness(
-        ctx.res,
-        ctx.snapshot,
-        work,
-        destinations=[c.case.request.address for c in p.cases]
-        + ([w.request.address for w in ctx.witnesses] if opts.witnesses else []),
-        trust_domain=check.trust_domain,
-        addressing=check.addressing,
-    )
+    try:
+        done = await with_isolated_harness(
+            ctx.res,
+            ctx.snapshot,
+            work,
+            destinations=[c.case.request.address for c in p.cases]
+            + ([w.request.address for w in ctx.witnesses] if opts.witnesses else []),
+            trust_domain=check.trust_domain,
+            addressing=check.addressing,
+        )
+    except (HarnessError, EnvoyError, BootstrapError) as exc:
+        return _not_run(p, exc)
     found, rewritten, notes = done.value, done.rewritten, done.notes
     order = {c.case.name: i for i, c in enumerate(p.cases)}
     results = [r for r, _ in found]
@@ -209,6 +214,33 @@ async def _run_scenario(
         rewritten,
         notes,
     )
+
+
+def _not_run(p: _Prepared, exc: Exception) -> ScenarioRun:
+    """A scenario whose data plane never served (Envoy NACKed the xDS, or died): one
+    finding with Envoy's own words, and every case failed with them, not a traceback."""
+    code = "EV806" if isinstance(exc, Rejected) else "EV807"
+    message = str(exc).strip()
+    first = p.ctx.case_locations.get(p.cases[0].case.name, ("", 0)) if p.cases else ("", 0)
+    finding = new(code, RULE, file=first[0], line=first[1], message=message)
+    results = tuple(
+        CaseResult(
+            _name(p.scenario),
+            c.case.name,
+            CASE,
+            False,
+            0,
+            c.case.request.line(),
+            _expected(c),
+            {},
+            None,
+            None,
+            "",
+            (message,),
+        )
+        for c in p.cases
+    )
+    return ScenarioRun(_name(p.scenario), results, (finding,), False, ())
 
 
 def _name(scn: pipeline.Scenario) -> str:
