@@ -16,6 +16,7 @@ from verifier.check import Context
 from verifier.gatewayapi.attach import build_graph
 from verifier.gatewayapi.load import load_texts
 from verifier.gatewayapi.resources import Resources, build
+from verifier.mutate.catalog import equivalent, mutants
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy.model import EnvoyModel
 from verifier.semantics.request import Outcome, Request
@@ -103,3 +104,21 @@ def test_the_share_of_a_backend_without_endpoints_is_not_told_apart(
     (its share would get 503 live), the same way in both models."""
     spec, _ = _both(world, "/some-down")
     assert [b.name for b in spec.backends] == ["down", "up"]
+
+
+def test_a_mutant_of_a_cluster_with_no_host_is_proven_equivalent(
+    world: tuple[Resources, Context],
+) -> None:
+    """Empty EDS or DNS to a Service without endpoints: 503 either way, so the mutation
+    score does not count such mutants as survivors; a made-up host is not hostless."""
+    res, ctx = world
+    hostless = backend_directory_from(res).unready_names()
+    assert "down.ns.svc.cluster.local" in hostless
+    assert "up.ns.svc.cluster.local" not in hostless
+    by_site = {(m.operator, m.xds_path): m for m in mutants(ctx.snapshot)}
+    down = "clusters[k8s/ns/down/8080].type"
+    up = "clusters[k8s/ns/up/8080].type"
+    assert equivalent(ctx.snapshot, by_site[("dns-to-eds-empty", down)], hostless)
+    assert not equivalent(ctx.snapshot, by_site[("dns-to-eds-empty", down)])
+    assert not equivalent(ctx.snapshot, by_site[("dns-to-eds-empty", up)], hostless)
+    assert not equivalent(ctx.snapshot, by_site[("dns-to-eds-made-up", down)], hostless)

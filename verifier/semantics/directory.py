@@ -112,6 +112,12 @@ class BackendDirectory:
         Service without any EndpointSlice is taken to answer (nothing says otherwise)."""
         return (namespace, service) not in self._unready
 
+    def unready_names(self) -> frozenset[str]:
+        """Every DNS name of the Services with no ready endpoint."""
+        return frozenset(
+            f"{svc}.{ns}{suffix}" for ns, svc in self._unready for suffix in CLUSTER_DOMAIN_SUFFIXES
+        )
+
     def by_dns(self, host: str, port: int) -> ServicePortRef | None:
         """``<svc>.<ns>[.svc[.cluster.local]]`` on one of the Service's ports."""
         h = host.lower().rstrip(".")
