@@ -71,6 +71,23 @@ spec:
       port: 8080
 """
 
+# A GatewayClass of ours and Gateway ns/gw, one HTTP listener on 80 open to every
+# namespace: the smallest world a focused test adds its routes and Services to.
+GATEWAY_NS_GW = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: gateway.aether.io/edge}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: ns}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+"""
+
 
 def rel(path: Path) -> str:
     """A repo path as users type it, so reports and goldens do not depend on the checkout."""

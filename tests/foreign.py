@@ -175,7 +175,8 @@ def _clusters(doc: Json, res: Resources) -> dict[str, str]:
         elif "load_assignment" in c:
             c["load_assignment"]["cluster_name"] = new
     if assignments:
-        _section(doc, "Endpoints")["dynamic_endpoint_configs"] = assignments
+        # Beside the mesh clusters' own assignments, which stay.
+        _section(doc, "Endpoints").setdefault("dynamic_endpoint_configs", []).extend(assignments)
     return renamed
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import BASE, scenario_params, valid_scenarios
+from conftest import BASE, GATEWAY_NS_GW, scenario_params, valid_scenarios
 
 from verifier.gatewayapi.load import load_texts
 from verifier.gatewayapi.model import PathModifier, Redirect
@@ -158,20 +158,7 @@ def test_spec_model_meets_cases(scenario: Path) -> None:
 
 # ------------------------------------------------------------ focused unit tests
 
-GATEWAY = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: aether}
-spec: {controllerName: gateway.aether.io/edge}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: ns}
-spec:
-  gatewayClassName: aether
-  listeners:
-  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
-"""
+GATEWAY = GATEWAY_NS_GW
 SERVICES = "".join(
     f"""---
 apiVersion: v1

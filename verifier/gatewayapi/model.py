@@ -808,12 +808,25 @@ def parse_config_map(raw: RawObject) -> ConfigMap:
 
 
 @dataclass(frozen=True)
+class ContainerPort:
+    """A port a pod's container declares: what a Service's named targetPort resolves to."""
+
+    name: str
+    port: int
+    protocol: str
+
+
+@dataclass(frozen=True)
 class Workload:
-    """A Deployment/StatefulSet/DaemonSet: only what identity resolution needs."""
+    """A Deployment/StatefulSet/DaemonSet: what identity resolution and, for Services
+    given without EndpointSlices, the endpoints a cluster would publish need."""
 
     meta: Meta
     pod_labels: tuple[tuple[str, str], ...]
     service_account: str
+    # Pods it runs: ``spec.replicas`` (default 1); a DaemonSet runs one (one node).
+    replicas: int = 1
+    container_ports: tuple[ContainerPort, ...] = ()
 
 
 def parse_workload(raw: RawObject) -> Workload:
@@ -822,4 +835,20 @@ def parse_workload(raw: RawObject) -> Workload:
     labels = _d(_d(template.get("metadata")).get("labels"))
     pod_spec = _d(template.get("spec"))
     sa = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount") or "default"
-    return Workload(_meta(raw), tuple(sorted((str(k), str(v)) for k, v in labels.items())), str(sa))
+    replicas = 1 if raw.kind == "DaemonSet" else _opt_int(spec.get("replicas"))
+    ports = tuple(
+        ContainerPort(
+            str(p.get("name", "") or ""),
+            int(p.get("containerPort", 0)),
+            str(p.get("protocol", "TCP")),
+        )
+        for c in (_d(x) for x in _l(pod_spec.get("containers")))
+        for p in (_d(x) for x in _l(c.get("ports")))
+    )
+    return Workload(
+        _meta(raw),
+        tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+        str(sa),
+        1 if replicas is None else replicas,
+        ports,
+    )

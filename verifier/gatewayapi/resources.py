@@ -15,6 +15,7 @@ from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.load import LoadResult, RawObject, load_paths
 from verifier.gatewayapi.validate import validate_object
+from verifier.gatewayapi.workloads import derive_endpoint_slices
 
 GATEWAY_GROUP = m.GATEWAY_GROUP
 
@@ -166,7 +167,18 @@ def build(loaded: LoadResult) -> Resources:
             errors.append(dup)
     if errors:
         raise InputErrors(errors)
+    _derive_endpoints(res)
     return res
+
+
+def _derive_endpoints(res: Resources) -> None:
+    """Once, here: every reader of ``endpoint_slices`` (both models, the translator,
+    the live harness) then sees the endpoints a cluster would publish for Services
+    given with workloads and no EndpointSlice, without knowing they were derived."""
+    derived, notes = derive_endpoint_slices(res.services, res.endpoint_slices, res.workloads)
+    for sl in derived:
+        res.endpoint_slices[sl.meta.key] = sl
+    res.warnings.extend(notes)
 
 
 def load_resources(paths: Sequence[str]) -> Resources:

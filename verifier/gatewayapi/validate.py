@@ -34,7 +34,9 @@ compile as RE2, because Envoy compiles them with RE2).
 
 Objects and core kinds: ``unsupported-version`` (apiVersion not served),
 ``invalid-name`` (metadata.name/namespace format), ``tls-secret-missing-key``,
-``invalid-base64`` (Secret data).
+``invalid-base64`` (Secret data); for apps/v1 workloads, ``selector-mismatch``
+(spec.selector does not select the pod template's labels) and ``unique``
+(container port names in one pod).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from verifier.gatewayapi.schema_common import (
     ANNOTATION_VALUE,
     DNS_LABEL_RE,
     DNS_SUBDOMAIN_RE,
+    LABEL_SELECTOR,
     LABEL_VALUE,
     QUALIFIED_NAME_RE,
 )
@@ -401,8 +404,103 @@ ENDPOINT_SLICE = Obj(
     },
     open=True,
 )
+
+
+def _port_names_rule(ctx: Ctx, containers: Any, path: str) -> None:
+    """Container port names are unique in a pod: a Service's named targetPort must
+    resolve to one port (the API server rejects the pod template otherwise)."""
+    seen: dict[str, str] = {}
+    for i, container in enumerate(lst(containers)):
+        for j, port in enumerate(lst(d(container).get("ports"))):
+            name = d(port).get("name")
+            here = f"{path}[{i}].ports[{j}].name"
+            if isinstance(name, str) and name:
+                if name in seen:
+                    ctx.error(here, "unique", f"port name {name!r} is already used by {seen[name]}")
+                seen.setdefault(name, here)
+
+
+def _selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
+    if any(labels.get(k) != v for k, v in d(selector.get("matchLabels")).items()):
+        return False
+    for expr in (d(e) for e in lst(selector.get("matchExpressions"))):
+        key, op, values = str(expr.get("key")), expr.get("operator"), lst(expr.get("values"))
+        present = key in labels
+        if (
+            (op == "In" and labels.get(key) not in values)
+            or (op == "NotIn" and present and labels.get(key) in values)
+            or (op == "Exists" and not present)
+            or (op == "DoesNotExist" and present)
+        ):
+            return False
+    return True
+
+
+def _workload_rule(ctx: Ctx, spec: Any, path: str) -> None:
+    """apps/v1: "selector does not match template labels" is refused on create; the
+    endpoints derived for a Service follow the pod template's labels, so a workload
+    whose own selector would not own those pods is not read as if it did."""
+    obj = d(spec)
+    selector = obj.get("selector")
+    labels = d(d(d(obj.get("template")).get("metadata")).get("labels"))
+    if isinstance(selector, dict) and not _selector_matches(selector, labels):
+        ctx.error(
+            join(path, "selector"),
+            "selector-mismatch",
+            "selector does not match template labels (spec.template.metadata.labels)",
+        )
+
+
+CONTAINER_PORT = Obj(
+    {
+        "name": opt(
+            Str(
+                max_len=15,
+                pattern=_IANA_SVC_NAME,
+                expect="must be an IANA service name (lowercase letters, digits, '-')",
+                code="invalid-name",
+            )
+        ),
+        "containerPort": req(Int(minimum=1, maximum=65535)),
+        "protocol": opt(_PROTOCOL),
+    },
+    open=True,
+)
+CONTAINER = Obj({"name": req(Str(min_len=1)), "ports": opt(Arr(CONTAINER_PORT))}, open=True)
+POD_TEMPLATE = Obj(
+    {
+        "metadata": opt(Obj({"labels": opt(LABELS)}, open=True)),
+        "spec": req(
+            Obj(
+                {
+                    "containers": req(Arr(CONTAINER, min_items=1, rules=(_port_names_rule,))),
+                    "serviceAccountName": opt(Str()),
+                },
+                open=True,
+            )
+        ),
+    },
+    open=True,
+)
+
+
+def _workload(replicas: bool) -> Obj:
+    """Deployment, StatefulSet (with replicas) and DaemonSet: only the fields the
+    endpoint derivation reads are checked; the rest stay open."""
+    fields = {"selector": req(LABEL_SELECTOR), "template": req(POD_TEMPLATE)}
+    if replicas:
+        fields["replicas"] = opt(Int(minimum=0))
+    return Obj({"spec": req(Obj(fields, open=True, rules=(_workload_rule,)))}, open=True)
+
+
+SCALED_WORKLOAD = _workload(replicas=True)
+DAEMON_SET = _workload(replicas=False)
+
 CORE_CHECKS = {
     "Service": lambda ctx, data: check(ctx, SERVICE, data, ""),
+    "Deployment": lambda ctx, data: check(ctx, SCALED_WORKLOAD, data, ""),
+    "StatefulSet": lambda ctx, data: check(ctx, SCALED_WORKLOAD, data, ""),
+    "DaemonSet": lambda ctx, data: check(ctx, DAEMON_SET, data, ""),
     "Secret": lambda ctx, data: _check_secret(ctx, data),
     "ConfigMap": lambda ctx, data: check(ctx, CONFIG_MAP, data, ""),
     "EndpointSlice": lambda ctx, data: check(ctx, ENDPOINT_SLICE, data, ""),

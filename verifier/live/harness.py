@@ -360,8 +360,18 @@ class EmbeddedHarness:
         if isinstance(port, int) and port != MESH_PORT:
             if svc is not None and all(p.port != port for p in svc.ports):
                 # xDS that dials pod IPs reaches the targetPort: name the Service
-                # port behind it (the lowest, when several share one targetPort).
-                behind = sorted(p.port for p in svc.ports if p.target_port == str(port))
+                # port behind it (the lowest, when several share one targetPort). A
+                # named targetPort is the number its EndpointSlices publish for it.
+                published = {
+                    name
+                    for sl in self.res.endpoint_slices.values()
+                    if (sl.meta.namespace, sl.service_name) == service
+                    for name, number in sl.ports
+                    if number == port
+                }
+                behind = sorted(
+                    p.port for p in svc.ports if p.target_port == str(port) or p.name in published
+                )
                 return behind[0] if behind else port
             return port
         # The mesh path dials the workload's :15008, which names no Service

@@ -5,7 +5,10 @@ per operator, spread evenly and deterministically) and returns new snapshots; th
 never modified (a mutant deep-copies the message it changes, path-copies its parents and
 shares everything else). ``equivalent(original, mutant)`` is True only with a proof that no
 request can distinguish the two (see ``verifier.mutate.proofs``); a mutant that is not proven
-equivalent and that the checker does not flag is a survivor.
+equivalent and that the checker does not flag is a survivor. Whatever the operator, a change
+to one cluster that has no host before and after (an empty assignment, or DNS names of
+Services with no ready endpoint, which the caller passes as ``hostless``) is equivalent:
+Envoy answers 503 either way.
 
 An ``Operator`` is a name, a doc (what it breaks, which rule should catch it, when it is
 equivalent), ``sites(snapshot)`` listing where it applies, and ``prove(original, mutant)``;
@@ -33,6 +36,7 @@ from typing import Final
 
 from verifier.mutate.core import MAX_SITES, Mutant, Operator
 from verifier.mutate.operators import actions, clusters, filters, listeners, routes
+from verifier.mutate.proofs import prove_hostless_cluster
 from verifier.xds.snapshot import Snapshot
 
 __all__ = ["MAX_SITES", "OPERATORS", "Mutant", "Operator", "equivalent", "mutants"]
@@ -55,7 +59,13 @@ def mutants(
     return [m for op in operators for m in op.generate(snapshot, cap=cap)]
 
 
-def equivalent(original: Snapshot, mutant: Mutant) -> bool:
-    """True only when it is proven that no request distinguishes the mutant from the original."""
+def equivalent(original: Snapshot, mutant: Mutant, hostless: frozenset[str] = frozenset()) -> bool:
+    """True only when it is proven that no request distinguishes the mutant from the original.
+
+    ``hostless``: the DNS names of Services with no ready endpoint (the snapshot alone
+    cannot say so); whatever a mutant does to a cluster with no host, it answers 503.
+    """
     op = _BY_NAME.get(mutant.operator)
-    return op is not None and op.prove(original, mutant)
+    if op is not None and op.prove(original, mutant):
+        return True
+    return op is not None and prove_hostless_cluster(original, mutant, hostless)

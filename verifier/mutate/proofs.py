@@ -29,6 +29,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from functools import cache
 
+from envoy_data_plane.envoy.config.cluster.v3 import ClusterDiscoveryType
 from envoy_data_plane.envoy.config.route.v3 import (
     Route,
     RouteAction,
@@ -145,6 +146,46 @@ def prove_domain_change(original: Snapshot, mutant: Mutant) -> bool:
 def prove_unused_cluster(original: Snapshot, mutant: Mutant) -> bool:
     name = cluster_scope(original, mutant.snapshot, mutant.xds_path)
     return name is not None and cluster_unreferenced(original, name)
+
+
+def _hostless(snap: Snapshot, name: str, hostless: frozenset[str]) -> bool:
+    """The cluster has no host to send to: an empty assignment, or DNS names that
+    resolve to Services with no ready endpoint (``hostless``, from the Resources)."""
+    cluster = next((c for c in snap.clusters if c.name == name), None)
+    if cluster is None or cluster.cluster_type is not None:
+        return False
+    kind = cluster.type if cluster.type is not None else ClusterDiscoveryType.STATIC
+    assignment = cluster.load_assignment
+    if kind == ClusterDiscoveryType.EDS:
+        service = cluster.eds_cluster_config.service_name if cluster.eds_cluster_config else ""
+        assignment = next(
+            (e for e in snap.endpoints if resource_name(e) == (service or name)), assignment
+        )
+    elif kind not in (
+        ClusterDiscoveryType.STATIC,
+        ClusterDiscoveryType.STRICT_DNS,
+        ClusterDiscoveryType.LOGICAL_DNS,
+    ):
+        return False
+    hosts = [
+        lb.endpoint.address.socket_address.address.lower().rstrip(".")
+        for loc in (assignment.endpoints if assignment else [])
+        for lb in loc.lb_endpoints
+        if lb.endpoint and lb.endpoint.address and lb.endpoint.address.socket_address
+    ]
+    dns = kind != ClusterDiscoveryType.STATIC and kind != ClusterDiscoveryType.EDS
+    return all(dns and h in hostless for h in hosts)
+
+
+def prove_hostless_cluster(original: Snapshot, mutant: Mutant, hostless: frozenset[str]) -> bool:
+    """One cluster changed that has no host to send to, before and after: every request
+    routed to it gets Envoy's 503 either way, however it would have connected."""
+    name = cluster_scope(original, mutant.snapshot, mutant.xds_path)
+    return (
+        name is not None
+        and _hostless(original, name, hostless)
+        and _hostless(mutant.snapshot, name, hostless)
+    )
 
 
 def _local(original: Snapshot, mutant: Mutant) -> tuple[VhostScope, int] | None:

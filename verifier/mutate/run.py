@@ -20,6 +20,7 @@ from verifier.errors import InputError, InputErrors
 from verifier.forked import map_forked
 from verifier.mutate.catalog import equivalent, mutants
 from verifier.registry import Rule, run
+from verifier.semantics.directory import backend_directory_from
 
 # Mutants are valid xDS by construction (Envoy accepts them all), and running
 # Envoy per mutant would dominate the run: that rule is judged on the
@@ -80,9 +81,10 @@ def mutate_scenario(
     baseline = run(rules, base).findings
     report.baseline_findings += [f"{scn.name}: {f.code} {f.message}" for f in baseline]
     spec_cache = base.spec_cache
+    hostless = backend_directory_from(base.res).unready_names()
     for mutant in mutants(base.snapshot):
         report.total += 1
-        if equivalent(base.snapshot, mutant):
+        if equivalent(base.snapshot, mutant, hostless):
             report.equivalent += 1
             continue
         ctx = Context(

@@ -66,6 +66,8 @@ class BackendDirectory:
     services: dict[tuple[str, str], ServiceSpec] = field(default_factory=dict)
     _by_ip: dict[tuple[str, int], set[ServicePortRef]] = field(default_factory=dict)
     _pods: dict[str, set[tuple[str, str]]] = field(default_factory=dict)  # ip -> services
+    # Services whose EndpointSlices list no ready address: nothing answers behind them.
+    _unready: set[tuple[str, str]] = field(default_factory=set)
 
     @classmethod
     def build(
@@ -79,10 +81,12 @@ class BackendDirectory:
                     d._by_ip.setdefault((s.cluster_ip, p.port), set()).add(
                         ServicePortRef(s.namespace, s.name, p.port)
                     )
+        ready: set[tuple[str, str]] = set()
         for sl in slices:
             svc = d.services.get((sl.namespace, sl.service))
             if svc is None:
                 continue
+            (ready if sl.addresses else d._unready).add((sl.namespace, sl.service))
             for addr in sl.addresses:
                 d._pods.setdefault(addr, set()).add((sl.namespace, sl.service))
                 for p in svc.ports:
@@ -99,7 +103,20 @@ class BackendDirectory:
                             d._by_ip.setdefault((addr, number), set()).add(
                                 ServicePortRef(sl.namespace, sl.service, p.port)
                             )
+        d._unready -= ready
         return d
+
+    def ready(self, namespace: str, service: str) -> bool:
+        """False when the Service's EndpointSlices list no ready address: its clusterIP
+        refuses connections and its headless name has no address, as in a cluster. A
+        Service without any EndpointSlice is taken to answer (nothing says otherwise)."""
+        return (namespace, service) not in self._unready
+
+    def unready_names(self) -> frozenset[str]:
+        """Every DNS name of the Services with no ready endpoint."""
+        return frozenset(
+            f"{svc}.{ns}{suffix}" for ns, svc in self._unready for suffix in CLUSTER_DOMAIN_SUFFIXES
+        )
 
     def by_dns(self, host: str, port: int) -> ServicePortRef | None:
         """``<svc>.<ns>[.svc[.cluster.local]]`` on one of the Service's ports."""

@@ -347,14 +347,15 @@ OPERATORS: tuple[Operator, ...] = (
         "dns-to-eds-empty",
         "A STRICT_DNS/LOGICAL_DNS cluster turned into EDS with an empty assignment: the "
         "backend has no endpoints (503). The backend resolution rule should catch it. "
-        "Equivalent only when no route, listener or cluster uses the cluster.",
+        "Equivalent only when no route, listener or cluster uses the cluster, or when "
+        "its Service has no ready endpoint either (503 both ways).",
         _to_eds(made_up=False),
         prove_unused_cluster,
     ),
     Operator(
         "dns-to-eds-made-up",
         f"A DNS cluster turned into EDS with a made-up endpoint ({MADE_UP_ADDRESS}). "
-        "The backend resolution rule should catch it. Equivalent as dns-to-eds-empty.",
+        "The backend resolution rule should catch it. Equivalent only when the cluster is unused.",
         _to_eds(made_up=True),
         prove_unused_cluster,
     ),

@@ -34,6 +34,9 @@ class ClusterTarget:
     backend: Backend | None
     dns_host: str | None = None  # for auto_host_rewrite
     notes: tuple[str, ...] = ()
+    # The cluster exists but has no host to send to: Envoy answers 503 ("no healthy
+    # upstream", or a refused connection to a Service with no ready endpoint).
+    unavailable: bool = False
 
 
 def _identity_and_sni(cluster: Cluster) -> tuple[str | None, str | None]:
@@ -103,11 +106,13 @@ class ClusterResolver:
             return ClusterTarget(None, notes=(f"cluster {name!r} does not exist",))
         kind, _ = betterproto2.which_one_of(cluster, "cluster_discovery_type")
         dns = False
+        modelled = True  # whether "no endpoint" means no host to send to
         notes: list[str] = []
         if kind == "cluster_type":
             ext = cluster.cluster_type.name if cluster.cluster_type else ""
             dns = ext == DNS_EXTENSION
             if not dns:
+                modelled = False
                 notes.append(f"cluster type extension {ext!r} not modelled")
             assignment = cluster.load_assignment
         else:
@@ -119,6 +124,7 @@ class ClusterResolver:
                 assignment = self.assignments.get(service) or cluster.load_assignment
             elif ctype == ClusterDiscoveryType.ORIGINAL_DST:
                 notes.append("ORIGINAL_DST cluster: the destination is the client's choice")
+                modelled = False
                 assignment = None
             else:
                 assignment = cluster.load_assignment
@@ -134,10 +140,14 @@ class ClusterResolver:
             # the upstream host": the endpoint's hostname, else (DNS) the DNS name.
             host, _port, hostname = targets[0]
             dns_host = hostname or (host if dns else None)
+        unavailable = not targets and modelled
         if res.target is None:
             backend = Backend("", name, 0)
         else:
             t = res.target
             aliases = tuple((c.namespace, c.service, c.port) for c in res.candidates if c != t)
             backend = Backend(t.namespace, t.service, t.port, aliases=aliases)
-        return ClusterTarget(backend, dns_host, tuple(notes))
+            if not self.directory.ready(t.namespace, t.service):
+                unavailable = True
+                notes.append(f"cluster {name!r}: {t.namespace}/{t.service} has no ready endpoint")
+        return ClusterTarget(backend, dns_host, tuple(notes), unavailable)

@@ -34,6 +34,9 @@ CLUSTER_NOT_FOUND_STATUS: dict[NotFound, int] = {
     NotFound.NOT_FOUND: 404,
     NotFound.INTERNAL_SERVER_ERROR: 500,
 }
+# A cluster with no host to send to: Envoy's router answers "no healthy upstream"
+# (UH), and a connection refused by a Service without endpoints fails the same way.
+NO_HEALTHY_UPSTREAM_STATUS = 503
 # RouteAction.timeout: "If not specified, the default is 15s. ... A value of 0 will
 # disable the route's timeout." Reported as None (the proxy's default) when unset.
 DEFAULT_ROUTE_TIMEOUT_MS = 15_000
@@ -105,6 +108,10 @@ def _single(name: str, resolver: ClusterResolver, missing_status: int) -> Upstre
         out = Upstream(missing_status, invalid_weight=invalid, notes=list(target.notes))
         out.trace.append(f"cluster {name!r} does not exist: {missing_status}")
         return out
+    if target.unavailable:
+        out = Upstream(NO_HEALTHY_UPSTREAM_STATUS, notes=list(target.notes))
+        out.trace.append(f"cluster {name!r} has no healthy host: {NO_HEALTHY_UPSTREAM_STATUS}")
+        return out
     out = Upstream(200, (target.backend,), dns_host=target.dns_host, notes=list(target.notes))
     b = target.backend
     out.trace.append(f"cluster {name!r} -> {b.namespace}/{b.name}:{b.port}")
@@ -116,6 +123,7 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
     assert wc is not None
     out = Upstream(200)
     shares: dict[Backend, int] = {}
+    unavailable: set[Backend] = set()
     invalid = 0
     first = True
     for cw in wc.clusters:
@@ -134,6 +142,8 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
             continue
         key = dataclasses.replace(target.backend, weight=1)
         shares[key] = shares.get(key, 0) + weight
+        if target.unavailable:
+            unavailable.add(key)
         out.trace.append(f"weighted cluster {cw.name!r} ({weight}) -> {key.namespace}/{key.name}")
         label = f"weighted cluster {cw.name}"
         req = header_parser(
@@ -161,6 +171,12 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
     if not shares:
         out.status = missing_status
         out.trace.append(f"no weighted cluster exists: {missing_status}")
+        return out
+    if all(k in unavailable for k in shares):
+        # With some clusters up, the share of those without hosts (503 each) is not
+        # told apart: they stay listed, as the spec model lists such backends.
+        out.status = NO_HEALTHY_UPSTREAM_STATUS
+        out.trace.append(f"no weighted cluster has a healthy host: {NO_HEALTHY_UPSTREAM_STATUS}")
         return out
     out.backends = _shares(shares)
     return out

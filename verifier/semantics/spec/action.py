@@ -25,7 +25,7 @@ from verifier.semantics.request import (
     Request,
     RouteRef,
 )
-from verifier.semantics.spec.backends import duration_ms, resolve_ref
+from verifier.semantics.spec.backends import duration_ms, has_ready_endpoint, resolve_ref
 from verifier.semantics.spec.cors import PREFLIGHT_STATUS, cors_decision
 from verifier.semantics.spec.filters import (
     HeaderOp,
@@ -47,6 +47,11 @@ from verifier.semantics.spec.match import Candidate
 # is set to 0, no traffic should be forwarded for this entry."
 NO_BACKEND_STATUS = 500
 FORWARDED_STATUS = 200
+# HTTPRouteRule.backendRefs: "When a HTTPBackendRef refers to a Service that has no
+# ready endpoints, implementations SHOULD return a 503 for requests to that backend
+# instead. If an implementation chooses to do this, all of the above rules for 500
+# responses MUST also apply for responses that return a 503." The edge does.
+NO_READY_ENDPOINT_STATUS = 503
 
 # Filters a backendRef may carry that the model applies (per chosen backend).
 BACKEND_FILTERS_MODELLED = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier"})
@@ -255,6 +260,11 @@ def _forward(p: _Pipeline, winner: Candidate, ref: RouteRef) -> Action:
         why = "no backendRefs" if not rule.backend_refs else "no valid backendRef with weight > 0"
         p.trace.append(f"{why}: {NO_BACKEND_STATUS}")
         return p.response(NO_BACKEND_STATUS, ref, invalid_weight=invalid, notes=notes)
+    if not any(has_ready_endpoint(p.res, b) for b in backends):
+        # When some backends answer, the share of those that do not is not told apart
+        # (the Outcome has no field for a 503 share): they stay listed as backends.
+        p.trace.append(f"no backend has a ready endpoint: {NO_READY_ENDPOINT_STATUS}")
+        return p.response(NO_READY_ENDPOINT_STATUS, ref, invalid_weight=invalid, notes=notes)
     host, headers = _forwarded_headers(p.request, p.host, tuple(p.req_ops))
     forwarded = Forwarded(p.request.method, host, p.path, to_headers(headers))
     request_ms = duration_ms(rule.request_timeout)

@@ -79,6 +79,21 @@ def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -
     )
 
 
+def has_ready_endpoint(res: Resources, backend: Backend) -> bool:
+    """HTTPRouteRule.backendRefs: "When a HTTPBackendRef refers to a Service that has
+    no ready endpoints, implementations SHOULD return a 503 for requests to that
+    backend instead." A Service is without ready endpoints when EndpointSlices are
+    given (or derived from its workloads) for it and none lists a ready address; a
+    Service the input gives no EndpointSlice for (one without a selector) is taken
+    to answer, since nothing says it does not."""
+    slices = [
+        s
+        for s in res.endpoint_slices.values()
+        if s.meta.namespace == backend.namespace and s.service_name == backend.name
+    ]
+    return not slices or any(s.addresses for s in slices)
+
+
 # Gateway API Duration (GEP-2257): "^([0-9]{1,5}(h|m|s|ms)){1,4}$".
 DURATION_UNITS_MS = {"h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
 

@@ -1,0 +1,124 @@
+"""A Service with no ready endpoint: both models answer 503, as a cluster's edge does.
+
+HTTPRouteRule.backendRefs: "When a HTTPBackendRef refers to a Service that has
+no ready endpoints, implementations SHOULD return a 503 for requests to that
+backend instead." The spec model reads it from the Service's EndpointSlices
+(given, or derived from its workloads); the Envoy model from what the xDS dials
+(an empty EDS assignment, or a Service name whose pods are gone).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import GATEWAY_NS_GW
+
+from verifier.check import Context
+from verifier.gatewayapi.attach import build_graph
+from verifier.gatewayapi.load import load_texts
+from verifier.gatewayapi.resources import Resources, build
+from verifier.mutate.catalog import equivalent, mutants
+from verifier.semantics.directory import backend_directory_from
+from verifier.semantics.envoy.model import EnvoyModel
+from verifier.semantics.request import Outcome, Request
+from verifier.semantics.spec.model import SpecModel
+from verifier.translate import TranslateOptions, translate
+
+GATEWAY = ("ns", "gw")
+
+
+def _deployment(name: str, replicas: int) -> str:
+    return f"""---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: ns}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{containers: [{{name: c, ports: [{{containerPort: 3000}}]}}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: ns}}
+spec: {{selector: {{app: {name}}}, ports: [{{port: 8080, targetPort: 3000}}]}}
+"""
+
+
+def _rule(path: str, *backends: str) -> str:
+    refs = ", ".join(f"{{name: {b}, port: 8080}}" for b in backends)
+    return (
+        f"  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]\n    backendRefs: [{refs}]\n"
+    )
+
+
+WORLD = (
+    GATEWAY_NS_GW
+    + _deployment("up", 2)
+    + _deployment("down", 0)
+    + _deployment("gone", 0)
+    + """---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: ns}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+"""
+    + _rule("/up", "up")
+    + _rule("/down", "down")
+    + _rule("/all-down", "down", "gone")
+    + _rule("/some-down", "up", "down")
+)
+
+
+@pytest.fixture(scope="module")
+def world() -> tuple[Resources, Context]:
+    res = build(load_texts([("world.yaml", WORLD)]))
+    return res, Context(res, translate(res, build_graph(res), TranslateOptions()))
+
+
+def _both(world: tuple[Resources, Context], path: str) -> tuple[Outcome, Outcome]:
+    res, ctx = world
+    request = ctx.sent(GATEWAY, Request(host="x.example.com", path=path))
+    spec = SpecModel(res).evaluate(GATEWAY, request).outcome
+    envoy = EnvoyModel(ctx.snapshot, backend_directory_from(res)).evaluate(request).outcome
+    return spec, envoy
+
+
+@pytest.mark.parametrize(
+    ("path", "status"), [("/up", 200), ("/down", 503), ("/all-down", 503), ("/some-down", 200)]
+)
+def test_both_models_answer_503_when_no_backend_has_a_ready_endpoint(
+    world: tuple[Resources, Context], path: str, status: int
+) -> None:
+    spec, envoy = _both(world, path)
+    assert (spec.status, envoy.status) == (status, status)
+    assert spec.backends == envoy.backends
+
+
+def test_the_share_of_a_backend_without_endpoints_is_not_told_apart(
+    world: tuple[Resources, Context],
+) -> None:
+    """A documented limit: with one backend up, the one without endpoints stays listed
+    (its share would get 503 live), the same way in both models."""
+    spec, _ = _both(world, "/some-down")
+    assert [b.name for b in spec.backends] == ["down", "up"]
+
+
+def test_a_mutant_of_a_cluster_with_no_host_is_proven_equivalent(
+    world: tuple[Resources, Context],
+) -> None:
+    """Empty EDS or DNS to a Service without endpoints: 503 either way, so the mutation
+    score does not count such mutants as survivors; a made-up host is not hostless."""
+    res, ctx = world
+    hostless = backend_directory_from(res).unready_names()
+    assert "down.ns.svc.cluster.local" in hostless
+    assert "up.ns.svc.cluster.local" not in hostless
+    by_site = {(m.operator, m.xds_path): m for m in mutants(ctx.snapshot)}
+    down = "clusters[k8s/ns/down/8080].type"
+    up = "clusters[k8s/ns/up/8080].type"
+    assert equivalent(ctx.snapshot, by_site[("dns-to-eds-empty", down)], hostless)
+    assert not equivalent(ctx.snapshot, by_site[("dns-to-eds-empty", down)])
+    assert not equivalent(ctx.snapshot, by_site[("dns-to-eds-empty", up)], hostless)
+    assert not equivalent(ctx.snapshot, by_site[("dns-to-eds-made-up", down)], hostless)

@@ -1,0 +1,217 @@
+"""Endpoints derived from workloads, for Services given without EndpointSlices.
+
+The derived slices must be what a cluster's EndpointSlice controller would
+publish, since the models, the translator and the live pass all read them as
+if they had been given.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from verifier.errors import InputErrors
+from verifier.gatewayapi.load import load_texts
+from verifier.gatewayapi.resources import Resources, build
+from verifier.gatewayapi.workloads import POD_RANGE
+
+
+def _workload(kind: str, name: str, *, replicas: int | None = None, ports: str = "") -> str:
+    rep = "" if replicas is None else f"\n  replicas: {replicas}"
+    port_list = ports or "[{containerPort: 3000}]"
+    return f"""---
+apiVersion: apps/v1
+kind: {kind}
+metadata: {{name: {name}, namespace: ns}}
+spec:{rep}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}, tier: web}}}}
+    spec:
+      containers:
+      - name: c
+        ports: {port_list}
+"""
+
+
+def _service(name: str, selector: str, *, target: str = "", port: int = 8080) -> str:
+    target_line = f", targetPort: {target}" if target else ""
+    return f"""---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: ns}}
+spec:
+  selector: {selector}
+  ports: [{{port: {port}{target_line}}}]
+"""
+
+
+def _load(*docs: str) -> Resources:
+    return build(load_texts([("t.yaml", "".join(docs))]))
+
+
+def _slices(
+    res: Resources, service: str
+) -> list[tuple[tuple[str, ...], tuple[tuple[str, int], ...]]]:
+    return [
+        (s.addresses, s.ports)
+        for s in res.endpoint_slices.values()
+        if s.meta.namespace == "ns" and s.service_name == service
+    ]
+
+
+def test_selector_picks_the_pods_of_matching_workloads_only() -> None:
+    res = _load(
+        _workload("Deployment", "a", replicas=2),
+        _workload("Deployment", "b", replicas=3),
+        _service("svc-a", "{app: a}", target="3000"),
+        _service("svc-web", "{tier: web}", target="3000"),
+    )
+    [(a_addresses, a_ports)] = _slices(res, "svc-a")
+    assert len(a_addresses) == 2 and a_ports == (("", 3000),)
+    [(web, _)] = _slices(res, "svc-web")
+    assert len(web) == 5 and set(a_addresses) < set(web)
+    for address in web:
+        assert ipaddress.IPv4Address(address) in POD_RANGE
+        assert ipaddress.IPv4Address(address) not in ipaddress.IPv4Network("192.0.2.0/24")
+    assert any("svc-a" in w and "derived 2 ready endpoints" in w for w in res.warnings)
+
+
+def test_named_target_port_resolves_to_the_container_port() -> None:
+    res = _load(
+        _workload(
+            "Deployment",
+            "a",
+            ports="[{name: http, containerPort: 3000}, {name: admin, containerPort: 9000}]",
+        ),
+        _service("named", "{app: a}", target="admin"),
+        _service("unset", "{app: a}", port=8080),
+        _service("missing", "{app: a}", target="nope"),
+    )
+    assert [p for _, p in _slices(res, "named")] == [(("", 9000),)]
+    # Unset targetPort is the Service port.
+    assert [p for _, p in _slices(res, "unset")] == [(("", 8080),)]
+    # No container port of that name: the pod is published without the port.
+    [(addresses, ports)] = _slices(res, "missing")
+    assert addresses and ports == ()
+
+
+@pytest.mark.parametrize("replicas", [0, None])
+def test_replicas_zero_means_no_ready_endpoint_and_unset_means_one(replicas: int | None) -> None:
+    res = _load(_workload("Deployment", "a", replicas=replicas), _service("s", "{app: a}"))
+    [(addresses, _)] = _slices(res, "s")
+    assert len(addresses) == (0 if replicas == 0 else 1)
+    if replicas == 0:
+        assert any("no ready endpoint" in w and "503" in w for w in res.warnings)
+
+
+def test_no_matching_workload_is_an_empty_slice() -> None:
+    res = _load(_workload("Deployment", "a"), _service("s", "{app: other}"))
+    assert _slices(res, "s") == [((), ())]
+
+
+def test_pod_names_follow_the_controllers() -> None:
+    from verifier.gatewayapi.workloads import pod_names
+
+    res = _load(
+        _workload("StatefulSet", "db", replicas=3),
+        _workload("Deployment", "web", replicas=2),
+        _workload("DaemonSet", "node"),
+    )
+    (stateful,) = (w for w in res.workloads.values() if w.meta.kind == "StatefulSet")
+    assert pod_names(stateful) == ["db-0", "db-1", "db-2"]
+    (deployment,) = (w for w in res.workloads.values() if w.meta.kind == "Deployment")
+    names = pod_names(deployment)
+    assert len(set(names)) == 2 and all(n.startswith("web-") for n in names)
+    assert len({n.rsplit("-", 1)[0] for n in names}) == 1  # one ReplicaSet hash
+    assert names == pod_names(deployment)  # stable from run to run
+    (daemon,) = (w for w in res.workloads.values() if w.meta.kind == "DaemonSet")
+    assert len(pod_names(daemon)) == 1  # one node
+
+
+def test_derived_addresses_are_stable_and_distinct() -> None:
+    docs = [_workload("Deployment", f"w{i}", replicas=4) for i in range(20)]
+    docs.append(_service("all", "{tier: web}"))
+    first = _slices(_load(*docs), "all")
+    assert first == _slices(_load(*docs), "all")
+    assert len(set(first[0][0])) == 80
+
+
+def test_a_given_endpoint_slice_wins() -> None:
+    given = """---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: s-given, namespace: ns, labels: {kubernetes.io/service-name: s}}
+addressType: IPv4
+ports: [{name: "", port: 3000}]
+endpoints: [{addresses: [10.244.0.9]}]
+"""
+    res = _load(_workload("Deployment", "a", replicas=3), _service("s", "{app: a}"), given)
+    assert _slices(res, "s") == [(("10.244.0.9",), (("", 3000),))]
+    assert not res.warnings
+
+
+def test_a_service_without_selector_is_left_alone() -> None:
+    res = _load(
+        _workload("Deployment", "a"),
+        "---\napiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\n"
+        "spec: {ports: [{port: 80}]}\n",
+    )
+    assert _slices(res, "s") == [] and not res.warnings
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "code"),
+    [
+        (_workload("Deployment", "a", replicas=-1), "spec.replicas", "minimum"),
+        (
+            _workload("Deployment", "a", ports="[{containerPort: 0}]"),
+            "spec.template.spec.containers[0].ports[0].containerPort",
+            "minimum",
+        ),
+        (
+            _workload("Deployment", "a", ports="[{name: Bad_Name, containerPort: 80}]"),
+            "spec.template.spec.containers[0].ports[0].name",
+            "invalid-name",
+        ),
+        (
+            _workload(
+                "Deployment",
+                "a",
+                ports="[{name: x, containerPort: 80}, {name: x, containerPort: 81}]",
+            ),
+            "spec.template.spec.containers[0].ports[1].name",
+            "unique",
+        ),
+        (
+            _workload("StatefulSet", "a").replace("matchLabels: {app: a}", "matchLabels: {app: b}"),
+            "spec.selector",
+            "selector-mismatch",
+        ),
+        (
+            _workload("DaemonSet", "a").replace("apps/v1", "apps/v1beta2"),
+            "apiVersion",
+            "unsupported-version",
+        ),
+    ],
+)
+def test_fields_the_derivation_reads_are_validated(doc: str, field: str, code: str) -> None:
+    with pytest.raises(InputErrors) as caught:
+        _load(doc)
+    assert [(e.field, e.code) for e in caught.value.errors] == [(field, code)]
+
+
+def test_fields_the_derivation_does_not_read_stay_open() -> None:
+    doc = _workload("Deployment", "a").replace(
+        "spec:\n  selector", "spec:\n  strategy: {type: Recreate}\n  anything: 1\n  selector"
+    )
+    assert _load(doc).workloads
+
+
+def test_a_huge_replica_count_is_refused_not_enumerated() -> None:
+    with pytest.raises(InputErrors) as caught:
+        _load(_workload("Deployment", "a", replicas=10**9), _service("s", "{app: a}"))
+    assert [(e.field, e.code) for e in caught.value.errors] == [("spec.replicas", "too-many-pods")]
+    # Nothing selects it: nothing is enumerated, nothing refused.
+    assert _load(_workload("Deployment", "a", replicas=10**9)).workloads
