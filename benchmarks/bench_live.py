@@ -47,7 +47,8 @@ def main() -> None:
     live = float(summary["seconds"])
     print(f"{date.today()} on {os.cpu_count()} cores, load {load:.1f}")
     print(f"run fixtures/{' --witnesses' if witnesses else ''}: {wall:.1f}s wall end to end")
-    print(f"live pass: {n} requests judged in {live:.1f}s = {n / live:.1f} per second")
+    what = "cases and witness requests" if witnesses else "cases (3 passing sends each)"
+    print(f"live pass: {n} {what} judged in {live:.1f}s = {n / live:.1f} per second")
     print(f"rewritten: {summary['rewritten']}")
 
 
