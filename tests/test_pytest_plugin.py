@@ -90,3 +90,18 @@ def test_not_a_directory_is_a_usage_error(pytester: pytest.Pytester, tmp_path: P
     result = pytester.runpytest_subprocess("--edge-fixtures", str(tmp_path / "missing"), *QUIET)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--edge-fixtures*missing: not a directory*"])
+
+
+@pytest.mark.live
+def test_edge_live_sends_each_case_through_envoy(pytester: pytest.Pytester) -> None:
+    from verifier.live.envoy_process import envoy_available
+
+    if not envoy_available():
+        pytest.skip("no envoy binary")
+    suite = small_suite(pytester.path / "suite", wrong_case=False)
+    for scenario in (BROKEN, INVALID):
+        for f in (suite / scenario).iterdir():
+            f.unlink()
+        (suite / scenario).rmdir()
+    result = pytester.runpytest_subprocess("--edge-fixtures", "suite", "--edge-live", *QUIET)
+    result.assert_outcomes(passed=1 + len(_case_names(CLEAN)))
