@@ -19,7 +19,8 @@ from ssl import Purpose, SSLContext, create_default_context
 
 import pytest
 from conftest import FIXTURES, translate_scenario
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+from envoy_data_plane.envoy.config.core.v3 import Address, SocketAddress
+from envoy_data_plane.envoy.config.listener.v3 import Listener
 
 from verifier.cli import main
 from verifier.xds.ads import AdsServer
@@ -168,14 +169,59 @@ def test_ads_url_without_node_is_refused(capsys: pytest.CaptureFixture[str]) -> 
     assert "?node=ID" in capsys.readouterr().err
 
 
-def _bad_cluster(snap: Snapshot) -> Snapshot:
-    """A cluster Envoy must refuse (a negative connect_timeout); the rest unchanged."""
-    bad = Cluster.parse(bytes(snap.clusters[0]))
-    bad.connect_timeout = None
-    doc = to_json_dict(bad)
-    doc["connect_timeout"] = "-1s"
-    from verifier.xds.codec import from_json_dict
+def _bad_listener(snap: Snapshot) -> tuple[Snapshot, str]:
+    """A listener Envoy must refuse (an address that is no IP); the rest unchanged.
+    A listener, not a cluster: Envoy records ``error_state`` for rejected listeners
+    (clusters' is "not implemented" in Envoy's API)."""
+    bad = Listener.parse(bytes(snap.listeners[0]))
+    bad.address = Address(socket_address=SocketAddress(address="not-an-ip", port_value=0))
+    listeners = [bad, *snap.listeners[1:]]
+    changed = Snapshot(snap.clusters, snap.endpoints, listeners, snap.routes, snap.secrets)
+    return changed, bad.name
 
-    parsed, _ = from_json_dict(Cluster, doc)
-    clusters = [parsed, *snap.clusters[1:]]
-    return Snapshot(clusters, snap.endpoints, snap.listeners, snap.routes, snap.secrets)
+
+@pytest.mark.live
+def test_pull_admin_holds_the_served_resources_and_reports_a_rejected_update(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_ads import answers, envoy_on, scenario, served_types
+
+    from verifier.live.envoy_process import envoy_available
+    from verifier.xds.snapshot import LISTENER_TYPE
+
+    if not envoy_available():
+        pytest.skip("no envoy binary")
+    snap = scenario("httproute-header-matching")
+    server = AdsServer(snap)
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+
+    async def run() -> tuple[int, int, str]:
+        async with envoy_on(server, tmp_path, delta=False) as envoy:
+            await answers(server, served_types(server, snap))
+            admin = f"http://{envoy.admin}"
+            # main runs its own event loop: in a thread, while this one serves Envoy.
+            first = await asyncio.to_thread(main, ["pull", "--admin", admin, "-o", str(good)])
+            changed, _ = _bad_listener(snap)
+            versions = server.update(changed)
+            nack = await answers(server, {LISTENER_TYPE: versions[LISTENER_TYPE]})
+            assert not nack[LISTENER_TYPE].accepted
+            second = await asyncio.to_thread(main, ["pull", "--admin", admin, "-o", str(bad)])
+            return first, second, nack[LISTENER_TYPE].message
+
+    first, second, message = asyncio.run(asyncio.wait_for(run(), 60))
+    err = capsys.readouterr().err
+    assert first == 0
+    pulled, _ = load_path(good)
+    for kind in ("listeners", "routes"):
+        assert {resource_name(m) for m in getattr(pulled, kind)} == {
+            resource_name(m) for m in getattr(snap, kind)
+        }, kind
+    # The admin dump also holds the bootstrap's static ADS cluster.
+    assert {c.name for c in snap.clusters} <= {c.name for c in pulled.clusters}
+    assert second == 1
+    _, name = _bad_listener(snap)
+    line = next(
+        x for x in err.splitlines() if x.startswith(f"edge-verify: error: listeners/{name}:")
+    )
+    assert "Envoy rejected the update" in line
+    assert "not-an-ip" in line and "not-an-ip" in message, (line, message)
