@@ -760,7 +760,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(ck)
     source = ck.add_mutually_exclusive_group()
     source.add_argument(
-        "--xds", metavar="FILE", help="config_dump, per-type directory or DiscoveryResponses"
+        "--xds",
+        metavar="FILE",
+        help="config_dump, per-type directory or DiscoveryResponses; or a live source: "
+        "ads://HOST:PORT?node=ID or an Envoy admin http(s)://HOST:PORT (docs/pull.md)",
     )
     source.add_argument(
         "--translator",
@@ -817,7 +820,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--cases", metavar="FILE", help="explain every case of a cases.yaml")
     ex.add_argument("--gateway", metavar="NS/NAME", help="the Gateway the request is sent to")
     ex.add_argument(
-        "--xds", metavar="FILE", help="judge this xDS instead of the reference translation"
+        "--xds",
+        metavar="FILE",
+        help="judge this xDS instead of the reference translation (a file, "
+        "ads://HOST:PORT?node=ID or http(s)://ADMIN)",
     )
     ex.add_argument(
         "--format",
