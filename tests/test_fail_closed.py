@@ -87,7 +87,7 @@ def test_an_empty_directory_checks_nothing_and_says_so(tmp_path: Path, cli: CLI)
             "not-applicable",
         ),
         (
-            ["check", rel(BASE), rel(SCENARIO), "--xds", "http://127.0.0.1:9901/config_dump"],
+            ["check", rel(BASE), rel(SCENARIO), "--xds", "ftp://127.0.0.1/dump.json"],
             "not-a-file",
         ),
     ],

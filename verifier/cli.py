@@ -201,6 +201,73 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        message = f"expected HOST:PORT, got {text!r}"
+        raise InputErrors([InputError("--ads", 0, "", "bad-address", message)])
+    return host.strip("[]"), int(port)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Save what a control plane (ADS) or a running Envoy (admin) holds, for check --xds."""
+    import asyncio
+    import json
+
+    from verifier.xds import admin, ads_client
+    from verifier.xds.snapshot import dumps, redacted
+
+    if args.ads:
+        if not args.node_id:
+            message = "say which node to pull as: --node-id ID (the edge's Envoy node id)"
+            raise InputErrors([InputError("--ads", 0, "--node-id", "no-input", message)])
+        host, port = _host_port(args.ads)
+        try:
+            ctx = (
+                ads_client.tls_context(args.tls_ca, args.tls_cert, args.tls_key)
+                if args.tls_ca or args.tls_cert
+                else None
+            )
+        except (OSError, ValueError) as exc:
+            raise InputErrors(
+                [InputError(args.tls_ca or args.tls_cert, 0, "--tls-*", "bad-tls", str(exc))]
+            ) from None
+        opts = ads_client.PullOptions(
+            node_id=args.node_id,
+            node_cluster=args.node_cluster,
+            delta=args.delta,
+            timeout=args.timeout,
+            settle=args.settle,
+            ssl=ctx,
+        )
+        try:
+            result = asyncio.run(ads_client.pull(host, port, opts))
+        except ads_client.PullError as exc:
+            raise InputErrors([InputError(args.ads, 0, "--ads", "unreachable", str(exc))]) from None
+        for nack in result.nacks:
+            print(f"edge-verify: NACK sent for {nack.type_url}: {nack.message}", file=sys.stderr)
+        _write(dumps(result.snapshot), args.output)
+        counts = ", ".join(
+            f"{len(getattr(result.snapshot, k))} {k}"
+            for k in ("clusters", "endpoints", "listeners", "routes", "secrets")
+        )
+        print(f"edge-verify: pulled {counts} from {args.ads}", file=sys.stderr)
+        return EXIT_OK
+    if args.tls_ca or args.tls_cert or args.delta or args.node_id:
+        message = "--node-id, --delta and --tls-* are for --ads; --admin reads over HTTP"
+        raise InputErrors([InputError("--admin", 0, "", "not-applicable", message)])
+    try:
+        doc = asyncio.run(admin.fetch(args.admin, args.timeout))
+    except admin.AdminError as exc:
+        raise InputErrors([InputError(args.admin, 0, "--admin", "unreachable", str(exc))]) from None
+    _write(json.dumps(redacted(doc), indent=2, sort_keys=True), args.output)
+    observed = admin.observe(doc)
+    for obs in observed:
+        print(obs.line(), file=sys.stderr)
+    print(admin.version_summary(doc), file=sys.stderr)
+    return EXIT_FINDINGS if any(o.level == "error" for o in observed) else EXIT_OK
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the Gateway and HTTPRoute status a controller would write."""
     if args.output in ("text", "yaml"):  # -o was the format before; say so, write no file
@@ -693,7 +760,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(ck)
     source = ck.add_mutually_exclusive_group()
     source.add_argument(
-        "--xds", metavar="FILE", help="config_dump, per-type directory or DiscoveryResponses"
+        "--xds",
+        metavar="FILE",
+        help="config_dump, per-type directory or DiscoveryResponses; or a live source: "
+        "ads://HOST:PORT?node=ID or an Envoy admin http(s)://HOST:PORT (docs/pull.md)",
     )
     source.add_argument(
         "--translator",
@@ -750,7 +820,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--cases", metavar="FILE", help="explain every case of a cases.yaml")
     ex.add_argument("--gateway", metavar="NS/NAME", help="the Gateway the request is sent to")
     ex.add_argument(
-        "--xds", metavar="FILE", help="judge this xDS instead of the reference translation"
+        "--xds",
+        metavar="FILE",
+        help="judge this xDS instead of the reference translation (a file, "
+        "ads://HOST:PORT?node=ID or http(s)://ADMIN)",
     )
     ex.add_argument(
         "--format",
@@ -817,6 +890,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_mesh(sv)
     sv.set_defaults(run=cmd_serve)
+
+    pl = sub.add_parser(
+        "pull",
+        help="save the xDS a control plane serves (ADS) or an Envoy holds (admin)",
+        description="Subscribe to a control plane over ADS as the edge's node, or read a "
+        "running Envoy's admin /config_dump, and write the xDS as config_dump JSON (keys "
+        "redacted) for check --xds. With --admin, also report updates Envoy rejected "
+        "(its own message), warming resources and types at mixed versions.",
+        epilog="Exit codes: 0 saved, 1 (--admin) Envoy holds a rejected update, "
+        "2 unreachable, timed out, incomplete or bad input.",
+    )
+    where = pl.add_mutually_exclusive_group(required=True)
+    where.add_argument("--ads", metavar="HOST:PORT", help="the control plane's ADS (gRPC) address")
+    where.add_argument(
+        "--admin", metavar="URL", help="a running Envoy's admin endpoint, http(s)://HOST:PORT"
+    )
+    pl.add_argument("--node-id", metavar="ID", help="the node id to subscribe as (--ads)")
+    pl.add_argument(
+        "--node-cluster", default="", metavar="C", help="the node's cluster (--ads; default: none)"
+    )
+    pl.add_argument(
+        "--delta", action="store_true", help="use delta (incremental) xDS, not state-of-the-world"
+    )
+    pl.add_argument("--tls-ca", metavar="FILE", help="CA bundle to verify the ADS server with")
+    pl.add_argument("--tls-cert", metavar="FILE", help="client certificate, for mTLS to ADS")
+    pl.add_argument("--tls-key", metavar="FILE", help="the client certificate's key")
+    pl.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="give up (exit 2, naming what is missing) after this long (default: 30)",
+    )
+    pl.add_argument(
+        "--settle",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="--ads: how long nothing new must arrive once complete (default: 1)",
+    )
+    pl.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    _add_limits(pl)
+    pl.set_defaults(run=cmd_pull)
 
     for name, helptext, desc in (
         (

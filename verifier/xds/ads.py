@@ -25,6 +25,7 @@ import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any, Final
 
 import betterproto2
@@ -462,10 +463,13 @@ class AdsServer(AggregatedDiscoveryServiceBase):
             self._streams.discard(stream)
             reader.cancel()
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
-        """Listen on ``host``:``port`` (0: the kernel picks); returns where it listens."""
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, ssl: SSLContext | None = None
+    ) -> tuple[str, int]:
+        """Listen on ``host``:``port`` (0: the kernel picks), over TLS given ``ssl``
+        (its ALPN must offer h2); returns where it listens."""
         self._server = Server([self])
-        await self._server.start(host, port)
+        await self._server.start(host, port, ssl=ssl)
         sockets = getattr(self._server._server, "sockets", None) or ()
         bound = sockets[0].getsockname() if sockets else (host, port)
         return str(bound[0]), int(bound[1])
