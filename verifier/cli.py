@@ -35,6 +35,7 @@ from verifier.inputs import LIMIT_FLAGS, Limits, set_limits
 from verifier.report import status as report
 
 if TYPE_CHECKING:
+    from verifier.gatewayapi.cluster import ClusterSource
     from verifier.live.results import LiveReport
     from verifier.pipeline import CheckOptions
     from verifier.xds.snapshot import Snapshot
@@ -74,6 +75,49 @@ def _write(text: str, output: str | None) -> None:
         raise InputErrors(
             [InputError(output, 0, "-o", "unwritable", exc.strerror or str(exc))]
         ) from exc
+
+
+def _cluster_source(args: argparse.Namespace) -> ClusterSource | None:
+    """--kubeconfig and its companions, or None when the resources are PATHs. Both at
+    once is refused: merging files into a cluster's objects is not implemented, and
+    silently preferring one would check something other than what was asked."""
+    kubeconfig = getattr(args, "kubeconfig", None)
+    if kubeconfig is None:
+        for flag in ("context", "namespace"):
+            if getattr(args, flag, None):
+                message = f"--{flag} says which cluster to read; give --kubeconfig FILE too"
+                raise InputErrors([InputError(f"--{flag}", 0, "", "not-applicable", message)])
+        if not args.paths:
+            message = "give the resource PATHs, or --kubeconfig FILE to read a live cluster"
+            raise InputErrors([InputError(args.command, 0, "PATH", "no-input", message)])
+        return None
+    if args.paths:
+        message = (
+            "read either PATHs or a cluster (--kubeconfig), not both: merging is not supported"
+        )
+        raise InputErrors([InputError("--kubeconfig", 0, "", "not-applicable", message)])
+    if getattr(args, "translator", None):
+        message = "--translator runs as CMD PATH...; a cluster has no PATHs to give it"
+        raise InputErrors([InputError("--translator", 0, "", "not-applicable", message)])
+    from verifier.gatewayapi.cluster import ClusterSource
+
+    return ClusterSource(
+        kubeconfig,
+        args.context,
+        tuple(dict.fromkeys(args.namespace or ())),
+        args.cluster_timeout,
+    )
+
+
+def _load(args: argparse.Namespace) -> tuple[Resources, str]:
+    """The resources of PATHs or of the cluster, and how to name them in messages."""
+    source = _cluster_source(args)
+    if source is None:
+        return load_resources(args.paths), " ".join(args.paths)
+    from verifier.gatewayapi.cluster import load_cluster_resources
+
+    res = load_cluster_resources(source)
+    return res, res.files[0] if res.files else "cluster"
 
 
 def _something_to_do(res: Resources, controller: str, paths: Sequence[str]) -> None:
@@ -273,9 +317,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.output in ("text", "yaml"):  # -o was the format before; say so, write no file
         message = f"-o names an output file now; for the format give --format {args.output}"
         raise InputErrors([InputError("-o", 0, "", "not-applicable", message)])
-    res = load_resources(args.paths)
+    res, source = _load(args)
     _warn(res)
-    _something_to_do(res, args.controller_name, args.paths)
+    _something_to_do(res, args.controller_name, [source])
     addressing = _addressing(args)
     graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     if args.format == "yaml":
@@ -312,6 +356,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         mesh_registry=args.mesh_registry,
         cases=tuple(args.cases or ()),
         addressing=_addressing(args),
+        cluster=_cluster_source(args),
     )
     console = Console(stderr=True)
     show_progress = sys.stderr.isatty()
@@ -507,7 +552,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         trust_domain=args.trust_domain,
         addressing=_addressing(args),
     )
-    res = load_resources(args.paths)
+    res, _where = _load(args)
     _warn(res)
     empty = nothing_to_check(res, args.controller_name, "explain")
     if empty is not None:
@@ -600,13 +645,16 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_common(p: argparse.ArgumentParser, paths: str = "+") -> None:
+def _add_common(p: argparse.ArgumentParser, paths: str = "+", cluster: bool = False) -> None:
     p.add_argument(
         "paths",
-        nargs=paths,
+        nargs="*" if cluster else paths,
         metavar="PATH",
-        help="YAML files or directories (read recursively); '-' reads stdin",
+        help="YAML files or directories (read recursively); '-' reads stdin"
+        + ("; none with --kubeconfig" if cluster else ""),
     )
+    if cluster:
+        _add_cluster(p)
     p.add_argument(
         "--controller-name",
         default=DEFAULT_CONTROLLER,
@@ -634,6 +682,42 @@ def _add_common(p: argparse.ArgumentParser, paths: str = "+") -> None:
         "port (repeatable); for xDS from elsewhere, e.g. edge/gw=10.0.0.5:80>10080",
     )
     _add_limits(p)
+
+
+def _add_cluster(p: argparse.ArgumentParser) -> None:
+    """Reading the resources from a live cluster (check, status, explain), read-only."""
+    g = p.add_argument_group("live cluster (read-only: list and get only; see docs/cluster.md)")
+    g.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="read the Gateway API objects from the cluster this kubeconfig names instead of PATHs",
+    )
+    g.add_argument(
+        "--context", metavar="NAME", help="the kubeconfig context (default: its current one)"
+    )
+    g.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help="read namespaced kinds from this namespace only (repeatable; default: all)",
+    )
+    g.add_argument(
+        "--cluster-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long one request to the API server may take (default: 10)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
 
 
 def _port(text: str) -> int:
@@ -739,7 +823,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print Gateway and HTTPRoute status",
         description="Print the status a Gateway API controller would write.",
     )
-    _add_common(st)
+    _add_common(st, cluster=True)
     st.add_argument(
         "--format",
         choices=("text", "yaml"),
@@ -757,7 +841,7 @@ def build_parser() -> argparse.ArgumentParser:
         "like fixtures/ (base/ plus scenario folders) is checked scenario by scenario.",
         epilog="Exit codes: 0 clean, 1 findings at or above --fail-on, 2 bad input.",
     )
-    _add_common(ck)
+    _add_common(ck, cluster=True)
     source = ck.add_mutually_exclusive_group()
     source.add_argument(
         "--xds",
@@ -801,7 +885,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show what the spec model and the Envoy model do with a request "
         "(or every case of a cases table), step by step, and whether they agree.",
     )
-    _add_common(ex)
+    _add_common(ex, cluster=True)
     ex.add_argument(
         "--request", metavar="'METHOD URL'", help="e.g. 'GET http://foo.example/v2?x=1'"
     )

@@ -26,6 +26,7 @@ from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
 from verifier.gatewayapi.addresses import Addressing, gateway_addresses, nothing_to_check, ours
+from verifier.gatewayapi.cluster import ClusterSource, load_cluster_resources
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources, skip_warning
 from verifier.heap import loaded_objects_frozen
@@ -53,6 +54,8 @@ class CheckOptions:
     mesh_registry: str | None = None
     cases: tuple[str, ...] = ()
     addressing: Addressing = field(default_factory=Addressing)
+    # --kubeconfig: the resources come from a live cluster instead of PATHs.
+    cluster: ClusterSource | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Scenario:
     cases: tuple[str, ...] = ()
     expected_errors: str | None = None
     mesh_registry: str | None = None
+    cluster: ClusterSource | None = None
 
 
 @dataclass
@@ -84,6 +88,8 @@ def _is_suite(path: Path) -> bool:
 
 
 def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
+    if opts.cluster is not None:  # one scenario: the cluster as it is now
+        return [Scenario("input", (), opts.cases, None, opts.mesh_registry, cluster=opts.cluster)]
     if len(paths) == 1 and Path(paths[0]).is_dir() and _is_suite(Path(paths[0])):
         root = Path(paths[0])
         out = []
@@ -389,7 +395,7 @@ def _resources_in_child(scn: Scenario) -> ForkedCall[_Loaded] | None:
     enough to be worth it: reading 10,000 rules of YAML takes as long as
     reading their xDS, and the two are independent. Not for stdin (``-``),
     which only one process can read."""
-    if "-" in scn.paths:
+    if "-" in scn.paths or scn.cluster is not None:
         return None
     try:
         size = sum(
@@ -415,6 +421,8 @@ def _resources(scn: Scenario, loading: ForkedCall[_Loaded] | None) -> Resources:
             if isinstance(loaded, list):
                 raise InputErrors(loaded)
             return loaded
+    if scn.cluster is not None:
+        return load_cluster_resources(scn.cluster)
     return load_resources(list(scn.paths))
 
 

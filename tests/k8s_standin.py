@@ -1,0 +1,236 @@
+"""A stand-in for the Kubernetes API server: enough of its list/get wire format to test
+the cluster reader, since no real API server can run on these machines.
+
+It serves the objects of fixture YAML the way an API server would answer for them:
+``kind: XList`` with ``metadata.resourceVersion``, items without kind/apiVersion,
+paged with ``limit``/``continue``, single objects by name, bearer-token auth, 403
+for kinds the test forbids and 404 for CRDs the test leaves out. It records every
+request, so a test can prove the reader only ever read.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from verifier.gatewayapi.load import is_resource_file
+
+TOKEN = "stand-in-token"
+RESOURCE_VERSION = "4242"
+
+# kind -> (API group, plural, namespaced)
+KINDS: dict[str, tuple[str, str, bool]] = {
+    "Namespace": ("", "namespaces", False),
+    "Service": ("", "services", True),
+    "Secret": ("", "secrets", True),
+    "ConfigMap": ("", "configmaps", True),
+    "ServiceAccount": ("", "serviceaccounts", True),
+    "EndpointSlice": ("discovery.k8s.io", "endpointslices", True),
+    "Deployment": ("apps", "deployments", True),
+    "StatefulSet": ("apps", "statefulsets", True),
+    "DaemonSet": ("apps", "daemonsets", True),
+    "GatewayClass": ("gateway.networking.k8s.io", "gatewayclasses", False),
+    "Gateway": ("gateway.networking.k8s.io", "gateways", True),
+    "HTTPRoute": ("gateway.networking.k8s.io", "httproutes", True),
+    "GRPCRoute": ("gateway.networking.k8s.io", "grpcroutes", True),
+    "ReferenceGrant": ("gateway.networking.k8s.io", "referencegrants", True),
+    "ListenerSet": ("gateway.networking.k8s.io", "listenersets", True),
+}
+PLURALS = {plural: kind for kind, (_g, plural, _n) in KINDS.items()}
+
+
+def fixture_objects(dirs: Iterable[Path]) -> list[dict[str, Any]]:
+    """The objects of fixture folders as the API server would store them: stringData
+    folded into base64 data, bookkeeping metadata added."""
+    out: list[dict[str, Any]] = []
+    for d in dirs:
+        for f in sorted(d.rglob("*")):
+            if f.is_file() and is_resource_file(f.name):
+                for doc in yaml.safe_load_all(f.read_text()):
+                    out.extend(_unwrap(doc))
+    for i, obj in enumerate(out):
+        meta = obj.setdefault("metadata", {})
+        if KINDS.get(obj.get("kind", ""), ("", "", False))[2]:
+            meta.setdefault("namespace", "default")
+        meta.update(
+            uid=f"00000000-0000-0000-0000-{i:012d}",
+            resourceVersion=str(1000 + i),
+            creationTimestamp="2026-12-01T00:00:00Z",
+            managedFields=[{"manager": "kubectl", "operation": "Update"}],
+        )
+        if obj.get("kind") == "Secret":
+            data = dict(obj.get("data") or {})
+            for k, v in (obj.pop("stringData", None) or {}).items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+            obj["data"] = data
+            # What `kubectl apply` leaves behind: the Secret's data again, in clear.
+            applied = json.dumps({"data": data})
+            meta.setdefault("annotations", {})[
+                "kubectl.kubernetes.io/last-applied-configuration"
+            ] = applied
+    return out
+
+
+def _unwrap(doc: Any) -> Iterator[dict[str, Any]]:
+    if not isinstance(doc, dict):
+        return
+    if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+        for item in doc["items"]:
+            yield from _unwrap(item)
+        return
+    yield doc
+
+
+@dataclass
+class StandIn:
+    objects: list[dict[str, Any]]
+    forbidden: set[str] = field(default_factory=set)  # plurals answered 403
+    missing: set[str] = field(default_factory=set)  # plurals answered 404 (no CRD)
+    requests: list[tuple[str, str, dict[str, list[str]]]] = field(default_factory=list)
+    server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> StandIn:
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                standin.answer(self, "GET")
+
+            def do_POST(self) -> None:
+                standin.answer(self, "POST")
+
+            def do_PUT(self) -> None:
+                standin.answer(self, "PUT")
+
+            def do_PATCH(self) -> None:
+                standin.answer(self, "PATCH")
+
+            def do_DELETE(self) -> None:
+                standin.answer(self, "DELETE")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def kubeconfig(self, path: Path, context: str = "standin") -> Path:
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": self.url}}],
+                    "users": [{"name": "u", "user": {"token": TOKEN}}],
+                    "contexts": [{"name": context, "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": context,
+                }
+            )
+        )
+        return path
+
+    # ---------------------------------------------------------------- answers
+
+    def answer(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        parts = urlsplit(h.path)
+        query = parse_qs(parts.query)
+        self.requests.append((method, parts.path, query))
+        if method != "GET":
+            return _send(h, 405, _status(405, "MethodNotAllowed", "read-only stand-in"))
+        if h.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return _send(h, 401, _status(401, "Unauthorized", "no token"))
+        route = _route(parts.path)
+        if route is None:
+            return _send(h, 404, _status(404, "NotFound", "the server could not find it"))
+        group, version, ns, plural, name = route
+        if plural in self.missing or plural not in PLURALS:
+            return _send(h, 404, _status(404, "NotFound", "the server could not find it"))
+        kind = PLURALS[plural]
+        if plural in self.forbidden:
+            verb = "get" if name else "list"
+            message = f'{plural} is forbidden: User "edge" cannot {verb} resource "{plural}"'
+            return _send(h, 403, _status(403, "Forbidden", message))
+        api_version = f"{group}/{version}" if group else version
+        items = [
+            o
+            for o in self.objects
+            if o.get("kind") == kind
+            and (ns is None or o["metadata"].get("namespace") == ns)
+            and (name is None or o["metadata"].get("name") == name)
+        ]
+        if name is not None:
+            if not items:
+                return _send(h, 404, _status(404, "NotFound", f'{plural} "{name}" not found'))
+            return _send(h, 200, {**items[0], "apiVersion": api_version, "kind": kind})
+        start = int(query.get("continue", ["0"])[0] or 0)
+        limit = int(query.get("limit", ["0"])[0] or 0) or len(items) or 1
+        page = items[start : start + limit]
+        meta: dict[str, Any] = {"resourceVersion": RESOURCE_VERSION}
+        if start + limit < len(items):
+            meta["continue"] = str(start + limit)
+            meta["remainingItemCount"] = len(items) - start - limit
+        stripped = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in page]
+        body = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta}
+        return _send(h, 200, {**body, "items": stripped})
+
+
+def _route(path: str) -> tuple[str, str, str | None, str, str | None] | None:
+    """(group, version, namespace, plural, name) of an API path, as the server routes it."""
+    segs = [unquote(s) for s in path.strip("/").split("/")]
+    if segs[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", segs[2:]
+    elif segs[:1] == ["apis"] and len(segs) >= 4:
+        group, version, rest = segs[1], segs[2], segs[3:]
+    else:
+        return None
+    if group == "" and rest[:1] == ["namespaces"] and len(rest) <= 2:
+        return group, version, None, "namespaces", rest[1] if len(rest) == 2 else None
+    ns = None
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        ns, rest = rest[1], rest[2:]
+    if len(rest) == 1:
+        return group, version, ns, rest[0], None
+    if len(rest) == 2 and ns is not None:
+        return group, version, ns, rest[0], rest[1]
+    return None
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _send(h: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    h.send_response(code)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)

@@ -1,0 +1,265 @@
+"""--kubeconfig: a live cluster's objects judged exactly as the same objects in files.
+
+No Kubernetes API server can run here, so every test talks to ``k8s_standin``, an
+HTTP stand-in speaking the API's list/get wire format (paging, resourceVersion,
+bearer tokens, 403 and 404 as the real server words them). What it cannot prove:
+that a real API server answers exactly so (field defaults, conversion webhooks).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.k8s_standin import StandIn, fixture_objects
+from verifier.cli import main
+from verifier.gatewayapi.cluster import LISTED, ClusterSource, read_cluster
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+BASE = FIXTURES / "base"
+# TLS Secrets, a CA ConfigMap, a ListenerSet, a ReferenceGrant, plain routing.
+SCENARIOS = (
+    "gateway-https-listener",
+    "gateway-frontend-client-certificate-validation",
+    "listener-set",
+    "httproute-cross-namespace",
+    "httproute-simple-same-namespace",
+)
+Serve = Callable[..., tuple[StandIn, str]]
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    started: list[StandIn] = []
+
+    def start(scenario: str, **kw: set[str]) -> tuple[StandIn, str]:
+        standin = StandIn(fixture_objects([BASE, FIXTURES / scenario]), **kw).start()
+        started.append(standin)
+        return standin, str(standin.kubeconfig(tmp_path / f"kubeconfig-{len(started)}"))
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_check_and_status_from_the_cluster_match_the_files(
+    scenario: str, serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, kubeconfig = serve(scenario)
+    cases = ["--cases", str(FIXTURES / scenario / "cases.yaml")]
+    files = run(["check", "--format", "json", str(BASE), str(FIXTURES / scenario)], capsys)
+    live = run(["check", "--format", "json", "--kubeconfig", kubeconfig, *cases], capsys)
+    assert files[0] == live[0] == 0, live[2]
+    assert json.loads(live[1]) == json.loads(files[1])
+    assert json.loads(live[1])["findings"] == []
+    for fmt in ("text", "yaml"):
+        want = run(["status", "--format", fmt, str(BASE), str(FIXTURES / scenario)], capsys)
+        got = run(["status", "--format", fmt, "--kubeconfig", kubeconfig], capsys)
+        assert got[:2] == want[:2]
+
+
+def test_explain_reads_the_cluster(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = "gateway-https-listener"
+    _, kubeconfig = serve(scenario)
+    cases = ["--cases", str(FIXTURES / scenario / "cases.yaml"), "--format", "json"]
+    want = run(["explain", str(BASE), str(FIXTURES / scenario), *cases], capsys)
+    got = run(["explain", "--kubeconfig", kubeconfig, *cases], capsys)
+    assert got[0] == want[0] == 0
+    assert json.loads(got[1]) == json.loads(want[1])
+
+
+def test_only_list_and_get_requests_and_secrets_only_by_name(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standin, kubeconfig = serve("gateway-https-listener")
+    assert run(["check", "--kubeconfig", kubeconfig], capsys)[0] == 0
+    assert run(["status", "--kubeconfig", kubeconfig], capsys)[0] == 0
+    assert standin.requests
+    listed = {k.plural for k in LISTED}
+    secrets_read = []
+    for method, path, query in standin.requests:
+        assert method == "GET", (method, path)
+        assert set(query) <= {"limit", "continue"}, (path, query)  # never watch=true etc.
+        segs = path.strip("/").split("/")
+        if "secrets" in segs or "configmaps" in segs:
+            # /api/v1/namespaces/NS/secrets/NAME: a get by name, never a list
+            assert segs[:3] == ["api", "v1", "namespaces"] and len(segs) == 6, path
+            secrets_read.append(path)
+        elif segs[-1] in listed:
+            assert "limit" in query, path  # lists are paged
+        else:  # a Namespace by name (--namespace), nothing else
+            assert segs[:3] == ["api", "v1", "namespaces"] and len(segs) == 4, path
+    assert secrets_read  # the listeners' TLS Secrets were read, one by one
+
+
+def test_secret_data_never_appears_in_any_output(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = "gateway-https-listener"
+    standin, kubeconfig = serve(scenario)
+    secrets = [o for o in standin.objects if o["kind"] == "Secret"]
+    assert secrets
+    needles = set()
+    for s in secrets:
+        for value in s["data"].values():
+            needles.add(value[:40])
+            needles.update(
+                line for line in base64.b64decode(value).decode().splitlines()[1:3] if line
+            )
+    outputs = []
+    for argv in (
+        ["check", "--kubeconfig", kubeconfig],
+        ["check", "--format", "json", "--kubeconfig", kubeconfig],
+        ["check", "--format", "sarif", "--kubeconfig", kubeconfig],
+        ["status", "--format", "yaml", "--kubeconfig", kubeconfig],
+        ["status", "--kubeconfig", kubeconfig],
+        ["explain", "--kubeconfig", kubeconfig, "--cases", str(FIXTURES / scenario / "cases.yaml")],
+    ):
+        code, out, err = run(argv, capsys)
+        assert code == 0, err
+        outputs.append(out + err)
+    for text in outputs:
+        for needle in needles:
+            assert needle not in text
+
+
+def test_paged_lists_read_every_object(serve: Serve) -> None:
+    standin, kubeconfig = serve("httproute-cross-namespace")
+    whole = read_cluster(ClusterSource(kubeconfig))
+    n = len(standin.requests)
+    paged = read_cluster(ClusterSource(kubeconfig, page_size=1))
+    key = [(o.file, o.data) for o in whole.loaded.objects]
+    assert [(o.file, o.data) for o in paged.loaded.objects] == key
+    continued = [q for _m, _p, q in standin.requests[n:] if "continue" in q]
+    assert len(continued) >= len(whole.loaded.objects) - len(LISTED)
+    assert all(q["limit"] == ["1"] for _m, _p, q in standin.requests[n:] if "limit" in q)
+
+
+def test_locations_name_the_cluster_object(serve: Serve) -> None:
+    _, kubeconfig = serve("gateway-https-listener")
+    read = read_cluster(ClusterSource(kubeconfig))
+    files = {o.file for o in read.loaded.objects}
+    assert "cluster:standin/GatewayClass/aether" in files or any(
+        f.startswith("cluster:standin/GatewayClass/") for f in files
+    )
+    assert any(f.startswith("cluster:standin/Gateway/") for f in files)
+    for o in read.loaded.objects:
+        assert "managedFields" not in o.data["metadata"]
+        notes = o.data["metadata"].get("annotations") or {}
+        assert "kubectl.kubernetes.io/last-applied-configuration" not in notes or o.kind != "Secret"
+
+
+@pytest.mark.parametrize(
+    ("plural", "kind", "verb"),
+    [("httproutes", "HTTPRoute", "list"), ("secrets", "Secret", "get")],
+)
+def test_forbidden_kind_is_exit_2_naming_kind_and_verb(
+    plural: str, kind: str, verb: str, serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, kubeconfig = serve("gateway-https-listener", forbidden={plural})
+    code, out, err = run(["check", "--kubeconfig", kubeconfig], capsys)
+    assert code == 2
+    assert out == ""
+    assert kind in err and f"'{verb}'" in err and plural in err
+    assert "Traceback" not in err
+
+
+def test_missing_listenerset_crd_is_a_warning(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, kubeconfig = serve("gateway-https-listener", missing={"listenersets"})
+    code, _out, err = run(["check", "--kubeconfig", kubeconfig], capsys)
+    assert code == 0, err
+    assert err.count("ListenerSet") == 1 and "warning:" in err
+
+
+def test_missing_required_crd_is_exit_2(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    _, kubeconfig = serve("gateway-https-listener", missing={"httproutes"})
+    code, _out, err = run(["check", "--kubeconfig", kubeconfig], capsys)
+    assert code == 2 and "HTTPRoute" in err and "404" in err
+
+
+def test_namespace_restricts_namespaced_reads(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standin, kubeconfig = serve("httproute-simple-same-namespace")
+    run(["status", "--kubeconfig", kubeconfig, "--namespace", "edge-infra"], capsys)
+    paths = [p for _m, p, _q in standin.requests]
+    assert "/api/v1/namespaces" not in paths  # the one namespace is read by name
+    assert "/api/v1/namespaces/edge-infra" in paths
+    namespaced = {k.plural for k in LISTED if k.namespaced}
+    for p in paths:
+        if p.rsplit("/", 1)[-1] in namespaced:
+            assert "/namespaces/edge-infra/" in p, p
+
+
+def test_unreachable_server_is_exit_2_in_bounded_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    code, _out, err = run(["check", "--kubeconfig", str(config), "--cluster-timeout", "2"], capsys)
+    assert code == 2 and "cannot reach the API server" in err and "Traceback" not in err
+
+
+def test_bad_kubeconfig_and_bad_combinations_are_exit_2(
+    tmp_path: Path, serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad"
+    bad.write_text("apiVersion: v1\nkind: Config\n")
+    code, _out, err = run(["check", "--kubeconfig", str(bad)], capsys)
+    assert code == 2 and "--kubeconfig" in err
+    code, _out, err = run(["check", "--kubeconfig", str(tmp_path / "absent")], capsys)
+    assert code == 2
+    _, kubeconfig = serve("gateway-https-listener")
+    code, _out, err = run(["check", str(BASE), "--kubeconfig", kubeconfig], capsys)
+    assert code == 2 and "not both" in err
+    code, _out, err = run(["check", "--kubeconfig", kubeconfig, "--context", "nope"], capsys)
+    assert code == 2 and "nope" in err
+    code, _out, err = run(["status"], capsys)
+    assert code == 2 and "--kubeconfig" in err
+    code, _out, err = run(["status", str(BASE), "--namespace", "x"], capsys)
+    assert code == 2 and "--kubeconfig" in err
+
+
+def test_shipped_clusterrole_grants_exactly_what_is_read() -> None:
+    import yaml
+
+    from verifier.gatewayapi.cluster import CONFIG_MAP, SECRET
+
+    role = yaml.safe_load(
+        (FIXTURES.parent / "deploy" / "edge-verifier-clusterrole.yaml").read_text()
+    )
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    want = {
+        (k.api_version.rsplit("/", 1)[0] if "/" in k.api_version else "", k.plural, verb)
+        for k in LISTED
+        for verb in ("get", "list", "watch")
+    } | {("", SECRET.plural, "get"), ("", CONFIG_MAP.plural, "get")}
+    assert granted == want
