@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from k8s_standin import StandIn, fixture_objects
 
-from tests.k8s_standin import StandIn, fixture_objects
 from verifier.cli import main
 from verifier.gatewayapi.cluster import LISTED, ClusterSource, read_cluster
 

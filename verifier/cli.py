@@ -800,10 +800,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-verify",
         description="Prove that the Envoy xDS of an edge proxy does what its Kubernetes "
-        "Gateway API resources say: check it against the spec request by request, explain "
-        "one request, measure the check with injected mistakes, and translate resources "
-        "into the xDS the aether edge serves (with their status).",
-        epilog="Exit codes: 0 success, 1 findings (check), 2 bad input or bad command line.",
+        "Gateway API resources say: translate resources into the xDS the aether edge serves "
+        "(with their status), or pull it from a control plane or an Envoy; check it against "
+        "the spec request by request; confirm it live through a real Envoy; explain one "
+        "request; measure the check with injected mistakes; serve the xDS to any Envoy.",
+        epilog="Exit codes: 0 success, 1 findings (check) or failed cases (live, run), "
+        "2 bad input or bad command line, 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
