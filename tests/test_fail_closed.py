@@ -274,3 +274,21 @@ def test_an_unknown_key_in_a_mesh_registry_is_an_error(
         "check", *[rel(BASE), rel(SCENARIO)], "--mesh-registry", str(registry)
     ).error_lines()
     assert any(expected in ln and "[unknown-field]" in ln for ln in lines), lines
+
+
+def test_without_an_envoy_binary_its_rule_is_skipped_and_says_why(
+    cli: CLI,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """EV101 asks a real Envoy; with none installed it used to report nothing, as if
+    Envoy had accepted the xDS. It is now a skipped rule with the reason."""
+    import importlib
+
+    rule = importlib.import_module("verifier.rules.envoy_accepts_config")
+    monkeypatch.setattr(rule, "find_envoy", lambda: None)
+    r = cli("check", rel(BASE), rel(SCENARIO), "--format", "json")
+    assert r.rc == 0, r.err
+    summary = r.json()["summary"]
+    assert summary["rules_skipped"] == 1, summary
+    text = cli("check", rel(BASE), rel(SCENARIO))
+    assert "no envoy binary" in text.out + text.err, text.out

@@ -40,6 +40,10 @@ class Rule:
     # rules run in the parent, which owns the comparison workers; the others may
     # run beside them in a child (see ``run``).
     reads_models: bool = field(default=False, compare=False)
+    # Why the rule cannot run on this machine (a tool it needs is missing), or None.
+    # Such a rule is reported skipped with that reason: a run must not look as if
+    # it checked what it could not.
+    unavailable: Callable[[], str | None] | None = field(default=None, compare=False)
 
     def claimed_by(self, profile: str) -> bool:
         return all(f in PROFILES[profile] for f in self.features)
@@ -61,6 +65,10 @@ def run(rules: Iterable[Rule], ctx: Context) -> RunResult:
             skipped.append(
                 (rule.name, f"profile {ctx.profile} does not claim {', '.join(missing)}")
             )
+            continue
+        why = rule.unavailable() if rule.unavailable is not None else None
+        if why is not None:
+            skipped.append((rule.name, why))
             continue
         claimed.append(rule)
     problem = ctx.models_problem if any(r.reads_models for r in claimed) else None
