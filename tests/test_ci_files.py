@@ -66,9 +66,10 @@ STAND_INS: dict[tuple[str, str], StandIn] = {
         "(tests/test_cluster.py reads them from an API-server stand-in)"
     ),
     (NIGHTLY, "live"): StandIn(
-        pending="--kubeconfig and --gateway on live (issue 14, item 2) are not built yet; the "
-        "embedded harness (a real Envoy fed the xDS, echo backends) stands in for the "
-        "cluster's Gateway",
+        needs="the cluster's API server and its Gateway's address; the fixture's YAML stands "
+        "in for its objects and the embedded harness (a real Envoy fed the xDS, echo "
+        "backends) for its Gateway (tests/test_cluster.py sends the cases to a real Envoy "
+        "at the address an API-server stand-in publishes)",
         live=True,
     ),
 }

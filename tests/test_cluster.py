@@ -8,17 +8,24 @@ that a real API server answers exactly so (field defaults, conversion webhooks).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import socket
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from k8s_standin import StandIn, fixture_objects
 
 from verifier.cli import main
 from verifier.gatewayapi.cluster import LISTED, ClusterSource, read_cluster
+from verifier.live.envoy_process import envoy_available
+
+T = TypeVar("T")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BASE = FIXTURES / "base"
@@ -263,3 +270,175 @@ def test_shipped_clusterrole_grants_exactly_what_is_read() -> None:
         for verb in ("get", "list", "watch")
     } | {("", SECRET.plural, "get"), ("", CONFIG_MAP.plural, "get")}
     assert granted == want
+
+
+# ------------------------------------------------- live, to the cluster's Gateway
+
+REMOTE_SCENARIO = "httproute-request-header-modifier"  # every case to one Gateway
+REMOTE_GATEWAY = ("edge-infra", "same-namespace")
+
+
+class DataPlane:
+    """A real Envoy running the scenario's xDS with echo backends (the embedded harness),
+    in a thread of its own, standing in for the cluster's edge: the remote target sends
+    to it as it would to a LoadBalancer address. ``forward`` also serves the Gateway's
+    port 80 on a fresh loopback address, as a LoadBalancer would (root only)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        from verifier import pipeline
+        from verifier.live.harness import EmbeddedHarness
+
+        opts = pipeline.CheckOptions()
+        (scn,) = pipeline.discover([str(p) for p in paths], opts)
+        ctx, _ = pipeline.prepare(scn, opts)
+        assert ctx is not None
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.harness = EmbeddedHarness(ctx.res, ctx.snapshot)
+        self.call(self.harness.start())
+        address = self.harness.gateway_addresses[REMOTE_GATEWAY]
+        target = self.harness.target(address, 80)
+        assert target is not None
+        self.target = target
+        self.forwarder: asyncio.Server | None = None
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    def forward(self, ip: str) -> None:
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+            except OSError:
+                pass
+            finally:
+                writer.close()
+
+        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+        async def start() -> asyncio.Server:
+            return await asyncio.start_server(relay, ip, 80)
+
+        self.forwarder = self.call(start())
+
+    def stop(self) -> None:
+        if self.forwarder is not None:
+            self.forwarder.close()
+        self.call(self.harness.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture(scope="module")
+def data_plane() -> Iterator[DataPlane]:
+    if not envoy_available():
+        pytest.skip("no envoy binary")
+    plane = DataPlane([BASE, FIXTURES / REMOTE_SCENARIO])
+    yield plane
+    plane.stop()
+
+
+def _publish(standin: StandIn, gateway: tuple[str, str], address: str | None) -> None:
+    """The Gateway's status as its controller would write it once a LoadBalancer exists."""
+    for obj in standin.objects:
+        meta = obj["metadata"]
+        if obj["kind"] == "Gateway" and (meta["namespace"], meta["name"]) == gateway:
+            if address is None:
+                obj.pop("status", None)
+            else:
+                obj["status"] = {"addresses": [{"type": "IPAddress", "value": address}]}
+
+
+def _remote_report(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> tuple[int, dict[str, Any], str]:
+    code, out, err = run(argv, capsys)
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+@pytest.mark.live
+def test_live_sends_every_case_to_the_clusters_gateway(
+    data_plane: DataPlane, serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standin, kubeconfig = serve(REMOTE_SCENARIO)
+    cases = str(FIXTURES / REMOTE_SCENARIO / "cases.yaml")
+    ns, name = REMOTE_GATEWAY
+    common = ["--kubeconfig", kubeconfig, "--gateway", f"{ns}/{name}", "--cases", cases]
+    common += ["--format", "json", "--gateway-wait", "5"]
+    runs = []
+    # --gateway-address names where the Gateway is reached (here: where the data plane's
+    # Envoy serves port 80), and status.addresses is then not needed.
+    ip, port = data_plane.target
+    override = ["--gateway-address", f"{ns}/{name}={ip}:80>{port}"]
+    runs.append(_remote_report(["live", *common, *override], capsys))
+    # status.addresses, as a LoadBalancer's: port 80 there is forwarded to the data plane.
+    published = "127.0.80.80"
+    try:
+        data_plane.forward(published)
+    except PermissionError:
+        pass  # binding port 80 needs root; the override above has proved the sending
+    else:
+        _publish(standin, REMOTE_GATEWAY, published)
+        runs.append(_remote_report(["live", *common], capsys))
+        runs.append(_remote_report(["run", *common], capsys))
+    want = len(load_yaml_cases(cases))
+    for code, report, err in runs:
+        assert code == 0, err
+        results = report["cases"]
+        assert len(results) == want
+        assert all(r["passed"] and not r["skipped"] for r in results), results
+        assert report["findings"] == []
+        assert report["summary"]["rewritten"] is False
+    assert {method for method, _, _ in standin.requests} == {"GET"}
+
+
+def load_yaml_cases(path: str) -> list[Any]:
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text())
+    assert isinstance(data, list)
+    return data
+
+
+def test_live_waits_for_the_gateway_address_then_says_which_and_how_long(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standin, kubeconfig = serve(REMOTE_SCENARIO)
+    _publish(standin, REMOTE_GATEWAY, None)
+    cases = str(FIXTURES / REMOTE_SCENARIO / "cases.yaml")
+    argv = ["live", "--kubeconfig", kubeconfig, "--gateway", "edge-infra/same-namespace"]
+    started = time.monotonic()
+    code, _out, err = run([*argv, "--cases", cases, "--gateway-wait", "1"], capsys)
+    assert code == 2
+    assert time.monotonic() - started < 10
+    assert "Gateway edge-infra/same-namespace has no address in status.addresses" in err
+    assert "after waiting 1s (--gateway-wait)" in err
+    gets = [p for m, p, _ in standin.requests if p.endswith("/gateways/same-namespace")]
+    assert len(gets) >= 2  # polled, not asked once
+    assert {m for m, _, _ in standin.requests} == {"GET"}
+    # A Gateway the cluster does not have is said so at once.
+    code, _out, err = run([*argv[:-1], "edge-infra/nope", "--cases", cases], capsys)
+    assert code == 2 and "no such Gateway" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "give --cases FILE"),
+        (["--cases", "x.yaml", "--gateway", "nope"], "expected NAMESPACE/NAME"),
+    ],
+)
+def test_live_on_a_cluster_needs_cases_and_a_gateway(
+    extra: list[str], message: str, serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standin, kubeconfig = serve(REMOTE_SCENARIO)
+    gateway = [] if "--gateway" in extra else ["--gateway", "edge-infra/same-namespace"]
+    code, _out, err = run(["live", "--kubeconfig", kubeconfig, *gateway, *extra], capsys)
+    assert code == 2
+    assert message in err
+    assert not standin.requests  # refused before anything was asked of the cluster
+    code, _out, err = run(["live", str(BASE), "--gateway", "edge-infra/same-namespace"], capsys)
+    assert code == 2 and "give --kubeconfig" in err

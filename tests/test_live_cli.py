@@ -68,7 +68,7 @@ def scenario_args(name: str) -> list[str]:
 CASE_KEYS = {"name", "passed", "attempts", "expected", "observed", "spec_agrees"}
 CASE_KEYS |= {"envoy_model_agrees", "xds_route", "scenario", "kind", "skipped", "request"}
 CASE_KEYS |= {"odd_one_out", "problems"}
-SUMMARY_KEYS = {"passed", "failed", "skipped", "seconds", "rewritten"}
+SUMMARY_KEYS = {"passed", "failed", "skipped", "seconds", "rewritten", "remote"}
 
 
 def assert_report_shape(doc: dict[str, Any]) -> None:

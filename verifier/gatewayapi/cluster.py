@@ -18,7 +18,7 @@ it is used through one narrow function (``_Api.get``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -369,3 +369,67 @@ def load_cluster_resources(source: ClusterSource) -> Resources:
     res = build(read.loaded)
     res.warnings[:0] = read.warnings
     return res
+
+
+GATEWAY = LISTED[2]
+POLL_INTERVAL = 1.0
+
+
+def _published(gateway: dict[str, Any]) -> str | None:
+    """The first address a controller wrote into the Gateway's status (an IP, or a
+    hostname a load balancer was given), or None while it has written none."""
+    status = gateway.get("status")
+    addresses = status.get("addresses") if isinstance(status, dict) else None
+    for entry in addresses if isinstance(addresses, list) else ():
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def wait_for_gateway_address(
+    source: ClusterSource,
+    gateway: tuple[str, str],
+    wait: float,
+    *,
+    interval: float = POLL_INTERVAL,
+    sleep: Callable[[float], None] | None = None,
+) -> str:
+    """The address ``Gateway.status.addresses`` publishes, polled by GET until it has one.
+
+    A LoadBalancer address can take minutes to appear after an install (the aether
+    conformance runner waits 180 s), so a missing one is waited for; after ``wait``
+    seconds it is an exit-2 error naming the Gateway and the wait, since the live pass
+    would have nowhere to send its cases. A GET, never a watch: the role stays get/list.
+    """
+    import time
+
+    pause = sleep or time.sleep
+    api = _Api(source)
+    ns, name = gateway
+    path = f"{GATEWAY.base}/namespaces/{quote(ns)}/{GATEWAY.plural}/{quote(name)}"
+    where = f"{api.where}/Gateway/{ns}/{name}"
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            found = _published(api.get(path))
+        except _Status as exc:
+            if exc.status == 403:
+                raise InputErrors([_forbidden(api.where, "get", GATEWAY, ns)]) from None
+            if exc.status == 404:
+                message = f"--gateway {ns}/{name}: no such Gateway in the cluster"
+                raise InputErrors(
+                    [InputError(where, 0, "--gateway", "not-found", message)]
+                ) from None
+            raise InputErrors([_unexpected(api.where, "get", GATEWAY, exc)]) from None
+        if found is not None:
+            return found
+        left = deadline - time.monotonic()
+        if left <= 0:
+            message = (
+                f"Gateway {ns}/{name} has no address in status.addresses after waiting "
+                f"{wait:g}s (--gateway-wait); is its controller running and a load balancer "
+                "available? --gateway-address NS/NAME=IP names one instead"
+            )
+            raise InputErrors([InputError(where, 0, "--gateway", "no-address", message)])
+        pause(min(interval, left))

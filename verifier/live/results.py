@@ -98,9 +98,20 @@ class LiveReport:
         routes) for at least one scenario; every report says so."""
         return any(s.rewritten for s in self.scenarios) or not self.scenarios
 
+    @property
+    def remote(self) -> str | None:
+        """Where the answers came from when a cluster's Gateway gave them (a remote
+        target's note, "remote: NS/NAME at IP"); None for our own data plane."""
+        for s in self.scenarios:
+            for note in s.notes:
+                if note.startswith("remote: "):
+                    return note.removeprefix("remote: ")
+        return None
+
     def summary(self) -> dict[str, Any]:
         results = self.results
         return {
+            "remote": self.remote,
             "passed": sum(1 for r in results if r.passed and not r.skipped),
             "failed": sum(1 for r in results if not r.passed and not r.skipped),
             "skipped": sum(1 for r in results if r.skipped),

@@ -18,6 +18,10 @@ their own: one request each, passing when the three answers agree.
 
 Every answer is also judged three ways (``verdict``): one finding per
 disagreement, naming the odd one out.
+
+With ``LiveOptions.remote`` the cases go to a cluster's Gateway instead
+(``remote.RemoteTarget``, the same interface as the embedded harness), so a
+case is judged by the same code whoever answers it.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.live.envoy_process import EnvoyError
 from verifier.live.harness import EmbeddedHarness, HarnessError
-from verifier.live.isolated import Rejected, with_isolated_harness
+from verifier.live.isolated import Isolated, Rejected, with_isolated_harness
+from verifier.live.remote import MIRRORS_SKIPPED, Remote, RemoteTarget
 from verifier.live.replay import CaseRun, LiveCase, live_unmet, parse_live
 from verifier.live.results import CASE, WITNESS, CaseResult, LiveReport, ScenarioRun
 from verifier.live.verdict import ODD_ENVOY, ODD_LIVE, ODD_SPEC, ODD_XDS, Verdict, three_way
@@ -63,6 +68,8 @@ class LiveOptions:
     budget: float = 60.0
     request_timeout: float = 10.0
     parallel_scenarios: int = 8
+    # A cluster's Gateway to send the cases to instead of an embedded data plane.
+    remote: Remote | None = None
 
 
 Progress = Callable[[ScenarioRun], None]
@@ -175,12 +182,27 @@ async def _run_scenario(
         plain = [c for c in p.cases if not _mirrors(c)]
         mirrored = [c for c in p.cases if _mirrors(c)]
         found: list[tuple[CaseResult, list[Finding]]] = []
+        if opts.remote is not None:
+            # One Gateway is reached; a case for another would be judged on its answers.
+            target = opts.remote.gateway
+            elsewhere = [c for c in p.cases if c.case.gateway.key != target]
+            found += [(_unsent(p, c, skipped=_not_the_gateway(c, target)), []) for c in elsewhere]
+            found += [
+                (_unsent(p, c, skipped=MIRRORS_SKIPPED), []) for c in mirrored if c not in elsewhere
+            ]
+            plain = [c for c in plain if c not in elsewhere]
+            mirrored = []
         for batch in (plain, mirrored):
             found += await asyncio.gather(
                 *(_judge_case(h, ctx, _name(p.scenario), c, opts, requests) for c in batch)
             )
         if opts.witnesses:
-            witnesses = [w for w in ctx.witnesses if w.feature != wt.CASE]
+            witnesses = [
+                w
+                for w in ctx.witnesses
+                if w.feature != wt.CASE
+                and (opts.remote is None or w.gateway == opts.remote.gateway)
+            ]
             found += await asyncio.gather(
                 *(
                     _judge_witness(h, ctx, _name(p.scenario), i, w, opts, requests)
@@ -190,17 +212,24 @@ async def _run_scenario(
         return found
 
     # Envoy runs exactly the checked xDS, in a network namespace of the run's own
-    # (or, where none can be made, a rewritten copy on loopback, and the report says so).
+    # (or, where none can be made, a rewritten copy on loopback, and the report says so);
+    # or, against a cluster, the cluster's Gateway answers and nothing is started here.
     try:
-        done = await with_isolated_harness(
-            ctx.res,
-            ctx.snapshot,
-            work,
-            destinations=[c.case.request.address for c in p.cases]
-            + ([w.request.address for w in ctx.witnesses] if opts.witnesses else []),
-            trust_domain=check.trust_domain,
-            addressing=check.addressing,
-        )
+        if opts.remote is not None:
+            async with RemoteTarget(
+                ctx.res, ctx.snapshot, opts.remote, addressing=check.addressing
+            ) as target:
+                done = Isolated(await work(target), False, tuple(target.notes))
+        else:
+            done = await with_isolated_harness(
+                ctx.res,
+                ctx.snapshot,
+                work,
+                destinations=[c.case.request.address for c in p.cases]
+                + ([w.request.address for w in ctx.witnesses] if opts.witnesses else []),
+                trust_domain=check.trust_domain,
+                addressing=check.addressing,
+            )
     except (HarnessError, EnvoyError, BootstrapError) as exc:
         return _not_run(p, exc)
     found, rewritten, notes = done.value, done.rewritten, done.notes
@@ -223,24 +252,38 @@ def _not_run(p: _Prepared, exc: Exception) -> ScenarioRun:
     message = str(exc).strip()
     first = p.ctx.case_locations.get(p.cases[0].case.name, ("", 0)) if p.cases else ("", 0)
     finding = new(code, RULE, file=first[0], line=first[1], message=message)
-    results = tuple(
-        CaseResult(
-            _name(p.scenario),
-            c.case.name,
-            CASE,
-            False,
-            0,
-            c.case.request.line(),
-            _expected(c),
-            {},
-            None,
-            None,
-            "",
-            (message,),
-        )
-        for c in p.cases
-    )
+    results = tuple(_unsent(p, c, problems=(message,)) for c in p.cases)
     return ScenarioRun(_name(p.scenario), results, (finding,), False, ())
+
+
+def _unsent(
+    p: _Prepared, c: LiveCase, *, problems: tuple[str, ...] = (), skipped: str = ""
+) -> CaseResult:
+    """A case that was never sent: failed with ``problems`` (no data plane), or
+    ``skipped`` with the reason (one this kind of target cannot judge)."""
+    return CaseResult(
+        _name(p.scenario),
+        c.case.name,
+        CASE,
+        False,
+        0,
+        c.case.request.line(),
+        _expected(c),
+        {},
+        None,
+        None,
+        "",
+        problems,
+        skipped=skipped,
+    )
+
+
+def _not_the_gateway(c: LiveCase, target: tuple[str, str]) -> str:
+    ns, name = c.case.gateway.key
+    return (
+        f"remote target: the case is for Gateway {ns}/{name}; only --gateway "
+        f"{target[0]}/{target[1]} is reached"
+    )
 
 
 def _name(scn: pipeline.Scenario) -> str:

@@ -27,9 +27,14 @@ def render_json(report: LiveReport) -> str:
 
 def summary_line(summary: dict[str, Any]) -> str:
     copy = "a rewritten copy of the xDS" if summary["rewritten"] else "the xDS as checked"
+    who = (
+        f"the cluster's Gateway {summary['remote']} answered"
+        if summary.get("remote")
+        else (f"Envoy ran {copy}")
+    )
     return (
         f"edge-verify live: {summary['passed']} passed, {summary['failed']} failed, "
-        f"{summary['skipped']} skipped in {summary['seconds']:.1f}s (Envoy ran {copy})"
+        f"{summary['skipped']} skipped in {summary['seconds']:.1f}s ({who})"
     )
 
 
