@@ -20,15 +20,15 @@ import pytest
 from conftest import valid_scenarios
 
 from verifier.gatewayapi.resources import Resources
+from verifier.live import verdict
 from verifier.live.echo_model import echo_reply
 from verifier.live.envoy_process import envoy_available
 from verifier.live.harness import EmbeddedHarness
 from verifier.live.replay import load_cases, load_scenario
 from verifier.semantics import witness as wt
-from verifier.semantics.cases import possible_statuses
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy.model import EnvoyModel
-from verifier.semantics.request import Outcome, Request
+from verifier.semantics.request import Request
 from verifier.xds.snapshot import Snapshot
 
 pytestmark = [
@@ -42,54 +42,8 @@ CONTROLLER = "gateway.aether.io/edge"
 UNMODELLED_REQUEST_HEADERS = {"content-length", "user-agent", "accept-encoding", "te"}
 
 
-def decision_mismatches(model: Outcome, live: Outcome) -> list[str]:
-    """Why a live answer is not one the model allows (empty when it is)."""
-    problems: list[str] = []
-    if live.status not in possible_statuses(model):
-        return [f"status {live.status}, model allows {sorted(possible_statuses(model))}"]
-    if live.status == 200 and model.backends and live.backends:
-        # A backend is also any Service the model says shares its endpoints.
-        allowed = {
-            key
-            for b in model.backends
-            if b.weight > 0
-            for key in ((b.namespace, b.name, b.port), *b.aliases)
-        }
-        got = {(b.namespace, b.name, b.port) for b in live.backends}
-        if not got <= allowed:
-            problems.append(f"backend {sorted(got)}, model allows {sorted(allowed)}")
-    if model.request is not None and live.request is not None and live.status == 200:
-        m, lv = model.request, live.request
-        if (m.host, m.path, m.method) != (lv.host, lv.path, lv.method):
-            problems.append(
-                f"backend saw {lv.method} {lv.host}{lv.path}, model {m.method} {m.host}{m.path}"
-            )
-        seen = {k: v for k, v in lv.headers if k not in UNMODELLED_REQUEST_HEADERS}
-        want = dict(m.headers)
-        if seen != want:
-            problems.append(f"backend headers {seen}, model {want}")
-    if model.redirect is not None or live.redirect is not None:
-        mr, lr = model.redirect, live.redirect
-        if (
-            mr is None
-            or lr is None
-            or (mr.scheme, mr.host.lower(), mr.port, mr.path)
-            != (
-                lr.scheme,
-                lr.host.lower(),
-                lr.port,
-                lr.path,
-            )
-        ):
-            problems.append(f"redirect {lr}, model {mr}")
-    got_resp = dict(live.response_headers)
-    for name, values in model.response_headers:
-        if got_resp.get(name) != values and ",".join(got_resp.get(name, ())) != ",".join(values):
-            problems.append(f"response {name}: {got_resp.get(name)}, model {list(values)}")
-    for name in model.response_headers_removed:
-        if name in got_resp:
-            problems.append(f"response {name} present, model removes it")
-    return problems
+# What the live pass itself judges a live answer by (one definition for both).
+decision_mismatches = verdict.live_mismatches
 
 
 Reencoding = Callable[[Snapshot, Resources], Snapshot]
