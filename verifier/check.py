@@ -153,8 +153,15 @@ def _share(o: Outcome) -> float:
 
 
 def _shares(o: Outcome) -> tuple[tuple[str, str, int, float], ...]:
+    """Each Service port's share of the traffic. Two backendRefs to one Service add
+    up (found by the fuzzer: the spec lists both, a translator may send one weighted
+    cluster), since what a client sees is only where its requests go."""
     total = sum(b.weight for b in o.backends) + o.invalid_weight
-    return tuple((b.namespace, b.name, b.port, b.weight / total) for b in o.backends if total)
+    merged: dict[tuple[str, str, int], int] = {}
+    for b in o.backends:
+        key = (b.namespace, b.name, b.port)
+        merged[key] = merged.get(key, 0) + b.weight
+    return tuple((*key, w / total) for key, w in sorted(merged.items()) if total)
 
 
 @dataclass(frozen=True)

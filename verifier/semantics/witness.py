@@ -315,9 +315,14 @@ def match_witnesses(
         below = [p for p, note in variants if note in near]
         yield from _cors_witnesses(w, rule, [full, *below], headers, method)
     touched = _touched_request_headers(rule)
-    if touched:
-        # Set and add differ only when the client already sends the header.
-        client = [(n, "from-client") for n in touched]
+    # Set and add differ only when the client already sends the header. A header
+    # the match already sends is not sent twice: which of a repeated header's
+    # values a match reads is left to implementations (Envoy matches any one, a
+    # comma-joined reading only the whole), and a probe of the filter must not
+    # turn on it.
+    sent = {n.lower() for n, _ in headers}
+    client = [(n, "from-client") for n in touched if n.lower() not in sent]
+    if client:
         yield w(FILTERS, "client sends modified headers", full, headers + client)
 
 
