@@ -7,7 +7,9 @@ same inputs (including the scenario's mesh registry, which the loader skips).
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -180,9 +182,42 @@ def translate_scenario(scenario: Path) -> Snapshot:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """How many damaged inputs each entry point was fed (tests/test_fuzz_entry_points.py)."""
+    """How many damaged inputs each entry point was fed (tests/test_fuzz_entry_points.py),
+    and what finding each seeded translator bug took (tests/test_fuzz_seeded_bugs.py)."""
     fuzzed = sys.modules.get("entry_points")
     if fuzzed is not None and fuzzed.COUNTS:
         terminalreporter.section("damaged inputs per entry point")
         for line in fuzzed.summary():
             terminalreporter.write_line(line)
+    seeded = sys.modules.get("test_fuzz_seeded_bugs")
+    if seeded is not None and seeded.FIGURES:
+        terminalreporter.section("edge-verify fuzz: seeded translator bugs")
+        for bug, (examples, seconds, steps) in sorted(seeded.FIGURES.items()):
+            terminalreporter.write_line(
+                f"{bug}: found after {examples} worlds in {seconds:.1f}s, shrunk in {steps} steps"
+            )
+
+
+@pytest.fixture(scope="session")
+def broken_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The deliberately broken translators' server (tests/broken_translators.py),
+    warmed up, for ``fuzz --translator``; its socket path."""
+    import broken_translators as bt
+
+    from verifier.fuzz.trial import write_scenario
+    from verifier.fuzz.worlds import World
+    from verifier.orphans import die_with_parent
+
+    tmp = tmp_path_factory.mktemp("broken")
+    sock = str(tmp / "bt.sock")
+    warm = write_scenario(tmp / "warm", World(()))
+    proc = subprocess.Popen(
+        [sys.executable, bt.__file__, "--serve", sock, *map(str, warm)],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=die_with_parent(),
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield sock
+    proc.kill()
+    proc.wait()

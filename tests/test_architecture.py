@@ -108,6 +108,16 @@ BOUNDARIES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
         ("verifier.semantics.spec", "verifier.semantics.envoy", "verifier.rules"),
         "the translator is what is judged; it may share types, never decisions",
     ),
+    (
+        ("verifier.fuzz.worlds", "verifier.fuzz.requests", "verifier.fuzz.coverage"),
+        ("verifier.translate", "verifier.semantics.envoy", "verifier.xds", "envoy_data_plane"),
+        "worlds and requests are drawn from the spec's vocabulary, never from what is judged",
+    ),
+    (
+        ("verifier.fuzz",),
+        ("verifier.cli",),
+        "the command line drives a campaign, never the reverse",
+    ),
 )
 
 

@@ -15,6 +15,8 @@ from foreign import reencode
 from hypothesis import HealthCheck, settings
 
 from verifier.cli import main
+from verifier.fuzz.trial import Translator, load_world, write_scenario
+from verifier.fuzz.worlds import World
 from verifier.gatewayapi.attach import build_graph
 from verifier.gatewayapi.resources import load_resources
 from verifier.translate import TranslateOptions, translate
@@ -66,6 +68,22 @@ def assert_check_finds_nothing(docs: list[dict[str, Any]]) -> None:
         rc = main([*args, "gateway-api", "--format", "json", "-o", str(report)])
         findings = json.loads(report.read_text(encoding="utf-8"))["findings"] if rc != 2 else []
         assert rc == 0, "re-encoded:\n" + text + "\n".join(f["message"] for f in findings)
+
+
+def assert_fuzz_world_checks_clean(world: World) -> None:
+    """``check`` finds nothing in a world of the fuzzer's strategies (verifier/fuzz),
+    as the reference translator writes it and as another implementation would."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base, scenario = write_scenario(Path(tmp), world)
+        report = Path(tmp) / "report.json"
+        for extra in ([], ["--xds", str(Path(tmp) / "foreign.json"), "--profile", "gateway-api"]):
+            if extra:
+                foreign = reencode(Translator()(world).snapshot, load_world(world))
+                Path(extra[1]).write_text(dumps(foreign), encoding="utf-8")
+            args = ["check", str(base), str(scenario), *extra]
+            rc = main([*args, "--format", "json", "-o", str(report)])
+            found = json.loads(report.read_text(encoding="utf-8"))["findings"] if rc != 2 else []
+            assert rc == 0, world.yaml() + "\n".join(f["message"] for f in found)
 
 
 def _reencoded(scenario: Path) -> Snapshot:

@@ -1023,6 +1023,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mu.set_defaults(run=cmd_mutate)
 
+    from verifier.fuzz.command import add_parser as add_fuzz
+
+    add_fuzz(sub, _add_limits)
+
     sv = sub.add_parser(
         "serve",
         help="serve the xDS to Envoys over ADS",

@@ -1,0 +1,134 @@
+"""How fast ``edge-verify fuzz`` searches, beside the way the tests checked drawn
+worlds before it (``check`` through the CLI on each world's files).
+
+For each property: worlds per second and requests per world on one core over
+``--seconds``, the reference translator in this process. Then the same number
+of worlds (the models-agree run's) through ``main(["check", base, world])``,
+the reference: what a drawn-world test cost per world before the campaign's
+in-process path. With ``--bugs``, each seeded bug of tests/broken_translators.py
+is hunted as the test does (seed, budget, shrink allowance), with the examples
+and seconds to find it and the shrunk world's size.
+
+    python benchmarks/bench_fuzz.py [--seconds 20] [--bugs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import broken_translators as bt  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from verifier.cli import main as cli  # noqa: E402
+from verifier.fuzz.campaign import Campaign, run_property  # noqa: E402
+from verifier.fuzz.properties import DEFAULT_PROPERTIES, Env  # noqa: E402
+from verifier.fuzz.trial import Translator, write_scenario  # noqa: E402
+from verifier.fuzz.worlds import World, worlds  # noqa: E402
+
+
+def rates(seconds: float) -> int:
+    worlds_seen = 0
+    for name in DEFAULT_PROPERTIES:
+        env = Env(Translator())
+        run = run_property(
+            name, env, budget=seconds, seed_value=0, database=None, campaign=Campaign()
+        )
+        per_world = run.requests / max(run.examples, 1)
+        print(
+            f"{name:18} {run.examples / run.seconds:6.1f} worlds/s  "
+            f"{per_world:6.1f} requests/world  ({run.examples} worlds, {run.seconds:.1f}s)"
+        )
+        if name == "models-agree":
+            worlds_seen = run.examples
+    return worlds_seen
+
+
+def reference(count: int) -> None:
+    """``check`` through the CLI on ``count`` drawn worlds (the same draws, seed 0)."""
+    drawn: list[World] = []
+
+    @seed(0)
+    @settings(
+        max_examples=count,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.data())
+    def collect(data: st.DataObject) -> None:
+        drawn.append(data.draw(worlds()))
+
+    collect()
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, world in enumerate(drawn):
+            base, path = write_scenario(Path(tmp) / str(i), world)
+            cli(["check", str(base), str(path), "--format", "json", "-o", os.devnull])
+    spent = time.monotonic() - began
+    rate = len(drawn) / spent
+    print(f"{'check via the CLI':18} {rate:6.1f} worlds/s  (reference, {len(drawn)} worlds)")
+
+
+def bugs() -> None:
+    from test_fuzz_seeded_bugs import BUDGET, MAX_EXAMPLES, SEED, SHRINK
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sock = str(Path(tmp) / "bt.sock")
+        warm = write_scenario(Path(tmp) / "warm", World(()))
+        server = subprocess.Popen(
+            [sys.executable, bt.__file__, "--serve", sock, *map(str, warm)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        try:
+            for bug in sorted(bt.BUGS):
+                env = Env(Translator(bt.command(sock, bug)))
+                run = run_property(
+                    "models-agree",
+                    env,
+                    budget=BUDGET,
+                    seed_value=SEED,
+                    database=None,
+                    shrink_seconds=SHRINK,
+                    max_examples=MAX_EXAMPLES,
+                    campaign=Campaign(),
+                )
+                if run.found is None:
+                    print(f"{bug:34} NOT FOUND in {run.examples} worlds ({run.seconds:.0f}s)")
+                    continue
+                f = run.found
+                print(
+                    f"{bug:34} found after {f.examples:4} worlds in {f.seconds:5.1f}s; "
+                    f"shrunk in {f.shrink_steps:3} steps to {len(f.failure.world.routes())} "
+                    f"route(s), {len(f.failure.world.yaml().splitlines())} YAML lines"
+                )
+        finally:
+            server.kill()
+
+
+def run() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="per property")
+    parser.add_argument("--bugs", action="store_true", help="hunt every seeded bug too")
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    reference(rates(args.seconds))
+    if args.bugs:
+        bugs()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

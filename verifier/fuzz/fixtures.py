@@ -1,0 +1,112 @@
+"""A shrunk counterexample written as a fixture ``check`` reads as it is.
+
+``OUT/`` is a suite: ``OUT/base/base.yaml`` (what every world stands on) and one
+folder per counterexample with ``resources.yaml`` (the world), ``cases.yaml``
+(its requests and the spec model's answers to them) and a README line naming the
+property. ``edge-verify check OUT/`` checks them all; copying a folder and the
+base into a fixtures tree makes it a regression test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from verifier.errors import InputError, InputErrors
+from verifier.semantics import witness as wt
+from verifier.semantics.cases import possible_statuses
+from verifier.semantics.request import Outcome
+from verifier.semantics.spec.model import spec_evaluate
+
+from .properties import Failure
+from .trial import load_world
+from .worlds import BASE_YAML, CONTROLLER
+
+
+def write_found(out: Path, failure: Failure, name: str, note: str) -> Path:
+    """``out/name/`` for ``failure``; ``out/base/base.yaml`` when it is not there yet."""
+    base = out / "base" / "base.yaml"
+    if base.exists() and base.read_text(encoding="utf-8") != BASE_YAML:
+        raise InputErrors(
+            [
+                InputError(
+                    str(base),
+                    1,
+                    "--out",
+                    "conflict",
+                    "holds another base than this version's fuzzer writes: give another --out",
+                )
+            ]
+        )
+    base.parent.mkdir(parents=True, exist_ok=True)
+    if not base.exists():
+        base.write_text(BASE_YAML, encoding="utf-8")
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    header = "".join(f"# {line}\n" for line in note.splitlines())
+    (folder / "resources.yaml").write_text(header + failure.world.yaml(), encoding="utf-8")
+    cases = expected_cases(failure)
+    if cases:
+        text = yaml.safe_dump(cases, sort_keys=False, default_flow_style=None, width=100)
+        (folder / "cases.yaml").write_text(text, encoding="utf-8")
+    (folder / "README.md").write_text(
+        f"Found by `edge-verify fuzz`: property `{failure.property}` failed.\n\n"
+        f"{failure.summary}\n",
+        encoding="utf-8",
+    )
+    return folder
+
+
+def expected_cases(failure: Failure) -> list[dict[str, Any]]:
+    """The failure's requests, each with the answer the spec model gives in its world."""
+    res = load_world(failure.world)
+    out = []
+    unique = {(w.gateway, w.request): w for w in failure.requests}
+    for i, w in enumerate(unique.values()):
+        outcome = spec_evaluate(res, w.gateway, w.request, controller_name=CONTROLLER).outcome
+        out.append(
+            {
+                "name": f"{failure.property}-{i}",
+                "gateway": {
+                    "namespace": w.gateway[0],
+                    "name": w.gateway[1],
+                    "port": w.request.port,
+                },
+                "request": _request(w),
+                "expect": _expect(outcome),
+            }
+        )
+    return out
+
+
+def _request(w: wt.Witness) -> dict[str, Any]:
+    r = w.request
+    out: dict[str, Any] = {"method": r.method, "scheme": r.scheme}
+    if r.host != r.address:
+        out["host"] = r.host
+    out["path"] = r.path
+    if r.headers:
+        out["headers"] = {n: list(vs) if len(vs) > 1 else vs[0] for n, vs in r.headers}
+    return out
+
+
+def _expect(o: Outcome) -> dict[str, Any]:
+    statuses = sorted(possible_statuses(o))
+    out: dict[str, Any] = {"status": o.status} if len(statuses) == 1 else {"statuses": statuses}
+    if o.backends:
+        names = sorted({b.name for b in o.backends})
+        if len(names) == 1:
+            out["backend"] = names[0]
+        else:
+            out["backends"] = names
+        namespaces = {b.namespace for b in o.backends}
+        if len(namespaces) == 1:
+            out["namespace"] = namespaces.pop()
+    if o.redirect is not None:
+        r = o.redirect
+        out["redirect"] = {"scheme": r.scheme, "host": r.host, "port": r.port, "path": r.path}
+    if o.request is not None and o.backends:
+        out["request"] = {"host": o.request.host, "path": o.request.path}
+    return out

@@ -1,0 +1,140 @@
+"""One drawn world, translated: its resources, status graph, xDS and check context.
+
+Worlds are loaded from their YAML text, as ``check`` loads a fixture (so a
+counterexample written as a fixture behaves exactly as it did here), and
+translated either by the reference translator in this process or by an
+external command under the ``check --translator`` contract.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from verifier.check import Comparison, Context
+from verifier.errors import InputErrors
+from verifier.gatewayapi.attach import Graph, build_graph
+from verifier.gatewayapi.load import LoadResult, load_texts
+from verifier.gatewayapi.resources import Resources, build
+from verifier.pipeline import external_snapshot
+from verifier.semantics import witness as wt
+from verifier.semantics.request import Evaluation, Request, evolve
+from verifier.translate import TranslateOptions, translate
+from verifier.xds.snapshot import Snapshot
+
+from .worlds import BASE_YAML, CONTROLLER, World
+
+BASE_FILE = "base/base.yaml"
+WORLD_FILE = "world/resources.yaml"
+
+
+class TranslatorCrashed(Exception):
+    """The translator raised or exited non-zero on a valid world: a property failure."""
+
+
+@functools.cache
+def _base(base_yaml: str) -> LoadResult:
+    """The base, parsed once per campaign: it is most of a world's YAML, and building
+    Resources only reads the parsed objects."""
+    return load_texts([(BASE_FILE, base_yaml)])
+
+
+def load_world(world: World, base_yaml: str = BASE_YAML) -> Resources:
+    """The world as ``check`` would read it; InputErrors when the tool refuses it."""
+    base = _base(base_yaml)
+    drawn = load_texts([(WORLD_FILE, world.yaml())])
+    return build(
+        LoadResult(
+            base.objects + drawn.objects, base.errors + drawn.errors, base.files + drawn.files
+        )
+    )
+
+
+@dataclass
+class Trial:
+    world: World
+    res: Resources
+    snapshot: Snapshot
+    extra: tuple[wt.Witness, ...] = ()
+
+    @cached_property
+    def graph(self) -> Graph:
+        return build_graph(self.res, CONTROLLER)
+
+    @cached_property
+    def ctx(self) -> Context:
+        return Context(self.res, self.snapshot, controller_name=CONTROLLER, spec_cache={})
+
+    @property
+    def requests(self) -> list[wt.Witness]:
+        """The witness generator's requests, then the drawn ones (``extra``)."""
+        return self.ctx.witnesses + list(self.extra)
+
+    def with_requests(self, extra: Iterable[wt.Witness]) -> Trial:
+        """The same translation with drawn requests: the context (witnesses, both
+        models' indexes) is shared, not built again."""
+        trial = Trial(self.world, self.res, self.snapshot, tuple(extra))
+        trial.__dict__["ctx"] = self.ctx
+        if "graph" in self.__dict__:
+            trial.__dict__["graph"] = self.graph
+        return trial
+
+    def comparisons(self) -> list[Comparison]:
+        """The requests on which the models disagree, on this core (a world is small;
+        the campaign, not one world, is what would be spread over cores)."""
+        return [c for c in map(self.ctx.compare, self.requests) if c is not None]
+
+    def spec(self, gateway: tuple[str, str], request: Request) -> Evaluation:
+        return self.ctx.spec(gateway, request, trace=False)
+
+    def envoy(self, request: Request) -> Evaluation:
+        return self.ctx.envoy.evaluate(request, trace=False)
+
+    def resend(self, w: wt.Witness, gateway: tuple[str, str]) -> Request:
+        """``w``'s request as sent to ``gateway`` in this world, whose address may differ
+        from the one it was first sent to (renamed Gateways have other addresses)."""
+        new = self.ctx.addresses.get(gateway, w.request.address)
+        host = new if w.request.host == w.request.address else w.request.host
+        return evolve(w.request, address=new, host=host)
+
+
+class Translator:
+    """The reference translator, or ``command`` (the ``check --translator`` contract)."""
+
+    def __init__(self, command: str | None = None) -> None:
+        self.command = command
+        self.calls = 0
+
+    @property
+    def name(self) -> str:
+        return self.command or "reference"
+
+    def __call__(self, world: World, base_yaml: str = BASE_YAML) -> Trial:
+        res = load_world(world, base_yaml)
+        self.calls += 1
+        if self.command is None:
+            try:
+                snap = translate(res, build_graph(res, CONTROLLER), TranslateOptions(CONTROLLER))
+            except Exception as exc:  # a crash on a valid world is a finding, not our error
+                raise TranslatorCrashed(f"{type(exc).__name__}: {exc}") from exc
+            return Trial(world, res, snap)
+        with tempfile.TemporaryDirectory(prefix="edge-verify-fuzz-") as tmp:
+            paths = write_scenario(Path(tmp), world, base_yaml)
+            try:
+                snap, _notes = external_snapshot(self.command, [str(p) for p in paths])
+            except InputErrors as exc:
+                raise TranslatorCrashed("; ".join(e.message for e in exc.errors)) from None
+        return Trial(world, res, snap)
+
+
+def write_scenario(root: Path, world: World, base_yaml: str = BASE_YAML) -> Sequence[Path]:
+    """``root/base/base.yaml`` and ``root/world/resources.yaml``: a suite ``check`` reads."""
+    (root / "base").mkdir(parents=True, exist_ok=True)
+    (root / "world").mkdir(parents=True, exist_ok=True)
+    (root / BASE_FILE).write_text(base_yaml, encoding="utf-8")
+    (root / WORLD_FILE).write_text(world.yaml(), encoding="utf-8")
+    return (root / "base", root / "world")
