@@ -85,9 +85,8 @@ def bugs() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         sock = str(Path(tmp) / "bt.sock")
-        warm = write_scenario(Path(tmp) / "warm", World(()))
         server = subprocess.Popen(
-            [sys.executable, bt.__file__, "--serve", sock, *map(str, warm)],
+            [sys.executable, bt.__file__, "--serve", sock, tmp],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -11,7 +11,7 @@ campaign measures the fuzzer and not Python's start-up, the command is a thin
 client (``python -S``, the standard library only) of a server that has the
 imports done and forks a child per world::
 
-    python tests/broken_translators.py --serve SOCKET [WARM-UP PATH...]  # once
+    python tests/broken_translators.py --serve SOCKET [WARM-UP DIR]  # once
     python -S tests/broken_translators.py --socket SOCKET BUG PATH...   # per world
 
 ``python tests/broken_translators.py BUG PATH...`` runs one in-process, no server.
@@ -224,16 +224,43 @@ def _recv_all(conn: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+def _warm_up(root: str) -> None:
+    """Translate drawn worlds of every kind here, before any fork: that builds the
+    message classes' validators and compiles the patterns, which a child would
+    otherwise build again on every world (0.5 to 1 s each, measured)."""
+    from pathlib import Path
+
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+    from hypothesis import strategies as st
+
+    from verifier.fuzz.trial import write_scenario
+    from verifier.fuzz.worlds import worlds
+
+    @seed(0)
+    @settings(
+        max_examples=40,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.data())
+    def each(data: Any) -> None:
+        paths = write_scenario(Path(root) / "warm", data.draw(worlds()))
+        for bug in BUGS:
+            translate(bug, [str(p) for p in paths])
+
+    each()
+
+
 def serve(path: str, warm: list[str]) -> None:
     """Answer each connection in a forked child: imports done once, state never shared.
 
-    A first translation (of ``warm``) is done here, before any fork: it builds the
-    message classes' validators and compiles the patterns every child would
-    otherwise build again (about a second)."""
+    ``warm``: a directory for the worlds translated before serving (``_warm_up``)."""
     import signal
 
     if warm:
-        translate(next(iter(BUGS)), warm)
+        _warm_up(warm[0])
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

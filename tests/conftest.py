@@ -204,15 +204,12 @@ def broken_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     warmed up, for ``fuzz --translator``; its socket path."""
     import broken_translators as bt
 
-    from verifier.fuzz.trial import write_scenario
-    from verifier.fuzz.worlds import World
     from verifier.orphans import die_with_parent
 
     tmp = tmp_path_factory.mktemp("broken")
     sock = str(tmp / "bt.sock")
-    warm = write_scenario(tmp / "warm", World(()))
     proc = subprocess.Popen(
-        [sys.executable, bt.__file__, "--serve", sock, *map(str, warm)],
+        [sys.executable, bt.__file__, "--serve", sock, str(tmp)],
         stdout=subprocess.PIPE,
         text=True,
         preexec_fn=die_with_parent(),

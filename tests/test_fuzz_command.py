@@ -122,7 +122,7 @@ def test_a_budget_that_is_not_a_duration_is_a_usage_error(
     budget: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["fuzz", "--budget", budget])
+        main(["fuzz", f"--budget={budget}"])
     assert exc.value.code == 2
     assert "duration" in capsys.readouterr().err
 

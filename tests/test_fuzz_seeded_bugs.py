@@ -29,7 +29,7 @@ SEED = 1
 # with a fixed seed the same worlds are drawn. The time budget is only a safety net.
 MAX_EXAMPLES = 300
 BUDGET = 900.0
-SHRINK = 60.0
+SHRINK = 20.0
 
 # name -> (examples to find, seconds to find, shrink steps) for the terminal summary
 FIGURES: dict[str, tuple[int, float, int]] = {}
