@@ -18,6 +18,8 @@ from verifier.gatewayapi.attach import Graph, build_graph
 from verifier.gatewayapi.resources import Resources, load_resources
 
 if TYPE_CHECKING:
+    from live_suite import SuiteRun
+
     from verifier.xds.snapshot import Snapshot
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -177,6 +179,15 @@ def translate_scenario(scenario: Path) -> Snapshot:
     registry = scenario / MESH_REGISTRY
     mesh = load_mesh_registry(rel(registry)) if registry.is_file() else frozenset()
     return translate(res, graph, TranslateOptions(mesh_registry=mesh))
+
+
+@pytest.fixture(scope="session")
+def fixtures_run() -> SuiteRun:
+    """``edge-verify run fixtures/``, once per session: every case of every fixture
+    through real Envoy (tests/live_suite.py), read by each test that needs its answers."""
+    from live_suite import run_fixtures
+
+    return run_fixtures()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
