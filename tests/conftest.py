@@ -190,6 +190,34 @@ def fixtures_run() -> SuiteRun:
     return run_fixtures()
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the selected modules' ``BACKGROUND`` computations on the idle core
+    (tests/background.py), so that their results are ready when their tests come;
+    only for a module whose tests come after others' (alone, nothing would overlap
+    and the fixture computes faster over every core itself)."""
+    if session.config.option.collectonly or not session.items:
+        return
+    import background
+
+    first = getattr(session.items[0], "module", None)
+    modules = {id(m): m for m in (getattr(i, "module", None) for i in session.items) if m}
+    background.start(
+        [
+            (f"{module.__name__}:{name}", fn)
+            for module in modules.values()  # in the order their tests come
+            if module is not first
+            for name, fn in getattr(module, "BACKGROUND", {}).items()
+        ]
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """No background computation outlives the session (one whose test never ran)."""
+    started = sys.modules.get("background")
+    if started is not None:
+        started.cancel_all()
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many damaged inputs each entry point was fed (tests/test_fuzz_entry_points.py)."""
     fuzzed = sys.modules.get("entry_points")
