@@ -20,6 +20,8 @@ from verifier.gatewayapi.attach import Graph, build_graph
 from verifier.gatewayapi.resources import Resources, load_resources
 
 if TYPE_CHECKING:
+    from live_suite import SuiteRun
+
     from verifier.xds.snapshot import Snapshot
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -179,6 +181,43 @@ def translate_scenario(scenario: Path) -> Snapshot:
     registry = scenario / MESH_REGISTRY
     mesh = load_mesh_registry(rel(registry)) if registry.is_file() else frozenset()
     return translate(res, graph, TranslateOptions(mesh_registry=mesh))
+
+
+@pytest.fixture(scope="session")
+def fixtures_run() -> SuiteRun:
+    """``edge-verify run fixtures/``, once per session: every case of every fixture
+    through real Envoy (tests/live_suite.py), read by each test that needs its answers."""
+    from live_suite import run_fixtures
+
+    return run_fixtures()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the selected modules' ``BACKGROUND`` computations on the idle core
+    (tests/background.py), so that their results are ready when their tests come;
+    only for a module whose tests come after others' (alone, nothing would overlap
+    and the fixture computes faster over every core itself)."""
+    if session.config.option.collectonly or not session.items:
+        return
+    import background
+
+    first = getattr(session.items[0], "module", None)
+    modules = {id(m): m for m in (getattr(i, "module", None) for i in session.items) if m}
+    background.start(
+        [
+            (f"{module.__name__}:{name}", fn)
+            for module in modules.values()  # in the order their tests come
+            if module is not first
+            for name, fn in getattr(module, "BACKGROUND", {}).items()
+        ]
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """No background computation outlives the session (one whose test never ran)."""
+    started = sys.modules.get("background")
+    if started is not None:
+        started.cancel_all()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

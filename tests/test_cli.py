@@ -29,6 +29,7 @@ from conftest import (
     translate_args,
     translate_scenario,
 )
+from live_suite import SuiteRun
 
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.resources import load_resources
@@ -245,10 +246,18 @@ def _readme_commands() -> list[list[str]]:
     ]
 
 
-def test_readme_commands_run(tmp_path: Path) -> None:
+def test_readme_commands_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Each runs as written, as a process of its own; `run fixtures/` is the session's
+    run of that very command (tests/live_suite.py), which sends every fixture's traffic
+    through Envoy once for all the tests that need it."""
     commands = _readme_commands()
     assert len(commands) >= 2, "README lost its first-use commands"
     for args in commands:
+        if args == ["run", "fixtures/"]:
+            shared: SuiteRun = request.getfixturevalue("fixtures_run")
+            assert shared.code == 0, f"edge-verify run fixtures/:\n{shared.err}"
+            assert shared.out
+            continue
         if args[0] == "translate" and "-o" in args:
             i = args.index("-o") + 1
             args[i] = str(tmp_path / args[i])

@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import background
 import pytest
 from conftest import FIXTURES, REPO_ROOT, rel, scenario_params, translate_scenario
 from conftest import load_scenario as load_fixture
@@ -26,6 +28,7 @@ from test_model_vs_live import live_mismatches
 from verifier.rules import RULES
 
 from verifier.check import Context
+from verifier.forked import map_forked
 from verifier.gatewayapi.attach import build_graph
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources
@@ -136,21 +139,42 @@ def test_reencoding_reorders_disjoint_routes() -> None:
 AETHER_ONLY_OPERATORS = {"add-upstream-tls", "drop-transport-socket", "mesh-wrong-san-account"}
 
 
-def test_mutants_of_the_reencoded_xds_are_caught(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _reencoded_mutation_report() -> MutationReport:
+    """Every valid scenario's re-encoded xDS mutated with the operators both profiles
+    judge, and checked under the implementation-neutral profile."""
+    neutral = tuple(op for op in OPERATORS if op.name not in AETHER_ONLY_OPERATORS)
+    picked = [s.name for s in _valid()]
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.chdir(REPO_ROOT)
+        mp.setattr(mutation_run, "mutants", lambda snap: mutants(snap, operators=neutral))
+
+        def mutate(name: str) -> MutationReport:
+            part = MutationReport()
+            xds = _foreign_file(FIXTURES / name, Path(tmp))
+            opts = CheckOptions(xds=str(xds), profile=PROFILE)
+            (scenario,) = [s for s in discover([rel(FIXTURES)], opts) if s.name == name]
+            mutation_run.mutate_scenario(scenario, opts, RULES, part)
+            return part
+
+        # Scenarios are mutated independently: over the cores, as `mutate` does, folded
+        # in scenario order (the forked workers inherit the operators patched above).
+        report = MutationReport()
+        for part in map_forked(mutate, picked):
+            report.add(part)
+    return report
+
+
+# It depends on nothing the session does first: computed on the core the other tests
+# leave idle, from the start of the session (tests/background.py).
+BACKGROUND = {"reencoded-mutants": _reencoded_mutation_report}
+
+
+def test_mutants_of_the_reencoded_xds_are_caught() -> None:
     """The mutation score on the other encoding, over every valid scenario: every
     non-equivalent mutant is caught, as on the original encoding."""
-    neutral = tuple(op for op in OPERATORS if op.name not in AETHER_ONLY_OPERATORS)
-    monkeypatch.setattr(mutation_run, "mutants", lambda snap: mutants(snap, operators=neutral))
+    neutral = [op for op in OPERATORS if op.name not in AETHER_ONLY_OPERATORS]
     print(f"{len(neutral)} of {len(OPERATORS)} operators")
-    picked = [s.name for s in _valid()]
-    report = MutationReport()
-    for name in picked:
-        xds = _foreign_file(FIXTURES / name, tmp_path)
-        opts = CheckOptions(xds=str(xds), profile=PROFILE)
-        (scenario,) = [s for s in discover([rel(FIXTURES)], opts) if s.name == name]
-        mutation_run.mutate_scenario(scenario, opts, RULES, report)
+    report = background.result(f"{__name__}:reencoded-mutants", _reencoded_mutation_report)
     assert report.baseline_findings == []
     assert report.total > 1500
     print(f"{report.total} mutants, {report.equivalent} equivalent, {report.killed} killed")

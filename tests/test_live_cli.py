@@ -1,10 +1,10 @@
 """`edge-verify live` and `edge-verify run` as users and CI meet them.
 
-The whole fixture suite runs once, in-process (``verifier.cli.main``), through
-`run`: every case must pass live, and every report must say Envoy ran the xDS
-as checked (in a network namespace of the run's own, not rewritten).
-tests/test_live_fixtures.py keeps the per-case view of the same traffic; this
-is the command's contract: exit codes, the JSON shape, the three-way verdict
+The whole fixture suite runs once per session, in-process (``verifier.cli.main``),
+through `run` (tests/live_suite.py): every case must pass live, and every report
+must say Envoy ran the xDS as checked (in a network namespace of the run's own,
+not rewritten). tests/test_live_fixtures.py asserts each case of that same run on
+its own; this is the command's contract: exit codes, the JSON shape, the three-way verdict
 on a broken xDS, and the ConformanceReport held to the upstream Go type.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +22,13 @@ import aiohttp
 import pytest
 import yaml
 from conftest import BASE, FIXTURES, REPO_ROOT, rel, valid_scenarios
+from live_suite import SuiteRun
 
 from verifier.cli import main
 from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.echo_model import echo_reply
 from verifier.live.envoy_process import envoy_available
+from verifier.report import live
 from verifier.semantics.request import Request
 
 
@@ -98,17 +99,16 @@ def _all_cases() -> int:
 
 @pytest.mark.live
 @pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
-def test_run_passes_every_case_of_every_fixture(cli: CLI, tmp_path: Path) -> None:
+def test_run_passes_every_case_of_every_fixture(fixtures_run: SuiteRun) -> None:
     """`edge-verify run fixtures/`, the README's first command: check clean, every case
     passes live (3 in a row each), with Envoy running exactly the checked xDS in a
-    network namespace of its own (`rewritten: false`)."""
-    started = time.monotonic()
-    report = tmp_path / "live.json"
-    r = cli("run", "fixtures/", "--format", "json", "-o", str(report))
-    wall = time.monotonic() - started
-    print(f"\nrun fixtures/: {wall:.1f}s wall")
+    network namespace of its own (`rewritten: false`). The session's one run
+    (tests/live_suite.py), whose cases tests/test_live_fixtures.py asserts one by one;
+    its report as `--format json` writes it."""
+    r = fixtures_run
     assert r.code == 0, r.err[-3000:]
-    doc = json.loads(report.read_text(encoding="utf-8"))
+    assert r.out.splitlines() == [live.summary_line(r.report["summary"])]  # clean: one line
+    doc = r.report
     assert_report_shape(doc)
     failed = [f"{c['scenario']}::{c['name']}: {c['problems']}" for c in doc["cases"]]
     failed = [f for f, c in zip(failed, doc["cases"], strict=True) if not c["passed"]]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import background
 import pytest
 from verifier.rules import RULES
 
@@ -100,23 +102,22 @@ def test_untraced_evaluations_decide_the_same() -> None:
     assert asked > 2000
 
 
-def test_a_suite_checked_on_several_cores_reports_as_one_checked_in_turn(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Scenarios of a suite are checked in worker processes; the results, their
-    order and the progress calls are those of a serial run."""
+Checked = tuple[list[tuple[Any, ...]], list[tuple[int, int, str]]]
+
+
+def _suite_checked(min_scenarios: int) -> Checked:
+    """fixtures/ checked against one scenario's xDS (judged against every scenario: many
+    findings), with scenarios spread over the cores from ``min_scenarios`` of them on
+    (10**9: one after another): the results as data, and the progress calls."""
     from verifier.cli import main
 
-    monkeypatch.chdir(FIXTURES.parent)
-    xds = tmp_path / "one-scenario.json"
-    assert (
-        main(["translate", "fixtures/base", "fixtures/httproute-header-matching", "-o", str(xds)])
-        == 0
-    )
-    opts = pipeline.CheckOptions(xds=str(xds))  # judged against every scenario: many findings
-
-    def checked(min_scenarios: int) -> tuple[list[tuple[Any, ...]], list[tuple[int, int, str]]]:
-        monkeypatch.setattr(pipeline, "PARALLEL_MIN_SCENARIOS", min_scenarios)
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.chdir(FIXTURES.parent)
+        xds = Path(tmp) / "one-scenario.json"
+        args = ["translate", "fixtures/base", "fixtures/httproute-header-matching", "-o", str(xds)]
+        assert main(args) == 0
+        opts = pipeline.CheckOptions(xds=str(xds))
+        mp.setattr(pipeline, "PARALLEL_MIN_SCENARIOS", min_scenarios)
         calls: list[tuple[int, int, str]] = []
         results = pipeline.check_all(
             ["fixtures"], opts, RULES, lambda i, n, r: calls.append((i, n, r.scenario.name))
@@ -125,33 +126,59 @@ def test_a_suite_checked_on_several_cores_reports_as_one_checked_in_turn(
             (r.scenario.name, [f.to_json() for f in r.findings], r.input_errors, r.warnings)
             for r in results
         ]
-        return flat, calls
+    return flat, calls
 
-    serial = checked(10**9)
-    parallel = checked(0)
+
+def _suite_checked_in_turn() -> Checked:
+    return _suite_checked(10**9)
+
+
+MUTATED = [
+    "base",
+    "httproute-header-matching",
+    "httproute-cors",
+    "httproute-query-param-matching",
+    "httproute-matching-precedence",
+]
+
+
+def _suite_mutated(serial: bool) -> dict[str, Any]:
+    """``mutate_all`` over a suite of a few fixtures: on several cores (where
+    ``can_fork``), or one scenario after another."""
+    import verifier.forked
+    from verifier.mutate.run import mutate_all
+
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        suite = Path(tmp) / "suite"
+        suite.mkdir()
+        for name in MUTATED:
+            (suite / name).symlink_to(FIXTURES / name, target_is_directory=True)
+        if serial:
+            mp.setattr(verifier.forked, "can_fork", lambda: False)
+        return mutate_all([str(suite)], pipeline.CheckOptions(), RULES).to_json()
+
+
+def _suite_mutated_in_turn() -> dict[str, Any]:
+    return _suite_mutated(serial=True)
+
+
+# The runs one scenario after another depend on nothing the session does first: they
+# are computed on the core the other tests leave idle (tests/background.py); the runs
+# over the cores are made here.
+BACKGROUND = {"checked": _suite_checked_in_turn, "mutated": _suite_mutated_in_turn}
+
+
+def test_a_suite_checked_on_several_cores_reports_as_one_checked_in_turn() -> None:
+    """Scenarios of a suite are checked in worker processes; the results, their
+    order and the progress calls are those of a serial run."""
+    serial = background.result(f"{__name__}:checked", _suite_checked_in_turn)
+    parallel = _suite_checked(0)
     assert sum(len(entry[1]) for entry in serial[0]) > 100
     assert parallel == serial
 
 
-def test_mutating_a_suite_on_several_cores_reports_as_in_turn(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import verifier.forked
-    from verifier.mutate.run import mutate_all
-
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    for name in (
-        "base",
-        "httproute-header-matching",
-        "httproute-cors",
-        "httproute-query-param-matching",
-        "httproute-matching-precedence",
-    ):
-        (suite / name).symlink_to(FIXTURES / name, target_is_directory=True)
-    opts = pipeline.CheckOptions()
-    parallel = mutate_all([str(suite)], opts, RULES).to_json()
-    monkeypatch.setattr(verifier.forked, "can_fork", lambda: False)
-    serial = mutate_all([str(suite)], opts, RULES).to_json()
+def test_mutating_a_suite_on_several_cores_reports_as_in_turn() -> None:
+    parallel = _suite_mutated(serial=False)
+    serial = background.result(f"{__name__}:mutated", _suite_mutated_in_turn)
     assert serial["total"] > 100
     assert parallel == serial

@@ -12,14 +12,16 @@ from __future__ import annotations
 import base64
 import json
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 from conftest import BASE, FIXTURES, rel, translate_scenario
 from test_check_cli import CLI, cli  # noqa: F401
 
+from verifier import pipeline
 from verifier.live.bootstrap import BootstrapError, listener_secrets, local_bootstrap
 from verifier.xds.codec import to_json_dict
 from verifier.xds.snapshot import (
@@ -30,6 +32,9 @@ from verifier.xds.snapshot import (
     load_path,
     redacted,
 )
+
+if TYPE_CHECKING:
+    from verifier.registry import Rule
 
 SCENARIOS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p != BASE)
 HTTPS = FIXTURES / "gateway-https-listener"
@@ -172,8 +177,45 @@ def test_no_command_prints_a_key(scenario: Path, cli: CLI, tmp_path: Path) -> No
         assert_no_key(written.read_text(encoding="utf-8"), f"{scenario.name}: translate -o")
 
 
+Checked = dict[str, list[pipeline.ScenarioResult]]
+
+
+@pytest.fixture(scope="module")
+def checked() -> Checked:
+    """``pipeline.check_all``'s results by its arguments, for this module's runs."""
+    return {}
+
+
+@pytest.fixture
+def check_once(monkeypatch: pytest.MonkeyPatch, checked: Checked) -> None:
+    """``check`` renders every format from one list of results (``cli.cmd_check``), so
+    the formats of one input need those results once: the first run computes them, the
+    others render the same ones. Everything after ``check_all`` runs every time."""
+    check_all = pipeline.check_all
+
+    def once(
+        paths: Sequence[str],
+        opts: pipeline.CheckOptions,
+        rules: Sequence[Rule],
+        progress: Callable[[int, int, pipeline.ScenarioResult], None] | None = None,
+    ) -> list[pipeline.ScenarioResult]:
+        key = repr((list(paths), opts, [r.name for r in rules]))
+        if key not in checked:
+            checked[key] = check_all(paths, opts, rules, progress)
+        elif progress is not None:
+            for i, result in enumerate(checked[key]):
+                progress(i + 1, len(checked[key]), result)
+        return checked[key]
+
+    monkeypatch.setattr(pipeline, "check_all", once)
+
+
 @pytest.mark.parametrize("fmt", ["text", "json", "sarif"])
-def test_check_reports_carry_no_key(fmt: str, cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+def test_check_reports_carry_no_key(
+    fmt: str,
+    cli: CLI,  # noqa: F811
+    check_once: None,
+) -> None:
     r = cli("check", "fixtures/", "--format", fmt)
     assert r.rc == 0, r.err
     assert_no_key(r.out + r.err, f"check --format {fmt}")
