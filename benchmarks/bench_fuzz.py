@@ -15,6 +15,7 @@ and seconds to find it and the shrunk world's size.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -71,10 +72,11 @@ def reference(count: int) -> None:
 
     collect()
     began = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as quiet:
         for i, world in enumerate(drawn):
             base, path = write_scenario(Path(tmp) / str(i), world)
-            cli(["check", str(base), str(path), "--format", "json", "-o", os.devnull])
+            with contextlib.redirect_stderr(quiet):  # check's one-line summary per world
+                cli(["check", str(base), str(path), "--format", "json", "-o", os.devnull])
     spent = time.monotonic() - began
     rate = len(drawn) / spent
     print(f"{'check via the CLI':18} {rate:6.1f} worlds/s  (reference, {len(drawn)} worlds)")
