@@ -15,10 +15,9 @@ from verifier.errors import InputError, InputErrors
 
 from .campaign import Campaign, PropertyRun, fixture_name, run_campaign
 from .coverage import ALL_TAGS
-from .fixtures import write_found
+from .fixtures import check_out, write_found
 from .properties import DEFAULT_PROPERTIES, PROPERTIES, Env
 from .trial import Translator, Trial
-from .worlds import BASE_YAML
 
 STATE_DIR = Path(".edge-verify")
 
@@ -116,18 +115,6 @@ def _properties(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(args.property or DEFAULT_PROPERTIES))
 
 
-def _check_out(out: Path) -> None:
-    """Refuse an --out that cannot hold fixtures before searching, not after: a
-    counterexample found and then not written would be lost."""
-    if out.exists() and not out.is_dir():
-        message = "exists and is not a directory"
-        raise InputErrors([InputError("--out", 0, str(out), "not-a-directory", message)])
-    base = out / "base" / "base.yaml"
-    if base.exists() and base.read_text(encoding="utf-8") != BASE_YAML:
-        message = f"{base} holds another base than this version's fuzzer writes: give another --out"
-        raise InputErrors([InputError("--out", 0, str(out), "conflict", message)])
-
-
 def _envoy_env(env: Env) -> None:
     """Wire the real Envoy into the properties that use it."""
     from verifier.xds.snapshot import envoy_validate, find_envoy
@@ -145,7 +132,7 @@ def _envoy_env(env: Env) -> None:
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
     names = _properties(args)
-    _check_out(Path(args.out))
+    check_out(Path(args.out))
     env = Env(Translator(args.translator))
     if args.envoy:
         _envoy_env(env)

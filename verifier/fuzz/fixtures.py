@@ -27,19 +27,8 @@ from .worlds import BASE_YAML, CONTROLLER
 
 def write_found(out: Path, failure: Failure, name: str, note: str) -> Path:
     """``out/name/`` for ``failure``; ``out/base/base.yaml`` when it is not there yet."""
+    check_out(out)
     base = out / "base" / "base.yaml"
-    if base.exists() and base.read_text(encoding="utf-8") != BASE_YAML:
-        raise InputErrors(
-            [
-                InputError(
-                    str(base),
-                    1,
-                    "--out",
-                    "conflict",
-                    "holds another base than this version's fuzzer writes: give another --out",
-                )
-            ]
-        )
     base.parent.mkdir(parents=True, exist_ok=True)
     if not base.exists():
         base.write_text(BASE_YAML, encoding="utf-8")
@@ -57,6 +46,19 @@ def write_found(out: Path, failure: Failure, name: str, note: str) -> Path:
         encoding="utf-8",
     )
     return folder
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``out`` that cannot hold fixtures: a file, or a suite whose base
+    is another version's. The command asks before searching, so that nothing
+    found is lost for want of a place to write it."""
+    if out.exists() and not out.is_dir():
+        message = "exists and is not a directory"
+        raise InputErrors([InputError("--out", 0, str(out), "not-a-directory", message)])
+    base = out / "base" / "base.yaml"
+    if base.exists() and base.read_text(encoding="utf-8") != BASE_YAML:
+        message = f"{base} holds another base than this version's fuzzer writes: give another --out"
+        raise InputErrors([InputError("--out", 0, str(out), "conflict", message)])
 
 
 def expected_cases(failure: Failure) -> list[dict[str, Any]]:

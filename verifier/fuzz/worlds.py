@@ -17,7 +17,6 @@ filtered, so shrinking stays fast.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -552,7 +551,3 @@ def _rename(doc: Any, names: dict[str, str], key: str = "") -> Any:
         if doc.startswith("from-") and doc[5:] in names:
             return "from-" + names[doc[5:]]
     return doc
-
-
-def deep(world: World) -> list[dict[str, Any]]:
-    return copy.deepcopy(list(world.docs))
