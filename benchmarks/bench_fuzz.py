@@ -9,7 +9,12 @@ in-process path. With ``--bugs``, each seeded bug of tests/broken_translators.py
 is hunted as the test does (seed, budget, shrink allowance), with the examples
 and seconds to find it and the shrunk world's size.
 
-    python benchmarks/bench_fuzz.py [--seconds 20] [--bugs]
+With ``--envoy`` (root, an envoy binary): ``envoy-agrees`` on one Envoy fed over
+ADS (snapshots per second, requests per snapshot), beside the reference of a
+fresh Envoy per world (``with_isolated_harness``, as ``edge-verify run`` starts
+one per scenario) sending the same worlds' witness requests.
+
+    python benchmarks/bench_fuzz.py [--seconds 20] [--bugs] [--envoy]
 """
 
 from __future__ import annotations
@@ -54,8 +59,8 @@ def rates(seconds: float) -> int:
     return worlds_seen
 
 
-def reference(count: int) -> None:
-    """``check`` through the CLI on ``count`` drawn worlds (the same draws, seed 0)."""
+def drawn_worlds(count: int) -> list[World]:
+    """The first ``count`` worlds seed 0 draws."""
     drawn: list[World] = []
 
     @seed(0)
@@ -71,6 +76,12 @@ def reference(count: int) -> None:
         drawn.append(data.draw(worlds()))
 
     collect()
+    return drawn
+
+
+def reference(count: int) -> None:
+    """``check`` through the CLI on ``count`` drawn worlds (the same draws, seed 0)."""
+    drawn = drawn_worlds(count)
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as quiet:
         for i, world in enumerate(drawn):
@@ -119,13 +130,57 @@ def bugs() -> None:
             server.kill()
 
 
+def envoy(seconds: float, fresh: int = 10) -> None:
+    import asyncio
+
+    from verifier.fuzz.plane import in_plane
+    from verifier.live.harness import EmbeddedHarness
+    from verifier.live.isolated import with_isolated_harness
+
+    env = Env(Translator())
+
+    def search(plane: object) -> object:
+        env.plane = plane  # type: ignore[assignment]
+        return run_property(
+            "envoy-agrees", env, budget=seconds, seed_value=0, database=None, campaign=Campaign()
+        )
+
+    began = time.monotonic()
+    run = in_plane(search)  # type: ignore[arg-type]
+    total = time.monotonic() - began
+    print(
+        f"{'envoy-agrees':18} {run.examples / run.seconds:6.1f} snapshots/s "
+        f"{run.requests / max(run.examples, 1):6.1f} requests/snapshot  ({run.examples} "
+        f"snapshots, {run.seconds:.1f}s; {total - run.seconds:.1f}s to start and stop the plane)"
+    )
+    sent = 0
+    began = time.monotonic()
+    for world in drawn_worlds(fresh):
+        trial = Translator()(world)
+
+        async def work(h: EmbeddedHarness, trial: object = trial) -> int:
+            for w in trial.requests:  # type: ignore[attr-defined]
+                await h.send(h.for_gateway(w.gateway, w.request))
+            return len(trial.requests)  # type: ignore[attr-defined]
+
+        sent += asyncio.run(with_isolated_harness(trial.res, trial.snapshot, work)).value
+    spent = time.monotonic() - began
+    print(
+        f"{'Envoy per world':18} {fresh / spent:6.1f} snapshots/s "
+        f"{sent / fresh:6.1f} requests/snapshot  (reference, {fresh} worlds, {spent:.1f}s)"
+    )
+
+
 def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="per property")
     parser.add_argument("--bugs", action="store_true", help="hunt every seeded bug too")
+    parser.add_argument("--envoy", action="store_true", help="envoy-agrees on a real Envoy")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     reference(rates(args.seconds))
+    if args.envoy:
+        envoy(args.seconds)
     if args.bugs:
         bugs()
     return 0

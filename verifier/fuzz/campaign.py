@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
@@ -25,7 +25,7 @@ from hypothesis.errors import Flaky
 from verifier.errors import InputErrors
 
 from .coverage import world_coverage
-from .properties import PROPERTIES, Env, Failure
+from .properties import PROPERTIES, Env, Failure, LivePlane, needs_plane
 from .worlds import World, worlds
 
 
@@ -79,6 +79,9 @@ class Campaign:
 
 
 Progress = Callable[[PropertyRun], None]
+T = TypeVar("T")
+# Runs ``work`` with a live plane up and returns its value (``plane.in_plane``).
+PlaneRunner = Callable[[Callable[[LivePlane], T]], T]
 
 
 def run_property(
@@ -179,12 +182,17 @@ def run_campaign(
     shrink_seconds: float = 60.0,
     max_examples: int = 1_000_000,
     progress: Progress | None = None,
+    plane: PlaneRunner[Any] | None = None,
 ) -> Campaign:
-    campaign = Campaign()
+    """Each property in turn, the budget split evenly. The properties that need a
+    real Envoy (``needs_plane``) run together inside ``plane`` (one Envoy for all of
+    them, in a process of its own), the others here."""
     database = DirectoryBasedExampleDatabase(str(database_dir)) if database_dir else None
     share = budget / max(1, len(names))
-    for name in names:
+
+    def one(name: str) -> tuple[PropertyRun, Counter[str], dict[str, int]]:
         env.seen.clear()
+        part = Campaign()
         run = run_property(
             name,
             env,
@@ -193,10 +201,27 @@ def run_campaign(
             database=database,
             shrink_seconds=shrink_seconds,
             max_examples=max_examples,
-            campaign=campaign,
+            campaign=part,
             progress=progress,
         )
-        for feature, count in env.seen.items():
+        return run, part.coverage, dict(env.seen)
+
+    live = [n for n in names if needs_plane(n, env)]
+    done: dict[str, tuple[PropertyRun, Counter[str], dict[str, int]]] = {}
+    if live:
+        if plane is None:
+            raise ValueError(f"{', '.join(live)} need a live plane")
+
+        def inside(p: LivePlane) -> list[tuple[PropertyRun, Counter[str], dict[str, int]]]:
+            env.plane = p
+            return [one(n) for n in live]
+
+        done.update(zip(live, plane(inside), strict=True))
+    campaign = Campaign()
+    for name in names:
+        run, coverage, seen = done[name] if name in done else one(name)
+        campaign.coverage.update(coverage)
+        for feature, count in seen.items():
             campaign.features[feature] = campaign.features.get(feature, 0) + count
         campaign.properties.append(run)
     return campaign

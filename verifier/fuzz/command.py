@@ -16,7 +16,7 @@ from verifier.errors import InputError, InputErrors
 from .campaign import Campaign, PropertyRun, fixture_name, run_campaign
 from .coverage import ALL_TAGS
 from .fixtures import check_out, write_found
-from .properties import DEFAULT_PROPERTIES, PROPERTIES, Env
+from .properties import DEFAULT_PROPERTIES, LIVE_PROPERTIES, PROPERTIES, Env, LivePlane
 from .trial import Translator, Trial
 
 STATE_DIR = Path(".edge-verify")
@@ -89,7 +89,9 @@ def add_parser(sub: Any, add_limits: Callable[[argparse.ArgumentParser], None]) 
     fz.add_argument(
         "--envoy",
         action="store_true",
-        help="also ask a real Envoy: envoy-accepts runs --mode validate on every translation",
+        help="also ask a real Envoy (needs root for a network namespace): envoy-accepts "
+        "runs --mode validate on every translation and pushes it over ADS, and envoy-agrees "
+        "sends each world's requests through it",
     )
     fz.add_argument(
         "--out",
@@ -112,7 +114,29 @@ def add_parser(sub: Any, add_limits: Callable[[argparse.ArgumentParser], None]) 
 
 
 def _properties(args: argparse.Namespace) -> list[str]:
-    return list(dict.fromkeys(args.property or DEFAULT_PROPERTIES))
+    default = (*DEFAULT_PROPERTIES, *sorted(LIVE_PROPERTIES)) if args.envoy else DEFAULT_PROPERTIES
+    return list(dict.fromkeys(args.property or default))
+
+
+def _plane(work: Callable[[LivePlane], Any]) -> Any:
+    """``plane.in_plane``, imported only when a live property runs; what keeps the
+    plane from starting is bad input to this command (exit 2), never a finding."""
+    from verifier.live.envoy_process import EnvoyError
+    from verifier.live.harness import HarnessError
+    from verifier.live.netns import NamespaceRunError, NamespaceUnavailable
+
+    from .plane import in_plane
+
+    try:
+        return in_plane(work)
+    except NamespaceUnavailable as exc:
+        message = (
+            f"the live properties need a network namespace of their own: {exc.strerror or exc}"
+        )
+        raise InputErrors([InputError("--envoy", 0, "", "no-namespace", message)]) from None
+    except (EnvoyError, HarnessError, NamespaceRunError) as exc:
+        message = f"the live plane failed (not a finding about the translator): {exc}"
+        raise InputErrors([InputError("--envoy", 0, "", "plane-failed", message)]) from None
 
 
 def _envoy_env(env: Env) -> None:
@@ -133,8 +157,8 @@ def _envoy_env(env: Env) -> None:
 def cmd_fuzz(args: argparse.Namespace) -> int:
     names = _properties(args)
     check_out(Path(args.out))
-    env = Env(Translator(args.translator))
-    if args.envoy:
+    env = Env(Translator(args.translator), live=args.envoy)
+    if args.envoy or LIVE_PROPERTIES & set(names):
         _envoy_env(env)
     live = sys.stderr.isatty()
     last = [0.0]
@@ -163,6 +187,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         shrink_seconds=args.shrink_budget,
         max_examples=args.max_examples,
         progress=progress,
+        plane=_plane,
     )
     if live:
         print("\r" + " " * 78 + "\r", end="", file=sys.stderr)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from verifier.check import brief, outcome_diff
 from verifier.semantics import witness as wt
@@ -36,6 +36,26 @@ class Failure:
     requests: tuple[wt.Witness, ...] = ()
 
 
+@dataclass(frozen=True)
+class Mismatch:
+    """A request on which real Envoy's answer is not one the Envoy model allows."""
+
+    witness: wt.Witness  # as sent (the Host the client put on the wire)
+    live: Outcome
+    model: Outcome
+    problems: tuple[str, ...]
+
+
+class LivePlane(Protocol):
+    """One real Envoy fed over ADS (``verifier.fuzz.plane``), as the properties use it."""
+
+    def load(self, trial: Trial) -> str | None:
+        """Push the trial's snapshot: Envoy's NACK message, or None once it serves it."""
+
+    def ask(self, trial: Trial) -> list[Mismatch]:
+        """Send every request of the (loaded) trial; where the Envoy model mispredicts."""
+
+
 @dataclass
 class Env:
     """What the properties share within a campaign."""
@@ -43,6 +63,8 @@ class Env:
     translator: Translator
     validate: Callable[[Trial], str | None] | None = None  # Envoy's refusal, or None
     seen: dict[str, int] = field(default_factory=dict)  # coverage: witness features
+    plane: LivePlane | None = None  # set inside ``plane.in_plane`` for the live properties
+    live: bool = False  # --envoy: envoy-accepts also pushes each translation over ADS
 
 
 Property = Callable[[Env, World, Any], Failure | None]
@@ -109,7 +131,34 @@ def envoy_accepts(env: Env, world: World, data: Any) -> Failure | None:
         refusal = env.validate(trial)
         if refusal is not None:
             return Failure("envoy-accepts", f"envoy --mode validate: {refusal}", world)
+    if env.plane is not None:
+        nack = env.plane.load(trial)
+        if nack is not None:
+            return Failure("envoy-accepts", f"Envoy NACKed it over ADS: {nack}", world)
     return None
+
+
+def envoy_agrees(env: Env, world: World, data: Any) -> Failure | None:
+    """Real Envoy, serving the translation, answers every request as the Envoy model
+    says it will (``verifier.live.verdict.live_mismatches``: what a wire shows)."""
+    if env.plane is None:
+        raise RuntimeError("envoy-agrees runs only inside verifier.fuzz.plane.in_plane")
+    trial = _asked(env, world, data, "envoy-agrees")
+    if not isinstance(trial, Trial):
+        return trial
+    nack = env.plane.load(trial)
+    if nack is not None:
+        return Failure("envoy-agrees", f"Envoy NACKed xDS the model takes: {nack}", world)
+    found = env.plane.ask(trial)
+    if not found:
+        return None
+    first = found[0]
+    more = f" (and {len(found) - 1} more requests)" if len(found) > 1 else ""
+    summary = (
+        f"{first.witness.request.line()}: real Envoy answered {brief(first.live)}, "
+        f"which the Envoy model does not predict ({'; '.join(first.problems)}){more}"
+    )
+    return Failure("envoy-agrees", summary, world, tuple(m.witness for m in found[:5]))
 
 
 # ---------------------------------------------------------------- metamorphic
@@ -270,5 +319,13 @@ PROPERTIES: dict[str, Property] = {
     "metamorphic": metamorphic,
     "status-consistent": status_consistent,
     "envoy-accepts": envoy_accepts,
+    "envoy-agrees": envoy_agrees,
 }
-DEFAULT_PROPERTIES = tuple(PROPERTIES)
+# Searched by default; envoy-agrees needs a real Envoy (--envoy) and a network namespace.
+DEFAULT_PROPERTIES = ("models-agree", "metamorphic", "status-consistent", "envoy-accepts")
+LIVE_PROPERTIES = frozenset({"envoy-agrees"})
+
+
+def needs_plane(name: str, env: Env) -> bool:
+    """Whether property ``name`` runs with the live plane in this campaign."""
+    return name in LIVE_PROPERTIES or (name == "envoy-accepts" and env.live)

@@ -124,6 +124,7 @@ class NamespaceHarness(EmbeddedHarness):
     """
 
     rewritten = False
+    extra_envoy_args: tuple[str, ...] = ()  # a subclass's additions to Envoy's command line
 
     def __init__(
         self,
@@ -181,7 +182,7 @@ class NamespaceHarness(EmbeddedHarness):
             self.workdir,
             log_level=self.log_level,
             listeners=[li.name for li in served.listeners],
-            extra_args=FLUSH_ARGS,
+            extra_args=(*FLUSH_ARGS, *self.extra_envoy_args),
         )
         await self.envoy.start()
         last = await self._every_type_acked(served, bool(extra))

@@ -1,0 +1,275 @@
+"""One real Envoy for a whole campaign: the oracle of ``envoy-agrees`` (and the NACK
+half of ``envoy-accepts``).
+
+Starting an Envoy costs about a second; a campaign asks it about hundreds of
+worlds. So one Envoy runs in a network namespace of its own (as the live pass
+runs, ``verifier.live.isolated``), fed by our ADS server, and each world's
+snapshot is pushed to it in turn: Envoy ACKs or NACKs it, its new listeners
+and clusters warm, and the world's requests go through it to echo backends.
+
+Every world stands on the same base (``worlds.base_docs``), so the DNS
+server and one echo backend per Service are started once, from the
+translation of a world that reaches every Service; a translation that dials
+something else gets its backend (and the addresses it needs) when it first
+appears.
+
+The campaign runs inside the namespace's process (a forked child, as every
+live run is): Hypothesis in a worker thread, the plane on the event loop;
+a property asks the plane through ``SyncPlane``, which blocks that thread
+only. What the campaign found comes back to the parent pickled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import aiohttp
+
+from verifier.forked import on_stop
+from verifier.gatewayapi.addresses import Addressing, gateway_addresses
+from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
+from verifier.gatewayapi.resources import Resources
+from verifier.live.bootstrap import BackendPlan, plan_backends
+from verifier.live.echo_model import echo_reply
+from verifier.live.harness import GATEWAY_ADDRESS, HarnessError
+from verifier.live.isolated import NamespaceHarness
+from verifier.live.netns import bring_up, local_addresses, run_in_namespace
+from verifier.live.served import namespace_addresses
+from verifier.live.verdict import live_mismatches
+from verifier.semantics import witness as wt
+from verifier.xds.snapshot import (
+    CLUSTER_TYPE,
+    ENDPOINT_TYPE,
+    LISTENER_TYPE,
+    ROUTE_TYPE,
+    Snapshot,
+    bound_addresses,
+)
+
+from .properties import Mismatch
+from .trial import Translator, Trial
+from .worlds import CLASS, GATEWAY_NS, GATEWAYS, GROUP, PORTS, RENAME_PREFIX, SERVICES, World
+from .worlds import grant as reference_grant
+
+T = TypeVar("T")
+
+ANSWER_WAIT_S = 10.0  # bound on Envoy's ACK or NACK of one pushed type
+WARM_WAIT_S = 10.0  # bound on new listeners and clusters warming
+REQUEST_TIMEOUT_S = 5.0
+PARALLEL = 16  # requests in flight to the one Envoy
+# A replaced listener is drained at once: no request of ours is ever in flight on it.
+DRAIN_ARGS = ("--drain-time-s", "0", "--drain-strategy", "immediate")
+_WARMING = ("listener_manager.total_listeners_warming", "cluster_manager.warming_clusters")
+
+
+def everything_world() -> World:
+    """Both Gateways on every port, one route reaching every Service of the base
+    (with the grants that permit it): its translation is what the plane starts with."""
+    services = [(p + ns, p + name) for p in ("", RENAME_PREFIX) for ns, name in SERVICES]
+    listeners = [
+        {
+            "name": f"l{port}",
+            "port": port,
+            "protocol": "HTTP",
+            "allowedRoutes": {"namespaces": {"from": "All"}},
+        }
+        for port in PORTS
+    ]
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "Gateway",
+            "metadata": {"name": gw, "namespace": GATEWAY_NS},
+            "spec": {"gatewayClassName": CLASS, "listeners": listeners},
+        }
+        for gw in GATEWAYS
+    ]
+    docs.append(
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "everything", "namespace": GATEWAY_NS},
+            "spec": {
+                "parentRefs": [{"name": gw} for gw in GATEWAYS],
+                "rules": [
+                    {"backendRefs": [{"name": name, "namespace": ns, "port": 8080}]}
+                    for ns, name in services
+                ],
+            },
+        }
+    )
+    docs += [
+        reference_grant(GATEWAY_NS, ns)
+        for ns in sorted({ns for ns, _ in services})
+        if ns != GATEWAY_NS
+    ]
+    return World(tuple(docs))
+
+
+class Plane(NamespaceHarness):
+    """``NamespaceHarness`` whose snapshot changes: ``load`` pushes a world's, ``ask``
+    sends its requests. Must be entered inside a network namespace of its own."""
+
+    def __init__(self, first: Trial, **options: Any) -> None:
+        super().__init__(first.res, first.snapshot, log_level="error", **options)
+        self.loaded = 0
+        self.extra_envoy_args = DRAIN_ARGS
+        self.http: aiohttp.ClientSession | None = None
+
+    async def start(self) -> Plane:
+        await super().start()
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        return self
+
+    async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+        await super().stop()
+
+    async def load(self, res: Resources, snap: Snapshot) -> str | None:
+        """Serve ``snap``: Envoy's NACK message, or None once it ACKed every type and
+        warmed what is new (requests then meet exactly this configuration)."""
+        assert self.ads is not None
+        await self._backends_for(res, snap)
+        versions = self.ads.update(snap)
+        wanted = [
+            CLUSTER_TYPE,
+            *([ENDPOINT_TYPE] if snap.endpoints else []),
+            LISTENER_TYPE,
+            *([ROUTE_TYPE] if snap.routes else []),
+        ]
+        for url in wanted:
+            try:
+                answer = await asyncio.wait_for(
+                    self.ads.wait_answer(url, versions[url]), ANSWER_WAIT_S
+                )
+            except TimeoutError:
+                await self.alive()
+                raise HarnessError(
+                    f"Envoy did not answer {url} {versions[url]} in {ANSWER_WAIT_S:g}s"
+                ) from None
+            if not answer.accepted:
+                return answer.message or "rejected, no message"
+        await self._warm()
+        self.res, self.snapshot = res, snap
+        self.gateway_addresses = gateway_addresses(res, DEFAULT_CONTROLLER, Addressing())
+        self.gateway_ports = {b: b for b in bound_addresses(snap)}
+        self.loaded += 1
+        return None
+
+    async def _warm(self) -> None:
+        """Until Envoy has no listener or cluster warming (a new one serves nothing yet)."""
+        assert self.http is not None and self.envoy is not None
+        url = f"http://{self.envoy.admin}/stats?format=json&filter=warming"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WARM_WAIT_S
+        while True:
+            async with self.http.get(url) as resp:
+                doc = await resp.json(content_type=None)
+            stats = {s.get("name"): s.get("value", 0) for s in doc.get("stats", [])}
+            if all(not stats.get(name) for name in _WARMING):
+                return
+            if loop.time() > deadline:
+                await self.alive()
+                raise HarnessError(f"still warming after {WARM_WAIT_S:g}s: {stats}")
+            await asyncio.sleep(0.005)
+
+    async def _backends_for(self, res: Resources, snap: Snapshot) -> None:
+        """Start an echo for any Service ``snap`` reaches that has none yet."""
+        plans, _ = plan_backends(res, snap)
+        for key, plan in plans.items():
+            if key in self.backends or key in self.service_ips:
+                _same_ports(plan, self.backends.get(key))
+                continue
+            bring_up(local_addresses([a for _, a, _ in plan.ip_endpoints]))
+            backend = await self._start_pods(plan, None)
+            self.service_ips[key] = backend.ip if backend else next(self._service_ips)
+            for name in plan.dns_names:
+                self.dns.add(name, self.service_ips[key])
+            if backend is not None:
+                self.backends[key] = backend
+                self.pods[(plan.namespace, backend.pod)] = key
+
+    async def ask(self, trial: Trial) -> list[Mismatch]:
+        """Every request of ``trial`` through Envoy (loaded with its snapshot); where
+        the Envoy model does not predict the answer, what differs."""
+        limit = asyncio.Semaphore(PARALLEL)
+
+        async def one(w: wt.Witness) -> Mismatch | None:
+            async with limit:
+                try:
+                    resp = await self.send(
+                        self.for_gateway(w.gateway, w.request), timeout=REQUEST_TIMEOUT_S
+                    )
+                except ValueError:  # a client certificate this plane cannot present
+                    return None
+            live = self.to_outcome(resp)
+            model = trial.ctx.envoy.evaluate(resp.request, echo_reply(resp.request), trace=False)
+            problems = live_mismatches(model.outcome, live)
+            if not problems:
+                return None
+            return Mismatch(replace(w, request=resp.request), live, model.outcome, tuple(problems))
+
+        found = await asyncio.gather(*(one(w) for w in trial.requests))
+        return [m for m in found if m is not None]
+
+
+def _same_ports(plan: BackendPlan, backend: Any) -> None:
+    if backend is None:
+        return
+    missing = set(plan.ports) - set(backend.bound)
+    if missing:
+        raise HarnessError(
+            f"{plan.namespace}/{plan.service} is dialled on ports {sorted(missing)} its "
+            "echo backend was not started on"
+        )
+
+
+class SyncPlane:
+    """The plane as the properties call it: from Hypothesis's thread, blocking only it."""
+
+    def __init__(self, plane: Plane, loop: asyncio.AbstractEventLoop) -> None:
+        self.plane = plane
+        self.loop = loop
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def load(self, trial: Trial) -> str | None:
+        nack: str | None = self._run(self.plane.load(trial.res, trial.snapshot))
+        return nack
+
+    def ask(self, trial: Trial) -> list[Mismatch]:
+        found: list[Mismatch] = self._run(self.plane.ask(trial))
+        return found
+
+    @property
+    def loaded(self) -> int:
+        return self.plane.loaded
+
+
+def _addresses(first: Trial) -> list[str]:
+    gateways = gateway_addresses(first.res, DEFAULT_CONTROLLER, Addressing())
+    return namespace_addresses(first.snapshot, [*gateways.values(), GATEWAY_ADDRESS])
+
+
+def in_plane(work: Callable[[SyncPlane], T]) -> T:
+    """``work(plane)`` in a forked child, in a network namespace of its own, with the
+    plane up; its value comes back pickled. Raises ``NamespaceUnavailable`` where no
+    namespace can be made, and the errors of ``with_isolated_harness`` otherwise."""
+    first = Translator()(everything_world())  # the reference's: reaches every Service
+
+    async def inside() -> T:
+        plane = Plane(first)
+        async with plane:
+            with on_stop(plane.kill_now):
+                loop = asyncio.get_running_loop()
+                with ThreadPoolExecutor(1, thread_name_prefix="fuzz-campaign") as pool:
+                    return await loop.run_in_executor(pool, work, SyncPlane(plane, loop))
+
+    done = asyncio.run(run_in_namespace(inside, _addresses(first)))
+    return done.value
