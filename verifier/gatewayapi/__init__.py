@@ -4,3 +4,7 @@ load (YAML, strict schemas in ``schema_*``), validate (the CRDs' rules), attach 
 allowedRoutes, hostnames, ReferenceGrants, status), mesh_registry. The input layer: never
 imports the models, the translator, ``verifier.xds`` or envoy-data-plane.
 """
+
+# The controllerName the aether edge acts for: a constant the command line needs
+# before it loads anything else.
+DEFAULT_CONTROLLER = "gateway.aether.io/edge"

@@ -13,10 +13,10 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
+from verifier.gatewayapi import DEFAULT_CONTROLLER as DEFAULT_CONTROLLER
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 
-DEFAULT_CONTROLLER = "gateway.aether.io/edge"
 SERVICE_APP_PROTOCOLS = {
     None: "http1",
     "http": "http1",

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from rich.console import Console
-from rich.text import Text
 
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.attach import (
@@ -27,6 +25,9 @@ from verifier.gatewayapi.attach import (
     ListenerSetStatus,
 )
 from verifier.gatewayapi.resources import Resources
+
+if TYPE_CHECKING:  # rich styles a terminal only; piped status never loads it
+    from rich.console import Console
 
 API_VERSION = f"{m.GATEWAY_GROUP}/v1"
 # A real controller writes the time a condition last changed; a fixed value keeps
@@ -222,6 +223,8 @@ def _is_problem(line: StatusLine) -> bool:
 
 def print_rich(lines: Iterable[StatusLine], console: Console) -> None:
     """The same lines as ``format_text``, with problems in red so they stand out."""
+    from rich.text import Text
+
     for line in lines:
         text = Text()
         text.append(line.subject, style="bold")
