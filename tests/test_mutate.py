@@ -57,7 +57,7 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
 )
 from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
 from envoy_data_plane.envoy.type.v3 import FractionalPercent
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from verifier.mutate import algebra as mm
@@ -935,6 +935,7 @@ _LITERAL_PIECES = ["(/.*)?", "(?:/.*)?", "x", "\\$", ".*", "\\.*"]
 
 
 @settings(max_examples=300, deadline=None)
+@example(False, ["$", ".*"], False, [""])  # found by a random run: "$" read as a literal head
 @given(
     st.booleans(),
     st.lists(st.sampled_from([*_PIECES, *_LITERAL_PIECES]), max_size=5),

@@ -119,12 +119,23 @@ def regex_literal(regex: str) -> str | None:
 _SEGMENT_TAILS: Final = ("(/.*)?", "(?:/.*)?", "(/.*)?$", "(?:/.*)?$")
 
 
+def _head_literal(head: str) -> str | None:
+    """``regex_literal`` of the part before a tail: its own trailing ``$`` would be an
+    end anchor in the middle of the regex (``$.*`` matches only the empty string), so
+    a head that ends in an unescaped ``$`` is not read."""
+    if head.endswith("$"):
+        slashes = len(head) - 1 - len(head[:-1].rstrip("\\"))
+        if slashes % 2 == 0:
+            return None
+    return regex_literal(head)
+
+
 def regex_segment_prefix(regex: str) -> str | None:
     """``P`` for a regex that fully matches exactly ``P`` and ``P/...`` (``^/foo(/.*)?$``):
     PathPrefix as implementations wrote it before ``path_separated_prefix``."""
     for tail in _SEGMENT_TAILS:
         if regex.endswith(tail):
-            head = regex_literal(regex[: -len(tail)])
+            head = _head_literal(regex[: -len(tail)])
             if head and head.startswith("/") and not head.endswith("/"):
                 return head
     return None
@@ -136,7 +147,7 @@ def regex_any_after(regex: str) -> str | None:
     a newline, which no path or header value holds (Envoy's codecs refuse them)."""
     for tail in (".*", ".*$"):
         if regex.endswith(tail):  # /a\.* (any dots) leaves /a\ , no literal: not read
-            head = regex_literal(regex[: -len(tail)])
+            head = _head_literal(regex[: -len(tail)])
             if head is not None:
                 return head
     return None
