@@ -36,6 +36,7 @@ from verifier.xds.codec import (
     Skipped,
     XdsLoadError,
     from_json_dict,
+    new,
     pack_any,
     preload_types,
     to_json_dict,
@@ -637,18 +638,18 @@ def binary_bootstrap(snap: Snapshot) -> bytes | None:
                         if hcm.route_config.validate_clusters is None:  # the RDS default
                             hcm.route_config = copy.copy(hcm.route_config)
                             hcm.route_config.validate_clusters = False
-                        f = Filter(name=f.name, typed_config=pack_any(hcm))
+                        f = new(Filter, name=f.name, typed_config=pack_any(hcm))
                 filters.append(f)
             new_chain = copy.copy(chain)
             new_chain.filters = filters
             chains.append(new_chain)
-        new = copy.copy(listener)
-        new.filter_chains = chains[: len(listener.filter_chains)]
+        inlined = copy.copy(listener)
+        inlined.filter_chains = chains[: len(listener.filter_chains)]
         if listener.default_filter_chain is not None:
-            new.default_filter_chain = chains[-1]
-        listeners.append(new)
-    resources = BootstrapStaticResources(clusters=list(snap.clusters), listeners=listeners)
-    return bytes(Bootstrap(static_resources=resources))
+            inlined.default_filter_chain = chains[-1]
+        listeners.append(inlined)
+    resources = new(BootstrapStaticResources, clusters=list(snap.clusters), listeners=listeners)
+    return bytes(new(Bootstrap, static_resources=resources))
 
 
 def find_envoy() -> str | None:
