@@ -66,7 +66,8 @@ class _VersionAction(argparse.Action):
         )
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        parser.exit(message=f"{parser.prog} {_version()}\n")
+        sys.stdout.write(f"{parser.prog} {_version()}\n")  # stdout, as argparse's own
+        parser.exit()
 
 
 def _warn(res: Resources) -> None:
