@@ -31,6 +31,7 @@ the second is unreachable.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Iterable
 
@@ -144,6 +145,37 @@ def _may_cover(early: PathInfo | None, late: PathInfo) -> bool:
     return kind in ("path", "path_separated_prefix") and late[1].lower().startswith(value.lower())
 
 
+class PathIndex:
+    """The routes of a virtual host by lower-cased path value, so that the earlier routes
+    that may cover a later one (``_may_cover``: its value a prefix of the later one's,
+    or ``prefix: /``) are found by one lookup per prefix of the later path instead of a
+    scan of every earlier route: the pair checks were quadratic per virtual host
+    (995,000 at 10,000 rules). ``candidates`` gives exactly the indices, ascending,
+    that the scan would have kept (tests/test_unreachable_index.py)."""
+
+    def __init__(self, infos: list[PathInfo | None]) -> None:
+        self.by_value: dict[str, list[int]] = {}
+        self.any_path: list[int] = []  # prefix "/": may cover anything, a regex included
+        for i, info in enumerate(infos):
+            if info is None:
+                continue
+            kind, value = info
+            if kind == "prefix" and value == "/":
+                self.any_path.append(i)
+            elif kind in ("prefix", "path", "path_separated_prefix"):
+                self.by_value.setdefault(value.lower(), []).append(i)
+
+    def candidates(self, late: PathInfo, before: int) -> list[int]:
+        """Indices below ``before`` whose route may cover ``late``, ascending."""
+        found = self.any_path[: bisect.bisect_left(self.any_path, before)]
+        text = late[1].lower()
+        for k in range(len(text) + 1):
+            same = self.by_value.get(text[:k])
+            if same:
+                found = found + same[: bisect.bisect_left(same, before)]
+        return sorted(set(found))
+
+
 class _SpecAgrees:
     """Whether the spec gives a shadowed route's requests to the route that shadows it,
     judged on the witness requests (built lazily: most configurations never ask)."""
@@ -182,18 +214,20 @@ class _SpecAgrees:
 
 def check(ctx: Context) -> Iterable[Finding]:
     spec_agrees = _SpecAgrees(ctx)
-    infos: dict[int, list[PathInfo | None]] = {}
+    indexes: dict[int, tuple[list[PathInfo | None], PathIndex]] = {}
     for ref in walk.routes(ctx.snapshot):
         late = ref.route.match
         if late is None or ctx.unjudged.has(ref):
             continue
-        vhost_infos = infos.get(id(ref.vhost))
-        if vhost_infos is None:
-            vhost_infos = infos[id(ref.vhost)] = _path_infos(ref.vhost.routes)
-        late_info = vhost_infos[ref.index]
-        for i, earlier in enumerate(ref.vhost.routes[: ref.index]):
-            if late_info is None or not _may_cover(vhost_infos[i], late_info):
-                continue
+        found = indexes.get(id(ref.vhost))
+        if found is None:
+            infos = _path_infos(ref.vhost.routes)
+            found = indexes[id(ref.vhost)] = (infos, PathIndex(infos))
+        late_info = found[0][ref.index]
+        if late_info is None:
+            continue
+        for i in found[1].candidates(late_info, ref.index):
+            earlier = ref.vhost.routes[i]
             if earlier.match is None or not shadowed_by(earlier.match, late):
                 continue
             if shadowed_by(late, earlier.match) or _hostname_precedence(ctx, earlier, ref.route):
