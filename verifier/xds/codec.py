@@ -413,8 +413,10 @@ def ensure_type(type_url: str) -> type[betterproto2.Message] | None:
 _JSON_LEAVES: Final = frozenset({str, int, float, bool, type(None)})
 
 
-def preload_types(doc: Json) -> set[str]:
-    """Import every type an ``@type`` in ``doc`` names; return the URLs that are unknown."""
+def preload_types(doc: Json, skip: frozenset[str] = frozenset()) -> set[str]:
+    """Import every type an ``@type`` in ``doc`` names; return the URLs that are unknown.
+    ``skip``: type names (``envoy.admin.v3.ClustersConfigDump``) the caller reads as
+    plain JSON, whose modules need not be imported."""
     unknown: set[str] = set()
     stack = [doc]
     while stack:
@@ -423,7 +425,12 @@ def preload_types(doc: Json) -> set[str]:
             continue  # most of a document, and never a Mapping: spare the ABC check
         if isinstance(node, Mapping):
             url = node.get("@type")
-            if isinstance(url, str) and url and ensure_type(url) is None:
+            if (
+                isinstance(url, str)
+                and url
+                and url.rsplit("/", 1)[-1] not in skip
+                and ensure_type(url) is None
+            ):
                 unknown.add(url)
             stack.extend(node.values())
         elif isinstance(node, list):
