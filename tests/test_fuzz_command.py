@@ -117,6 +117,30 @@ def test_an_out_that_cannot_hold_fixtures_is_refused_before_searching(
     assert "--out" in r.err and "not a directory" in r.err
 
 
+@pytest.mark.parametrize(
+    ("option", "where", "says"),
+    [
+        ("-o", "missing/report.json", "is not a directory"),
+        ("-o", ".", "is a directory"),
+        ("--database", "file", "not a directory"),
+    ],
+)
+def test_a_report_or_database_that_cannot_be_written_is_refused_before_searching(
+    option: str,
+    where: str,
+    says: str,
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """A 60 s search whose results would be lost to a typo in a path is not run."""
+    (tmp_path / "file").write_text("x")
+    out = str(tmp_path / "found")
+    r = cli("fuzz", "--budget", "60s", "--out", out, option, str(tmp_path / where))
+    assert r.rc == 2
+    assert option in r.err and says in r.err
+    assert not (tmp_path / "found").exists()
+
+
 @pytest.mark.parametrize("budget", ["0", "-1s", "soon", "5x"])
 def test_a_budget_that_is_not_a_duration_is_a_usage_error(
     budget: str, capsys: pytest.CaptureFixture[str]

@@ -28,7 +28,9 @@ def budget(text: str) -> float:
     """``60``, ``60s``, ``5m``: seconds above 0."""
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", text)
     if not found or float(found.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 60s or 5m, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a duration above 0, such as 60s or 5m, got {text!r}"
+        )
     return float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2) or "s"]
 
 
@@ -81,7 +83,8 @@ def add_parser(sub: Any, add_limits: Callable[[argparse.ArgumentParser], None]) 
         action="append",
         choices=sorted(PROPERTY_NAMES),
         metavar="NAME",
-        help=f"a property to search (repeatable; default: all of {', '.join(DEFAULT_PROPERTIES)})",
+        help=f"a property to search, one of {', '.join(PROPERTY_NAMES)} (repeatable; default: "
+        f"{', '.join(DEFAULT_PROPERTIES)}, and envoy-agrees with --envoy)",
     )
     fz.add_argument(
         "--translator",
@@ -166,6 +169,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
     names = _properties(args)
     check_out(Path(args.out))
+    _writable_before_searching(args)
     env = Env(Translator(args.translator), live=args.envoy)
     if args.envoy or LIVE_PROPERTIES & set(names):
         _envoy_env(env)
@@ -261,19 +265,44 @@ def report(campaign: Campaign, args: argparse.Namespace, env: Env) -> dict[str, 
     }
 
 
+def _writable_before_searching(args: argparse.Namespace) -> None:
+    """Refuse a report file (-o) or database that cannot be written before the search,
+    not after: a campaign's findings must not be lost to a typo in a path."""
+    errors = []
+    if args.output and args.output != "-":
+        out = Path(args.output)
+        parent = out.parent if str(out.parent) else Path(".")
+        if out.is_dir():
+            errors.append(InputError("-o", 0, str(out), "unwritable", "is a directory"))
+        elif not parent.is_dir():
+            message = f"{parent} is not a directory: the report could not be written"
+            errors.append(InputError("-o", 0, str(out), "unwritable", message))
+    if args.database and Path(args.database).exists() and not Path(args.database).is_dir():
+        message = "exists and is not a directory: failures could not be kept for replay"
+        errors.append(InputError("--database", 0, args.database, "not-a-directory", message))
+    if errors:
+        raise InputErrors(errors)
+
+
+def _count_of(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _text(doc: dict[str, Any]) -> str:
     lines = []
     for p in doc["properties"]:
         rate = p["examples"] / p["seconds"] if p["seconds"] else 0.0
         state = "FAILED" if p["failed"] else "ok"
         lines.append(
-            f"{p['name']}: {state}: {p['examples']} worlds, {p['requests']} requests "
+            f"{p['name']}: {state}: {_count_of(p['examples'], 'world')}, "
+            f"{_count_of(p['requests'], 'request')} "
             f"in {p['seconds']:.1f}s ({rate:.1f} worlds/s)"
         )
     for f in doc["failures"]:
         lines.append(
-            f"  {f['property']}: {f['summary']}\n    found after {f['examples_to_find']} "
-            f"worlds ({f['seconds_to_find']:.1f}s), shrunk in {f['shrink_steps']} steps; "
+            f"  {f['property']}: {f['summary']}\n    found after "
+            f"{_count_of(f['examples_to_find'], 'world')} ({f['seconds_to_find']:.1f}s), "
+            f"shrunk in {_count_of(f['shrink_steps'], 'step')}; "
             f"fixture: {f['fixture']}"
         )
     never = [tag for tag, n in doc["coverage"]["worlds"].items() if n == 0]
@@ -284,7 +313,7 @@ def _text(doc: dict[str, Any]) -> str:
     )
     n = len(doc["failures"])
     lines.append(
-        f"edge-verify fuzz: {doc['examples']} worlds in {doc['seconds']:.1f}s, "
-        f"{n} failure{'s' if n != 1 else ''} (seed {doc['seed']}, translator {doc['translator']})"
+        f"edge-verify fuzz: {_count_of(doc['examples'], 'world')} in {doc['seconds']:.1f}s, "
+        f"{_count_of(n, 'failure')} (seed {doc['seed']}, translator {doc['translator']})"
     )
     return "\n".join(lines)
