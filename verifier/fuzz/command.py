@@ -290,14 +290,20 @@ def _count_of(n: int, noun: str) -> str:
 
 def _text(doc: dict[str, Any]) -> str:
     lines = []
+    found = {f["property"]: f for f in doc["failures"]}
     for p in doc["properties"]:
-        rate = p["examples"] / p["seconds"] if p["seconds"] else 0.0
-        state = "FAILED" if p["failed"] else "ok"
-        lines.append(
-            f"{p['name']}: {state}: {_count_of(p['examples'], 'world')}, "
-            f"{_count_of(p['requests'], 'request')} "
-            f"in {p['seconds']:.1f}s ({rate:.1f} worlds/s)"
+        head = (
+            f"{p['name']}: {'FAILED' if p['failed'] else 'ok'}: "
+            f"{_count_of(p['examples'], 'world')}, {_count_of(p['requests'], 'request')} "
         )
+        if p["name"] in found:  # its time is mostly shrinking: no rate of that
+            searched = found[p["name"]]["seconds_to_find"]
+            lines.append(
+                head + f"in {searched:.1f}s, then {p['seconds'] - searched:.1f}s shrinking"
+            )
+        else:
+            rate = p["examples"] / p["seconds"] if p["seconds"] else 0.0
+            lines.append(head + f"in {p['seconds']:.1f}s ({rate:.1f} worlds/s)")
     for f in doc["failures"]:
         lines.append(
             f"  {f['property']}: {f['summary']}\n    found after "
