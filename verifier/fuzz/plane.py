@@ -34,6 +34,7 @@ from verifier.gatewayapi.addresses import Addressing, gateway_addresses
 from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
 from verifier.gatewayapi.resources import Resources
 from verifier.live.bootstrap import BackendPlan, plan_backends
+from verifier.live.echo import EchoBackend
 from verifier.live.echo_model import echo_reply
 from verifier.live.harness import GATEWAY_ADDRESS, HarnessError
 from verifier.live.isolated import NamespaceHarness
@@ -114,10 +115,10 @@ class Plane(NamespaceHarness):
     """``NamespaceHarness`` whose snapshot changes: ``load`` pushes a world's, ``ask``
     sends its requests. Must be entered inside a network namespace of its own."""
 
+    extra_envoy_args = DRAIN_ARGS
+
     def __init__(self, first: Trial, **options: Any) -> None:
         super().__init__(first.res, first.snapshot, log_level="error", **options)
-        self.loaded = 0
-        self.extra_envoy_args = DRAIN_ARGS
         self.http: aiohttp.ClientSession | None = None
 
     async def start(self) -> Plane:
@@ -158,7 +159,6 @@ class Plane(NamespaceHarness):
         self.res, self.snapshot = res, snap
         self.gateway_addresses = gateway_addresses(res, DEFAULT_CONTROLLER, Addressing())
         self.gateway_ports = {b: b for b in bound_addresses(snap)}
-        self.loaded += 1
         return None
 
     async def _warm(self) -> None:
@@ -186,13 +186,7 @@ class Plane(NamespaceHarness):
                 _same_ports(plan, self.backends.get(key))
                 continue
             bring_up(local_addresses([a for _, a, _ in plan.ip_endpoints]))
-            backend = await self._start_pods(plan, None)
-            self.service_ips[key] = backend.ip if backend else next(self._service_ips)
-            for name in plan.dns_names:
-                self.dns.add(name, self.service_ips[key])
-            if backend is not None:
-                self.backends[key] = backend
-                self.pods[(plan.namespace, backend.pod)] = key
+            self._register(plan, await self._start_pods(plan, None))
 
     async def ask(self, trial: Trial) -> list[Mismatch]:
         """Every request of ``trial`` through Envoy (loaded with its snapshot); where
@@ -218,7 +212,7 @@ class Plane(NamespaceHarness):
         return [m for m in found if m is not None]
 
 
-def _same_ports(plan: BackendPlan, backend: Any) -> None:
+def _same_ports(plan: BackendPlan, backend: EchoBackend | None) -> None:
     if backend is None:
         return
     missing = set(plan.ports) - set(backend.bound)
@@ -246,10 +240,6 @@ class SyncPlane:
     def ask(self, trial: Trial) -> list[Mismatch]:
         found: list[Mismatch] = self._run(self.plane.ask(trial))
         return found
-
-    @property
-    def loaded(self) -> int:
-        return self.plane.loaded
 
 
 def _addresses(first: Trial) -> list[str]:

@@ -163,12 +163,7 @@ class NamespaceHarness(EmbeddedHarness):
         await asyncio.gather(self.dns.start(), pki.create() if pki else asyncio.sleep(0))
         started = await asyncio.gather(*(self._start_pods(p, pki) for p in plans.values()))
         for plan, backend in zip(plans.values(), started, strict=True):
-            self.service_ips[plan.key] = backend.ip if backend else next(self._service_ips)
-            for name in plan.dns_names:
-                self.dns.add(name, self.service_ips[plan.key])
-            if backend is not None:
-                self.backends[plan.key] = backend
-                self.pods[(plan.namespace, backend.pod)] = plan.key
+            self._register(plan, backend)
         await self._dns_answers()
         extra = await self._mesh_secrets(pki)
         served, self.access_log = prepared.served, prepared.access_log
@@ -189,6 +184,15 @@ class NamespaceHarness(EmbeddedHarness):
         self.timings["envoy_to_ack"] = last - spawned
         self.gateway_ports = {bound: bound for bound in bound_addresses(self.snapshot)}
         return self
+
+    def _register(self, plan: BackendPlan, backend: EchoBackend | None) -> None:
+        """The Service's address in DNS, and its echo (if it has ready pods) by pod."""
+        self.service_ips[plan.key] = backend.ip if backend else next(self._service_ips)
+        for name in plan.dns_names:
+            self.dns.add(name, self.service_ips[plan.key])
+        if backend is not None:
+            self.backends[plan.key] = backend
+            self.pods[(plan.namespace, backend.pod)] = plan.key
 
     async def _start_pods(self, plan: BackendPlan, pki: Pki | None) -> EchoBackend | None:
         """One echo for the Service, on the address its name resolves to (when a
