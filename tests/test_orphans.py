@@ -124,7 +124,11 @@ def _listening(address: tuple[str, int]) -> bool:
 
 def _nothing_left(envoy_pid: int, workdir: Path, address: tuple[str, int], tmp: Path) -> None:
     deadline = time.monotonic() + 10
-    while (_alive(envoy_pid) or workdir.exists()) and time.monotonic() < deadline:
+    # The kernel closes a killed process's sockets as it tears the process down, which
+    # can trail the pid's disappearance under load: wait (bounded) for that too.
+    while (
+        _alive(envoy_pid) or workdir.exists() or _listening(address)
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(envoy_pid), "Envoy outlived the run"
     assert not _listening(address), f"something still listens on {address}"
