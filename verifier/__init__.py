@@ -3,3 +3,7 @@
 The pipeline and the folders are described in docs/architecture.md; ``cli`` only parses
 arguments and hands each command to one function (``pipeline``, ``check``, ``explain``).
 """
+
+from verifier import _deferred
+
+_deferred.install()

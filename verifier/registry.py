@@ -88,7 +88,9 @@ def run(rules: Iterable[Rule], ctx: Context) -> RunResult:
             here = claimed
         else:
             started.callback(child.close)
-        for rule in here:
+        # A rule that started work in the background is asked last, so its child
+        # (Envoy's validate) works while the others run, not while the parent waits.
+        for rule in sorted(here, key=lambda r: r.background is not None):
             findings.extend(rule.check(ctx))
         if child is not None:
             answered, found = child.result()
