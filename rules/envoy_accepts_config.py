@@ -12,7 +12,8 @@ no Envoy binary is available the rule reports nothing: no binary is no verdict (
 rules envoy-invalid-values, regex-program-size and unique-names still check the
 most common rejections statically). A timeout is no verdict either. Results are
 cached per snapshot. Envoy is asked in a child process started before the first rule
-runs, so that it works while the other rules do.
+runs, so that it works while the other rules do; for ``check --xds FILE``, about the
+file as written, from the command's first instant (``verifier.xds.validation``).
 
 Example: a route whose ``safe_regex`` is ``a{1000}`` makes Envoy answer
 ``regex 'a{1000}' RE2 program size of 1004 > max program size of 100 ...``; the
@@ -31,6 +32,7 @@ from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.forked import ForkedCall, can_fork
 from verifier.registry import Rule
+from verifier.xds import validation
 from verifier.xds.snapshot import Snapshot, envoy_validate, find_envoy
 
 NAME = "envoy-accepts-config"
@@ -40,6 +42,9 @@ CODE = "EV101"
 # findings are the same on every run.
 _PREFIX = re.compile(r"^.*?error initializing configuration '[^']*': ", re.DOTALL)
 _LOG_LINE = re.compile(r"^\[[^\]]*\]\[\d+\]\[\w+\]\[\w+\] (\[[^\]]*\] )?", re.MULTILINE)
+# protobuf marks a message's debug text with one of several markers and spacings, chosen
+# at random per process (so that nobody parses it): "goo.gle/debugstr   \n".
+_DEBUG_MARKER = re.compile(r"goo\.gle/debug\w* *\n?")
 
 
 def _ask_envoy(snap: Snapshot) -> tuple[bool, str] | None:
@@ -50,9 +55,14 @@ def _ask_envoy(snap: Snapshot) -> tuple[bool, str] | None:
         ok, output = envoy_validate(snap)
     except (AttributeError, TypeError, ValueError):
         return None  # not writable as JSON (e.g. an enum value outside the enum)
-    if output.startswith("envoy --mode validate timed out"):
+    return _judged((ok, output))
+
+
+def _judged(verdict: tuple[bool, str] | None) -> tuple[bool, str] | None:
+    """A timeout is no verdict."""
+    if verdict is None or verdict[1].startswith("envoy --mode validate timed out"):
         return None
-    return ok, output
+    return verdict
 
 
 _Verdict = tuple[bool, str] | None
@@ -71,7 +81,7 @@ def in_background(ctx: Context) -> Iterator[None]:
     without fork or an Envoy binary, ``check`` asks in-process.
     """
     snap = ctx.snapshot
-    start = can_fork() and not _verdict.known(snap)
+    start = can_fork() and not _verdict.known(snap) and validation.adopted(snap) is None
     child = ForkedCall(lambda: _ask_envoy(snap)) if start and find_envoy() is not None else None
     if child is None:
         yield
@@ -87,6 +97,11 @@ def in_background(ctx: Context) -> Iterator[None]:
 
 def _collect(snap: Snapshot) -> _Verdict:
     """``_ask_envoy``, answered by the child process when one was started."""
+    early = validation.adopted(snap)
+    if early is not None:
+        answered, about_file = early.result()
+        if answered and about_file is not None:
+            return _judged(about_file)
     asked, child = _pending.pop(id(snap), (None, None))
     if child is not None and asked is snap:
         answered, verdict = child.result()
@@ -101,7 +116,7 @@ _verdict = walk.PerSnapshot(_collect)
 def envoy_error(output: str) -> str:
     """Envoy's error message without the log prefix and the temporary file name."""
     text = _PREFIX.sub("", output.strip(), count=1)
-    return _LOG_LINE.sub("", text).strip()
+    return _DEBUG_MARKER.sub("", _LOG_LINE.sub("", text)).strip()
 
 
 def check(ctx: Context) -> Iterable[Finding]:

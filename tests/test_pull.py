@@ -187,7 +187,7 @@ def test_pull_admin_holds_the_served_resources_and_reports_a_rejected_update(
     from test_ads import answers, envoy_on, scenario, served_types
 
     from verifier.live.envoy_process import envoy_available
-    from verifier.xds.snapshot import LISTENER_TYPE
+    from verifier.xds.layout import LISTENER_TYPE
 
     if not envoy_available():
         pytest.skip("no envoy binary")

@@ -19,7 +19,7 @@ import pytest
 from conftest import FIXTURES, REPO_ROOT, load_scenario, translate_scenario
 from verifier.rules import envoy_accepts_config
 
-import verifier.xds.snapshot
+import verifier.xds.validation
 from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule, run
@@ -50,7 +50,7 @@ def fake_envoy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script: str) -> 
     envoy = tmp_path / "envoy"
     envoy.write_text(script.format(marker=marker), encoding="utf-8")
     envoy.chmod(0o755)
-    for module in (envoy_accepts_config, verifier.xds.snapshot):
+    for module in (envoy_accepts_config, verifier.xds.validation):
         monkeypatch.setattr(module, "find_envoy", lambda: str(envoy))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -136,7 +136,7 @@ def test_an_error_in_the_child_is_raised_as_in_process(
 
 
 def test_no_envoy_no_child_no_verdict(context: Context, monkeypatch: pytest.MonkeyPatch) -> None:
-    for module in (envoy_accepts_config, verifier.xds.snapshot):
+    for module in (envoy_accepts_config, verifier.xds.validation):
         monkeypatch.setattr(module, "find_envoy", lambda: None)
     assert run([envoy_accepts_config.RULE], context).findings == []
     assert multiprocessing.active_children() == []

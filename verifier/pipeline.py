@@ -33,6 +33,7 @@ from verifier.heap import loaded_objects_frozen
 from verifier.inputs import load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
+from verifier.xds import validation
 from verifier.xds.codec import XdsLoadError
 from verifier.xds.snapshot import (
     WILDCARD_ADDRESSES,
@@ -348,6 +349,7 @@ def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
         snap, skipped = load_path(path)
     except XdsLoadError as exc:
         raise InputErrors([_xds_input_error(e, path) for e in [exc, *exc.more]]) from None
+    validation.adopt(snap, path)  # Envoy's verdict on the file, if asked for at the start
     return snap, [f"{s.path}: skipped: {s.reason}" for s in skipped]
 
 

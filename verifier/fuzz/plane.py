@@ -42,14 +42,8 @@ from verifier.live.netns import bring_up, local_addresses, run_in_namespace
 from verifier.live.served import namespace_addresses
 from verifier.live.verdict import live_mismatches
 from verifier.semantics import witness as wt
-from verifier.xds.snapshot import (
-    CLUSTER_TYPE,
-    ENDPOINT_TYPE,
-    LISTENER_TYPE,
-    ROUTE_TYPE,
-    Snapshot,
-    bound_addresses,
-)
+from verifier.xds.layout import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE
+from verifier.xds.snapshot import Snapshot, bound_addresses
 
 from .properties import Mismatch
 from .trial import Translator, Trial

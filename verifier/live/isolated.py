@@ -67,7 +67,8 @@ from verifier.live.served import (
 from verifier.orphans import private_dir
 from verifier.semantics.request import Request, normalize_headers
 from verifier.xds.ads import TYPES, AdsServer, Answer, pack_snapshot
-from verifier.xds.snapshot import SECRET_TYPE, WILDCARD_ADDRESSES, Snapshot, bound_addresses
+from verifier.xds.layout import SECRET_TYPE
+from verifier.xds.snapshot import WILDCARD_ADDRESSES, Snapshot, bound_addresses
 
 ACK_WAIT_S = 30.0  # hard bound on Envoy's answer to each served type
 ACCESS_LOG_WAIT_S = 5.0  # hard bound on Envoy flushing the access-log lines of a batch

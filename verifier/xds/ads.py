@@ -71,16 +71,14 @@ from envoy_data_plane.google.protobuf import Any as AnyMessage
 from grpclib.server import Server
 
 from verifier.xds.codec import Json, pack_any, to_json_dict, type_url_of
-from verifier.xds.snapshot import (
+from verifier.xds.layout import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
     LISTENER_TYPE,
-    REDACTED,
     ROUTE_TYPE,
     SECRET_TYPE,
-    Snapshot,
-    resource_name,
 )
+from verifier.xds.snapshot import REDACTED, Snapshot, resource_name
 
 TYPES: Final = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE)
 # Envoy subscribes to every cluster and listener; the rest it asks for by name.

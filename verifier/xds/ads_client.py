@@ -39,15 +39,14 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from verifier.xds.codec import Json, to_json_dict, unpack_any
-from verifier.xds.snapshot import (
+from verifier.xds.layout import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
     LISTENER_TYPE,
     ROUTE_TYPE,
     SECRET_TYPE,
-    Snapshot,
-    resource_name,
 )
+from verifier.xds.snapshot import Snapshot, resource_name
 
 ORDER: Final = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE)
 WILDCARD: Final = (CLUSTER_TYPE, LISTENER_TYPE)

@@ -35,33 +35,11 @@ from envoy_data_plane.google import protobuf as pb
 from envoy_data_plane.message_pool import default_message_pool
 from pydantic._internal._mock_val_ser import MockCoreSchema
 
-Json = Any  # a decoded JSON value: recursive and untyped
+from verifier.xds.layout import Json as Json
+from verifier.xds.layout import Skipped as Skipped
+from verifier.xds.layout import XdsLoadError as XdsLoadError
+
 M = TypeVar("M", bound=betterproto2.Message)
-
-
-@dataclasses.dataclass(frozen=True)
-class Skipped:
-    """Something dropped while loading, so callers can report what they did not check."""
-
-    path: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
-
-
-class XdsLoadError(ValueError):
-    """Input whose overall shape is wrong, so nothing sensible can be salvaged from it."""
-
-    def __init__(self, path: str, message: str, *, line: int = 0, code: str = "bad-xds") -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
-        self.line = line  # 0: unknown (the message may say "line N")
-        self.code = code
-        # Problems of other files read in the same go (a per-type directory), so that
-        # one run reports every bad file, not the first.
-        self.more: list[XdsLoadError] = []
 
 
 # --- betterproto2, made fast ----------------------------------------------------------------
