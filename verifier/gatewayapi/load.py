@@ -109,9 +109,10 @@ class LoadResult:
 class _Builder:
     """Turns a composed YAML node tree into plain data plus a line table."""
 
-    def __init__(self, file: str, errors: list[InputError]) -> None:
+    def __init__(self, file: str, errors: list[InputError], *, anchors: bool = True) -> None:
         self.file = file
         self.errors = errors
+        self.anchors = anchors  # whether the text may define any (else the nodes are trees)
         self._construct = yaml.SafeLoader(stream="")
         # Set when a scalar could not be read: the document is then reported,
         # not checked (its fields would raise follow-on "missing" errors).
@@ -121,7 +122,7 @@ class _Builder:
         lines.setdefault(path, node.start_mark.line + 1)
         # Aliases make the composed tree a graph; building expands it, so its
         # shape (depth, lengths, expansion) is judged first, on the graph.
-        check_yaml_shape(node, self.file)
+        check_yaml_shape(node, self.file, anchors=self.anchors)
         return self._value(node, path, lines)
 
     def _value(self, node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
@@ -211,7 +212,7 @@ class _Composer(COMPOSER):  # type: ignore[misc,valid-type]
 
 
 def _documents(text: str, file: str, errors: list[InputError]) -> Iterator[RawObject]:
-    builder = _Builder(file, errors)
+    builder = _Builder(file, errors, anchors="&" in text)
     try:
         for node in yaml.compose_all(text, Loader=_Composer):
             if node is None:
