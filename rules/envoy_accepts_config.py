@@ -13,7 +13,9 @@ rules envoy-invalid-values, regex-program-size and unique-names still check the
 most common rejections statically). A timeout is no verdict either. Results are
 cached per snapshot. Envoy is asked in a child process started before the first rule
 runs, so that it works while the other rules do; for ``check --xds FILE``, about the
-file as written, from the command's first instant (``verifier.xds.validation``).
+file as written, from the command's first instant (``verifier.xds.validation``). So
+what the loader could not read and skipped with a warning (an unknown field, say) is
+still judged: Envoy would reject that file, and the finding says so.
 
 Example: a route whose ``safe_regex`` is ``a{1000}`` makes Envoy answer
 ``regex 'a{1000}' RE2 program size of 1004 > max program size of 100 ...``; the
@@ -42,9 +44,12 @@ CODE = "EV101"
 # findings are the same on every run.
 _PREFIX = re.compile(r"^.*?error initializing configuration '[^']*': ", re.DOTALL)
 _LOG_LINE = re.compile(r"^\[[^\]]*\]\[\d+\]\[\w+\]\[\w+\] (\[[^\]]*\] )?", re.MULTILINE)
-# protobuf marks a message's debug text with one of several markers and spacings, chosen
-# at random per process (so that nobody parses it): "goo.gle/debugstr   \n".
+# protobuf marks a message's debug text with one of several markers, and doubles some
+# spaces of its messages, at random per process (so that nobody parses them):
+# "goo.gle/debugstr   \n", "invalid JSON  in ... @   static_resources...".
 _DEBUG_MARKER = re.compile(r"goo\.gle/debug\w* *\n?")
+_INNER_SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
+_TRAILING_SPACES = re.compile(r"[ \t]+$", re.MULTILINE)
 
 
 def _ask_envoy(snap: Snapshot) -> tuple[bool, str] | None:
@@ -116,7 +121,8 @@ _verdict = walk.PerSnapshot(_collect)
 def envoy_error(output: str) -> str:
     """Envoy's error message without the log prefix and the temporary file name."""
     text = _PREFIX.sub("", output.strip(), count=1)
-    return _DEBUG_MARKER.sub("", _LOG_LINE.sub("", text)).strip()
+    text = _DEBUG_MARKER.sub("", _LOG_LINE.sub("", text))
+    return _TRAILING_SPACES.sub("", _INNER_SPACES.sub(" ", text)).strip()
 
 
 def check(ctx: Context) -> Iterable[Finding]:

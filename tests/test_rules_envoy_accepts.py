@@ -140,3 +140,19 @@ def test_no_envoy_no_child_no_verdict(context: Context, monkeypatch: pytest.Monk
         monkeypatch.setattr(module, "find_envoy", lambda: None)
     assert run([envoy_accepts_config.RULE], context).findings == []
     assert multiprocessing.active_children() == []
+
+
+def test_envoy_errors_read_the_same_from_every_envoy_process() -> None:
+    """protobuf varies its markers and spacing per process: a finding must not."""
+    one = (
+        "invalid JSON  in envoy.config.bootstrap.v3.Bootstrap   @ static_resources: "
+        "message envoy.config.route.v3.RouteMatch,  near 246:43 (offset 8352):  no such field"
+    )
+    other = (
+        "invalid JSON in envoy.config.bootstrap.v3.Bootstrap @   static_resources: "
+        "message   envoy.config.route.v3.RouteMatch, near 246:43 (offset   8352): no such field"
+    )
+    error = envoy_accepts_config.envoy_error
+    assert error(one) == error(other) == " ".join(one.split())
+    dump = "goo.gle/debugproto \nroute {\n  match {\n    prefix: \"/a\"   \n  }\n}"
+    assert error(dump) == 'route {\n  match {\n    prefix: "/a"\n  }\n}'
