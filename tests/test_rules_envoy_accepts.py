@@ -154,5 +154,5 @@ def test_envoy_errors_read_the_same_from_every_envoy_process() -> None:
     )
     error = envoy_accepts_config.envoy_error
     assert error(one) == error(other) == " ".join(one.split())
-    dump = "goo.gle/debugproto \nroute {\n  match {\n    prefix: \"/a\"   \n  }\n}"
+    dump = 'goo.gle/debugproto \nroute {\n  match {\n    prefix: "/a"   \n  }\n}'
     assert error(dump) == 'route {\n  match {\n    prefix: "/a"\n  }\n}'
