@@ -171,3 +171,20 @@ def test_check_xds_reports_the_early_verdict(
     assert done.rc == 1
     assert len(found) == 1 and "RE2 program size" in found[0]["message"]
     assert validation._early == {} and validation._adopted == {}  # nothing left running
+
+
+def test_a_stream_is_read_by_the_check_alone(tmp_path: Path) -> None:
+    """``--xds /dev/stdin``: an early child reading it would leave nothing for the check."""
+    import subprocess
+    import sys
+
+    xds = to_config_dump(translate_scenario(FIXTURES / "httproute-simple-same-namespace"))
+    done = subprocess.run(
+        [sys.executable, "-m", "verifier.cli", "check", str(BASE),
+         str(FIXTURES / "httproute-simple-same-namespace"), "--xds", "/dev/stdin",
+         "--format", "json"],
+        input=json.dumps(xds), capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)["summary"]
+    assert summary["errors"] == 0 and summary["rules_run"] > 40
