@@ -188,3 +188,38 @@ def test_a_stream_is_read_by_the_check_alone(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)["summary"]
     assert summary["errors"] == 0 and summary["rules_run"] > 40
+
+
+@needs_envoy
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif"])
+def test_a_parse_error_quotes_no_key(
+    cli: CLI,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fmt: str,
+) -> None:
+    """Envoy quotes the whole bootstrap it could not parse, and the listeners' keys are
+    inlined in it (a fresh-clone trial found the key in EV101): only the reason stays."""
+    monkeypatch.chdir(REPO_ROOT)
+    scenario = FIXTURES / "gateway-https-listener"
+    doc = _unredacted(translate_scenario(scenario))
+    assert "PRIVATE KEY" in json.dumps(doc)  # the file does hold the key
+    next(d for d in doc if d["@type"] == layout.CLUSTER_TYPE)["connect_timeout"] = "5 seconds"
+    path = tmp_path / "xds.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    done = cli("check", str(BASE), str(scenario), "--xds", str(path), "--format", fmt)
+    assert done.rc == 1
+    assert "connect_timeout" in done.out and "duration" in done.out  # Envoy's reason
+    assert "PRIVATE KEY" not in done.out + done.err
+    if fmt != "sarif":  # SARIF also carries every rule's documentation
+        assert "dns_lookup_family" not in done.out and len(done.out) < 20_000  # no echo
+
+
+def test_keys_are_cut_from_any_envoy_output() -> None:
+    pem = "-----BEGIN EC PRIVATE KEY-----\\nMHcCAQEE\\n-----END EC PRIVATE KEY-----"
+    assert validation.without_secrets(f'bytes: "{pem}" rest') == 'bytes: "[redacted]" rest'
+    assert validation.without_secrets("cut: -----BEGIN PRIVATE KEY-----\nMIIE") == "cut: [redacted]"
+    echoed = 'Unable to parse JSON as proto (INVALID_ARGUMENT: bad (offset 3): x): {\n "a": 1\n}'
+    assert validation.without_secrets(echoed) == (
+        "Unable to parse JSON as proto (INVALID_ARGUMENT: bad (offset 3): x)"
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,6 +34,20 @@ HCM_TYPE: Final = (
 REDACTED: Final = "[redacted]"
 _EDS: Final = ("EDS", 3)  # the enum by name or by number: proto-JSON takes both
 Verdict = tuple[bool, str]  # (Envoy accepts it, Envoy's output)
+# After a JSON parse error Envoy quotes the whole bootstrap, which holds the listeners'
+# certificates and their keys (inlined for it to judge): only the reason is kept.
+_ECHOED_JSON = re.compile(r"(Unable to parse JSON as proto \(.*?\)): \{.*", re.DOTALL)
+# Anywhere else a key might be quoted (a message's debug text): a PEM private key block,
+# or its start up to the end when the text was cut.
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*)",
+    re.DOTALL,
+)
+
+
+def without_secrets(output: str) -> str:
+    """Envoy's output with no key material in it, fit to be shown to people."""
+    return _PRIVATE_KEY.sub(REDACTED, _ECHOED_JSON.sub(r"\1", output))
 
 
 def _key(doc: Mapping[str, Json], name: str) -> str | None:
@@ -237,7 +252,7 @@ def envoy_validate_with(write: Callable[[Path, Path], Path], *, timeout: float =
                 _end(proc)
                 raise
     output = "\n".join(s.strip() for s in (stderr, stdout) if s.strip())
-    return proc.returncode == 0, output
+    return proc.returncode == 0, without_secrets(output)
 
 
 def validate_resources(resources: Mapping[str, Sequence[Mapping[str, Json]]]) -> Verdict:
