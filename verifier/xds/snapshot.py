@@ -417,7 +417,7 @@ def envoy_validate(snap: Snapshot, *, timeout: float = 120.0) -> tuple[bool, str
         else:
             config = bootstrap_for_validation(snap, secrets_path=str(secrets))
             path = tmp / "bootstrap.json"
-            path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+            path.write_text(json.dumps(config), encoding="utf-8")  # C encoder: not indented
         return path
 
     return envoy_validate_with(write, timeout=timeout)
