@@ -49,6 +49,8 @@ _LOG_LINE = re.compile(r"^\[[^\]]*\]\[\d+\]\[\w+\]\[\w+\] (\[[^\]]*\] )?", re.MU
 # "goo.gle/debugstr   \n", "invalid JSON  in ... @   static_resources...".
 _DEBUG_MARKER = re.compile(r"goo\.gle/debug\w* *\n?")
 _INNER_SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
+# Where in the bootstrap Envoy read (a file of ours the user never sees) a JSON error is.
+_POSITION = re.compile(r",? near \d+:\d+ \(offset \d+\)")
 _TRAILING_SPACES = re.compile(r"[ \t]+$", re.MULTILINE)
 
 
@@ -122,7 +124,8 @@ def envoy_error(output: str) -> str:
     """Envoy's error message without the log prefix and the temporary file name."""
     text = _PREFIX.sub("", output.strip(), count=1)
     text = _DEBUG_MARKER.sub("", _LOG_LINE.sub("", text))
-    return _TRAILING_SPACES.sub("", _INNER_SPACES.sub(" ", text)).strip()
+    text = _TRAILING_SPACES.sub("", _INNER_SPACES.sub(" ", text))
+    return _POSITION.sub("", text).strip()
 
 
 def check(ctx: Context) -> Iterable[Finding]:
@@ -133,6 +136,9 @@ def check(ctx: Context) -> Iterable[Finding]:
     yield new(
         CODE,
         NAME,
+        # the --xds file Envoy read (as SARIF does, a line-less finding is on line 1)
+        file=validation.source_of(ctx.snapshot) or "",
+        line=1 if validation.source_of(ctx.snapshot) else 0,
         resource="xDS snapshot",
         expected={"envoy": "accepts"},
         actual={"envoy": error},

@@ -153,6 +153,7 @@ def test_envoy_errors_read_the_same_from_every_envoy_process() -> None:
         "message   envoy.config.route.v3.RouteMatch, near 246:43 (offset   8352): no such field"
     )
     error = envoy_accepts_config.envoy_error
-    assert error(one) == error(other) == " ".join(one.split())
+    assert error(one) == error(other)
+    assert error(one) == " ".join(one.split()).replace(", near 246:43 (offset 8352)", "")
     dump = 'goo.gle/debugproto \nroute {\n  match {\n    prefix: "/a"   \n  }\n}'
     assert error(dump) == 'route {\n  match {\n    prefix: "/a"\n  }\n}'

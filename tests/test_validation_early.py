@@ -170,6 +170,7 @@ def test_check_xds_reports_the_early_verdict(
     found = [f for f in json.loads(done.out)["findings"] if f["code"] == "EV101"]
     assert done.rc == 1
     assert len(found) == 1 and "RE2 program size" in found[0]["message"]
+    assert found[0]["location"] == f"{path}:1"  # the file Envoy was asked about
     assert validation._early == {} and validation._adopted == {}  # nothing left running
 
 

@@ -280,8 +280,8 @@ def raw_resources(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Json
 
 # str(path) -> (pid that asked, the child asking Envoy about the file as written)
 _early: dict[str, tuple[int, ForkedCall[Verdict | None]]] = {}
-# id(snapshot) -> (the snapshot, the child): the file's verdict, now the snapshot's
-_adopted: dict[int, tuple[object, ForkedCall[Verdict | None]]] = {}
+# id(snapshot) -> (the snapshot, the child, the file): the file's verdict, now the snapshot's
+_adopted: dict[int, tuple[object, ForkedCall[Verdict | None], str]] = {}
 
 
 def _ask_about_file(path: str) -> Verdict | None:
@@ -316,7 +316,7 @@ def adopt(snapshot: object, path: str) -> None:
     asked = _early.get(str(path))
     if asked is not None and asked[0] == os.getpid():
         del _early[str(path)]
-        _adopted[id(snapshot)] = (snapshot, asked[1])
+        _adopted[id(snapshot)] = (snapshot, asked[1], str(path))
 
 
 def adopted(snapshot: object) -> ForkedCall[Verdict | None] | None:
@@ -325,9 +325,15 @@ def adopted(snapshot: object) -> ForkedCall[Verdict | None] | None:
     return entry[1] if entry is not None and entry[0] is snapshot else None
 
 
+def source_of(snapshot: object) -> str | None:
+    """The file Envoy was asked about for ``snapshot`` (its findings point there)."""
+    entry = _adopted.get(id(snapshot))
+    return entry[2] if entry is not None and entry[0] is snapshot else None
+
+
 def close_early() -> None:
     """End every child still asking (a run that stopped before reading an answer)."""
-    for _, child in [*_early.values(), *_adopted.values()]:
+    for child in [c for _, c in _early.values()] + [c for _, c, _ in _adopted.values()]:
         child.close()
     _early.clear()
     _adopted.clear()
