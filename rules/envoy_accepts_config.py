@@ -133,12 +133,12 @@ def check(ctx: Context) -> Iterable[Finding]:
     if verdict is None or verdict[0]:
         return
     error = envoy_error(verdict[1])
+    source = validation.source_of(ctx.snapshot)  # the --xds file Envoy read, if it did
     yield new(
         CODE,
         NAME,
-        # the --xds file Envoy read (as SARIF does, a line-less finding is on line 1)
-        file=validation.source_of(ctx.snapshot) or "",
-        line=1 if validation.source_of(ctx.snapshot) else 0,
+        file=source or "",
+        line=1 if source else 0,  # as SARIF places a finding without a line
         resource="xDS snapshot",
         expected={"envoy": "accepts"},
         actual={"envoy": error},

@@ -63,7 +63,6 @@ _CLASSES: Final[dict[str, type[betterproto2.Message]]] = {
     ROUTE_TYPE: RouteConfiguration,
     SECRET_TYPE: Secret,
 }
-_KIND_OF: Final = KIND_OF
 
 
 def resource_name(msg: betterproto2.Message) -> str:
@@ -237,7 +236,7 @@ def dumps(snap: Snapshot) -> str:
 def split_by_type(snap: Snapshot) -> dict[str, dict[str, Json]]:
     """One DiscoveryResponse-shaped object per resource type, for per-type golden files."""
     out: dict[str, dict[str, Json]] = {}
-    for url, kind in _KIND_OF.items():
+    for url, kind in KIND_OF.items():
         if kind == "secrets" and not snap.secrets:
             continue
         resources = _resources(snap, kind)

@@ -144,7 +144,7 @@ def servable(secret: Mapping[str, Json]) -> bool:
 
 
 def static_bootstrap(
-    resources: Mapping[str, Sequence[Mapping[str, Json]]],
+    resources: Mapping[str, Sequence[dict[str, Json]]],
     *,
     secrets_path: str = os.devnull,
     inline_secrets: bool = True,
@@ -161,11 +161,10 @@ def static_bootstrap(
     serves) are pointed at ``secrets_path`` (Envoy 1.40's validate mode segfaults on
     ADS-sourced SDS), with the ``node`` SDS requires.
     """
-    copied: Mapping[str, Sequence[Json]] = resources
-    assignments = {_field(e, "cluster_name"): e for e in copied.get("endpoints", [])}
-    routes = {_field(r, "name"): r for r in copied.get("routes", [])}
+    assignments = {_field(e, "cluster_name"): e for e in resources.get("endpoints", [])}
+    routes = {_field(r, "name"): r for r in resources.get("routes", [])}
     clusters = []
-    for doc in copied.get("clusters", []):
+    for doc in resources.get("clusters", []):
         if _field(doc, "type") in _EDS:
             eds = _pop(doc, "eds_cluster_config") or {}
             service = _field(eds, "service_name") or _field(doc, "name") or ""
@@ -174,10 +173,10 @@ def static_bootstrap(
             doc["type"] = "STATIC"
             doc["load_assignment"] = assignments.get(service, {"cluster_name": service})
         clusters.append(doc)
-    listeners = list(copied.get("listeners", []))
+    listeners = list(resources.get("listeners", []))
     _rewrite_rds(listeners, routes)
     if inline_secrets:
-        secrets = {_field(s, "name"): s for s in copied.get("secrets", []) if servable(s)}
+        secrets = {_field(s, "name"): s for s in resources.get("secrets", []) if servable(s)}
         _inline_sds(listeners, secrets)
     boot: dict[str, Json] = {"static_resources": {"clusters": clusters, "listeners": listeners}}
     if _rewrite_sds(boot, secrets_path):
@@ -255,7 +254,7 @@ def envoy_validate_with(write: Callable[[Path, Path], Path], *, timeout: float =
     return proc.returncode == 0, without_secrets(output)
 
 
-def validate_resources(resources: Mapping[str, Sequence[Mapping[str, Json]]]) -> Verdict:
+def validate_resources(resources: Mapping[str, Sequence[dict[str, Json]]]) -> Verdict:
     """Envoy's verdict on resources given as proto-JSON, by kind."""
 
     def write(tmp: Path, secrets: Path) -> Path:
