@@ -71,7 +71,8 @@ def main(sizes: list[int]) -> None:
     for name in names:
         cells = "".join(f"{rows[n].get(name, float('nan')):>10.3f}" for n in sizes)
         a, b = rows[first].get(name, 0.0), rows[last].get(name, 0.0)
-        k = math.log(b / a) / math.log(last / first) if a > 1e-4 and b > 1e-4 else float("nan")
+        grows = first != last and a > 1e-4 and b > 1e-4  # one size: no exponent to give
+        k = math.log(b / a) / math.log(last / first) if grows else float("nan")
         print(f"{name:<48}{cells}  {k:8.2f}")
 
 

@@ -182,3 +182,13 @@ def test_mutating_a_suite_on_several_cores_reports_as_in_turn() -> None:
     serial = background.result(f"{__name__}:mutated", _suite_mutated_in_turn)
     assert serial["total"] > 100
     assert parallel == serial
+
+
+@pytest.mark.parametrize(("count", "workers"), [(1, 2), (7, 2), (8, 2), (100, 3), (20_001, 2)])
+def test_runs_hand_out_every_witness_once_in_order(count: int, workers: int) -> None:
+    runs = check._runs(count, workers)
+    assert [i for r in runs for i in r] == list(range(count))
+    assert all(len(r) > 0 for r in runs)
+    assert len(runs) == min(count, workers * check.RUNS_PER_WORKER)
+    lengths = [len(r) for r in runs]
+    assert max(lengths) - min(lengths) <= 1  # about equal, so none holds the others up

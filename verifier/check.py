@@ -9,6 +9,7 @@ behaviour yields one finding, from the rule whose feature it breaks.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -362,19 +363,17 @@ class Context:
         # Build both models' indexes once, before the children inherit them.
         self.compare(witnesses[0])
         workers = min(os.cpu_count() or 1, MAX_WORKERS)  # map_forked maps serially when it must
-        shares = map_forked(
-            lambda start: self._compare_share(start, workers), range(workers), min_items=2
-        )
-        found = sorted((c for share in shares for c in share), key=lambda ic: ic[0])
-        return [c for _, c in found]
+        shares = map_forked(self._compare_run, _runs(len(witnesses), workers), max_workers=workers)
+        return [c for share in shares for c in share]
 
-    def _compare_share(self, start: int, step: int) -> list[tuple[int, Comparison]]:
-        """Every ``step``-th witness from ``start`` (interleaved, so the shares cost
-        about the same), with its index to restore the order."""
-        found = (
-            (i, self.compare(self.witnesses[i])) for i in range(start, len(self.witnesses), step)
-        )
-        return [(i, c) for i, c in found if c is not None]
+    def _compare_run(self, run: range) -> list[Comparison]:
+        """The disagreements among a run of consecutive witnesses. Witnesses come
+        route by route, so a worker that takes a run works out only its routes'
+        upstreams, regexes and references (each is worked out once per process): with
+        every other witness instead, each worker worked out every route's, and the
+        comparisons took about 10% longer (2 workers, 10,000 rules)."""
+        found = (self.compare(self.witnesses[i]) for i in run)
+        return [c for c in found if c is not None]
 
     def compare(self, w: wt.Witness) -> Comparison | None:
         """Both models' answers to one witness, when they disagree."""
@@ -538,6 +537,14 @@ def connection_level(c: Comparison) -> bool:
 
 PARALLEL_MIN_WITNESSES = 20_000  # below this, starting workers costs more than it saves
 MAX_WORKERS = 4
+RUNS_PER_WORKER = 4  # handed out as workers finish, so no worker waits on a slow run
+
+
+def _runs(count: int, workers: int) -> list[range]:
+    """``range(count)`` cut into consecutive runs of about equal length, in order."""
+    n = max(1, min(count, workers * RUNS_PER_WORKER))
+    bounds = [count * k // n for k in range(n + 1)]
+    return [range(a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def route_path(rc: RouteConfiguration, vh: VirtualHost, index: int, _route: Route) -> str:

@@ -7,7 +7,6 @@ Service port.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -23,7 +22,7 @@ from envoy_data_plane.envoy.config.route.v3 import (
 from verifier.semantics.envoy.clusters import ClusterResolver
 from verifier.semantics.envoy.headers import HeaderParser, header_parser
 from verifier.semantics.envoy.match import parts_per_million
-from verifier.semantics.request import Backend
+from verifier.semantics.request import Backend, evolve
 
 NotFound = RouteActionClusterNotFoundResponseCode
 
@@ -58,7 +57,7 @@ class Upstream:
 
 
 def _shares(shares: dict[Backend, int]) -> tuple[Backend, ...]:
-    return tuple(sorted(dataclasses.replace(b, weight=w) for b, w in shares.items()))
+    return tuple(sorted(evolve(b, weight=w) for b, w in shares.items()))
 
 
 class Upstreams:
@@ -140,7 +139,7 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
             invalid += weight
             out.trace.append(f"weighted cluster {cw.name!r} ({weight}) does not exist")
             continue
-        key = dataclasses.replace(target.backend, weight=1)
+        key = evolve(target.backend, weight=1)
         shares[key] = shares.get(key, 0) + weight
         if target.unavailable:
             unavailable.add(key)
@@ -207,9 +206,9 @@ def mirrors(
             notes.append(f"mirror to {p.cluster!r} at 0%: never mirrored")
             continue
         b = target.backend
-        key = dataclasses.replace(b, weight=1)
+        key = evolve(b, weight=1)
         out[key] = max(out.get(key, 0), ppm)
-    return tuple(sorted(dataclasses.replace(b, weight=w) for b, w in out.items())), notes
+    return tuple(sorted(evolve(b, weight=w) for b, w in out.items())), notes
 
 
 def _ms(value: timedelta | None) -> int | None:

@@ -43,6 +43,7 @@ from verifier.semantics.request import (
     RedirectTarget,
     Request,
     RouteRef,
+    evolve,
     wire_problem,
 )
 from verifier.xds.snapshot import Snapshot
@@ -116,7 +117,7 @@ class _Run:
         if not self.notes and not outcome.notes:
             return Evaluation(outcome, tuple(self.trace))  # most requests: nothing to merge
         notes = tuple(dict.fromkeys([*outcome.notes, *self.notes]))
-        final = dataclasses.replace(outcome, notes=notes)
+        final = evolve(outcome, notes=notes)
         return Evaluation(final, tuple(self.trace))
 
 
@@ -325,13 +326,11 @@ class EnvoyModel:
                 reply=reply or BackendReply(),
             )
             answers.append(
-                dataclasses.replace(
-                    run_action(rctx, run.trace), route=self._located(rc, vhost, step)
-                )
+                evolve(run_action(rctx, run.trace), route=self._located(rc, vhost, step))
             )
         outcome = answers[-1]
         for earlier in reversed(answers[:-1]):
-            outcome = dataclasses.replace(earlier, otherwise=outcome)
+            outcome = evolve(earlier, otherwise=outcome)
         return run.done(outcome)
 
     @staticmethod

@@ -11,7 +11,7 @@ backend defined here").
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.gatewayapi.model import Filter, GatewayListener, HTTPRoute
@@ -24,6 +24,7 @@ from verifier.semantics.request import (
     RedirectTarget,
     Request,
     RouteRef,
+    evolve,
 )
 from verifier.semantics.spec.backends import duration_ms, has_ready_endpoint, resolve_ref
 from verifier.semantics.spec.cors import PREFLIGHT_STATUS, cors_decision
@@ -97,7 +98,7 @@ class _Pipeline:
             response_header_ops=plan.ops,
             route=ref,
         )
-        return Action(replace(outcome, **fields), plan, tuple(self.trace))
+        return Action(evolve(outcome, **fields), plan, tuple(self.trace))
 
 
 def _request_header_modifier(p: _Pipeline, f: Filter) -> None:
