@@ -317,7 +317,7 @@ class Context:
             wt.Witness((c.gateway.namespace, c.gateway.name), c.request, wt.CASE, note=c.name)
             for c in self.cases
         ]
-        generated = [self._sent(w) for w in wt.witnesses(self.res, self.controller_name)]
+        generated = wt.witnesses(self.res, self.controller_name, sent=self.sent)
         extra = [self._sent(w) for w in self.extra_witnesses]
         return generated + self._xds_client_cas(generated) + extra + from_cases
 

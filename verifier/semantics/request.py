@@ -9,7 +9,7 @@ Pure data: no I/O, no decisions.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 Headers = tuple[tuple[str, tuple[str, ...]], ...]
@@ -130,9 +130,10 @@ class ClientCert:
         return {"issuer": self.issuer}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """A request as it arrives at a Gateway: a connection to ``address``:``port``.
+    Slotted: check holds ~80,000 of them per 10,000 rules (12 MiB of ``__dict__``).
 
     ``address`` is the destination IP (the Gateway's address; empty when unknown,
     which Envoy cannot be, so the Envoy model then takes the port's only or
@@ -224,9 +225,24 @@ def evolve(obj: T, **changes: Any) -> T:
     re-running ``__init__``: check stamps a destination on every witness (~140,000 at
     10,000 rules), where ``replace`` alone cost seconds on a loaded 2-core machine."""
     new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
+    state = getattr(obj, "__dict__", None)
+    if state is None:  # slotted
+        for name in _slots(type(obj)):
+            object.__setattr__(new, name, changes[name] if name in changes else getattr(obj, name))
+        return new
+    new.__dict__.update(state)
     new.__dict__.update(changes)
     return new
+
+
+_SLOTS: dict[type, tuple[str, ...]] = {}
+
+
+def _slots(cls: type) -> tuple[str, ...]:
+    found = _SLOTS.get(cls)
+    if found is None:
+        found = _SLOTS[cls] = tuple(f.name for f in fields(cls))
+    return found
 
 
 def sent_to(request: Request, address: str) -> Request:
