@@ -72,7 +72,8 @@ def test_config_rules_in_a_child_find_the_same(monkeypatch: pytest.MonkeyPatch) 
     assert compared == operators
 
 
-def _all_contexts() -> list[check.Context]:
+def all_contexts() -> list[check.Context]:
+    """A check context per fixture scenario (also used by test_witness_stamping)."""
     out = []
     for scn in pipeline.discover([str(FIXTURES)], pipeline.CheckOptions()):
         ctx, _ = pipeline.prepare(scn, pipeline.CheckOptions())
@@ -83,7 +84,7 @@ def _all_contexts() -> list[check.Context]:
 
 def test_untraced_evaluations_decide_the_same() -> None:
     """check asks both models without traces; only the trace may differ."""
-    contexts = _all_contexts()
+    contexts = all_contexts()
     assert len(contexts) > 40
     asked = 0
     for ctx in contexts:

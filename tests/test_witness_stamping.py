@@ -4,29 +4,17 @@ stamped afterwards: same requests, same order, on every fixture."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
+from test_parallel_check import all_contexts
 
-from verifier import check, pipeline
 from verifier.semantics import witness as wt
 from verifier.semantics.request import ClientCert, Request, evolve
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-
-
-def _contexts() -> list[check.Context]:
-    out = []
-    for scn in pipeline.discover([str(FIXTURES)], pipeline.CheckOptions()):
-        ctx, _ = pipeline.prepare(scn, pipeline.CheckOptions())
-        if ctx is not None:
-            out.append(ctx)
-    return out
 
 
 def test_stamped_as_kept_equals_stamped_after() -> None:
     compared = 0
-    for ctx in _contexts():
+    for ctx in all_contexts():
         after = [ctx._sent(w) for w in wt.witnesses(ctx.res, ctx.controller_name)]
         kept = wt.witnesses(ctx.res, ctx.controller_name, sent=ctx.sent)
         assert kept == after
@@ -37,7 +25,7 @@ def test_stamped_as_kept_equals_stamped_after() -> None:
 
 def test_stamping_changes_requests() -> None:
     """The comparison above is not vacuous: stamping gives most requests an address."""
-    ctx = next(c for c in _contexts() if c.addresses)
+    ctx = next(c for c in all_contexts() if c.addresses)
     kept = wt.witnesses(ctx.res, ctx.controller_name, sent=ctx.sent)
     assert sum(w.request.address != "" for w in kept) > len(kept) // 2
 
