@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import pickle
 
 import pytest
 import yaml
@@ -68,6 +69,31 @@ def test_every_field_and_item_has_its_line() -> None:
     assert obj.line_of("data.folded.nothing[2]") == 21
     second = load_texts([("t.yaml", TRICKY)]).objects[1]
     assert (second.lines[""], second.lines["s"]) == (25, 27)
+
+
+def test_the_line_table_is_kept_packed_until_asked() -> None:
+    """Packed, it is the same table (the builder's dict, in its order), it crosses
+    a pickle (a loading child's answer) as it is, and opens only when asked."""
+    tables: list[dict[str, int]] = []
+    real = load.RawObject.__post_init__
+
+    def keep(self: load.RawObject) -> None:
+        tables.append(dict(self.lines))
+        real(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(load.RawObject, "__post_init__", keep)
+        obj = load_texts([("t.yaml", TRICKY)]).objects[0]
+    built = tables[0]
+    lines = obj.lines
+    assert isinstance(lines, load.Lines)
+    assert lines._table is None  # nothing asked yet
+    assert len(built) > 30
+    assert list(lines.items()) == list(built.items())
+    assert lines == built and "data.plain[3]" in lines and "data.nope" not in lines
+    again = pickle.loads(pickle.dumps(obj))
+    assert again.lines._table is None and dict(again.lines) == built
+    assert again.lines == obj.lines and repr(again.data) == repr(obj.data)  # repr: nan
 
 
 @pytest.mark.parametrize(
