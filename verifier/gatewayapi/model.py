@@ -38,7 +38,7 @@ def _pairs(items: Any) -> tuple[tuple[str, str], ...]:
     return tuple((str(h.get("name", "")), str(h.get("value", ""))) for h in _l(items))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Meta:
     kind: str
     namespace: str
@@ -82,26 +82,26 @@ def _ts(value: Any) -> str:
 # ---------------------------------------------------------------- GatewayClass/Gateway
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GatewayClass:
     meta: Meta
     controller_name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RouteGroupKind:
     group: str
     kind: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LabelSelector:
     match_labels: tuple[tuple[str, str], ...] = ()
     # (key, operator, values)
     match_expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SecretObjectRef:
     group: str
     kind: str
@@ -110,7 +110,7 @@ class SecretObjectRef:
     path: str = field(default="", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GatewayListener:
     name: str
     hostname: str | None
@@ -140,7 +140,7 @@ ALLOW_VALID_ONLY = "AllowValidOnly"
 ALLOW_INSECURE_FALLBACK = "AllowInsecureFallback"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FrontendValidation:
     """spec.tls.frontend's ``validation`` for one port (GEP-91): the CA bundles a
     client certificate must chain to, and whether one that does not is refused."""
@@ -150,7 +150,7 @@ class FrontendValidation:
     path: str = field(default="", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FrontendTLS:
     """spec.tls.frontend: a default, and per-port entries that replace it
     ("Once set this configuration overrides the default configuration for all
@@ -166,7 +166,7 @@ class FrontendTLS:
         return self.default
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)  # the spec model caches by it
 class Gateway:
     meta: Meta
     class_name: str
@@ -299,7 +299,7 @@ def parse_gateway(raw: RawObject) -> Gateway:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ListenerSet:
     """Listeners to merge into a parent Gateway (GEP-1713, standard since v1.5)."""
 
@@ -328,7 +328,7 @@ def parse_listener_set(raw: RawObject) -> ListenerSet:
 # ---------------------------------------------------------------- HTTPRoute
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ParentRef:
     group: str
     kind: str
@@ -339,13 +339,13 @@ class ParentRef:
     path: str = field(default="", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PathMatch:
     type: str  # Exact | PathPrefix | RegularExpression
     value: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ValueMatch:
     """A header or query parameter match."""
 
@@ -354,7 +354,7 @@ class ValueMatch:
     value: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RouteMatch:
     path: PathMatch
     headers: tuple[ValueMatch, ...]
@@ -363,21 +363,21 @@ class RouteMatch:
     path_: str = field(default="", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HeaderModifier:
     set: tuple[tuple[str, str], ...] = ()
     add: tuple[tuple[str, str], ...] = ()
     remove: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PathModifier:
     type: str  # ReplaceFullPath | ReplacePrefixMatch
     replace_full_path: str | None = None
     replace_prefix_match: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Redirect:
     scheme: str | None
     hostname: str | None
@@ -386,13 +386,13 @@ class Redirect:
     status_code: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rewrite:
     hostname: str | None
     path: PathModifier | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObjectRef:
     """A BackendObjectReference: defaults applied (group core, kind Service)."""
 
@@ -404,14 +404,14 @@ class ObjectRef:
     path: str = field(default="", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Mirror:
     backend: ObjectRef
     percent: int | None = None
     fraction: tuple[int, int] | None = None  # (numerator, denominator)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cors:
     allow_origins: tuple[str, ...] = ()
     allow_credentials: bool | None = None
@@ -421,7 +421,7 @@ class Cors:
     max_age: int = 5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Filter:
     type: str
     request_header_modifier: HeaderModifier | None = None
@@ -434,7 +434,7 @@ class Filter:
     path: str = field(default="", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BackendRef:
     ref: ObjectRef
     weight: int
@@ -442,7 +442,7 @@ class BackendRef:
     path: str = field(default="", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RouteRule:
     name: str | None
     matches: tuple[RouteMatch, ...]
@@ -454,7 +454,7 @@ class RouteRule:
     path: str = field(default="", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HTTPRoute:
     meta: Meta
     parent_refs: tuple[ParentRef, ...]
@@ -643,7 +643,7 @@ def parse_httproute(raw: RawObject) -> HTTPRoute:
 OTHER_ROUTE_KINDS = frozenset({"GRPCRoute", "TCPRoute", "TLSRoute", "UDPRoute"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OtherRoute:
     """What check needs of a route kind it does not judge: where it attaches, the
     hostnames it claims and the Services it sends to. It is never validated (the edge
@@ -675,7 +675,7 @@ def parse_other_route(raw: RawObject) -> OtherRoute:
 # ---------------------------------------------------------------- ReferenceGrant and core
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReferenceGrant:
     meta: Meta
     from_: tuple[tuple[str, str, str], ...]  # (group, kind, namespace)
@@ -697,7 +697,7 @@ def parse_reference_grant(raw: RawObject) -> ReferenceGrant:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str
     port: int
@@ -706,7 +706,7 @@ class ServicePort:
     app_protocol: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Service:
     meta: Meta
     cluster_ip: str | None
@@ -738,7 +738,7 @@ def parse_service(raw: RawObject) -> Service:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EndpointSlice:
     meta: Meta
     service_name: str
@@ -763,12 +763,12 @@ def parse_endpoint_slice(raw: RawObject) -> EndpointSlice:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Namespace:
     meta: Meta
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Secret:
     meta: Meta
     type: str
@@ -791,7 +791,7 @@ def parse_secret(raw: RawObject) -> Secret:
     return Secret(_meta(raw), str(raw.data.get("type", "Opaque")), cert, key)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConfigMap:
     """Only ``ca.crt`` is read: the key GEP-91's caCertificateRefs name."""
 
@@ -807,7 +807,7 @@ def parse_config_map(raw: RawObject) -> ConfigMap:
     return ConfigMap(_meta(raw), None if value is None else str(value))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerPort:
     """A port a pod's container declares: what a Service's named targetPort resolves to."""
 
@@ -816,7 +816,7 @@ class ContainerPort:
     protocol: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A Deployment/StatefulSet/DaemonSet: what identity resolution and, for Services
     given without EndpointSlices, the endpoints a cluster would publish need."""

@@ -260,6 +260,7 @@ def match_witnesses(
     method = match.method or default_method
     headers = _base_headers(match)
     query = _query(match)
+    key = route.meta.key  # one tuple for all the match's witnesses, not one each
 
     def w(
         feature: str,
@@ -277,7 +278,7 @@ def match_witnesses(
             path=path,
             headers=normalize_headers(hdrs) if hdrs else (),
         )
-        return Witness(gw, request, feature, route.meta.key, rule.index, mi, note)
+        return Witness(gw, request, feature, key, rule.index, mi, note)
 
     variants = path_variants(match.path)
     if not primary and not _reads_host(match):
