@@ -26,7 +26,7 @@ from verifier.gatewayapi.addresses import (
     parse_fixed,
 )
 from verifier.heap import fewer_collections
-from verifier.inputs import LIMIT_FLAGS, Limits, set_limits
+from verifier.inputs import LIMIT_FLAGS, Limits, limits, set_limits
 
 # Only what parsing the command line needs is imported here: each command imports
 # its own machinery, so `--version`, `--help` and `status` never load envoy-data-plane,
@@ -1258,6 +1258,7 @@ def _report(errors: Sequence[InputError]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run: Command = args.run
+    before = limits()  # restored after: main may run in a process that goes on (tests)
     set_limits(_limits_of(args))
     try:
         with fewer_collections():
@@ -1277,6 +1278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         where = str(exc.filename) if exc.filename is not None else "<io>"
         return _report([InputError(where, 0, "", "os-error", exc.strerror or str(exc))])
+    finally:
+        set_limits(before)
 
 
 def entry() -> NoReturn:
