@@ -1,0 +1,67 @@
+"""The quick pass over parsed JSON (``verifier.inputs._json_fits``) decides as the
+value-by-value walk of ``check_json_shape`` does.
+
+The walk took 0.37 s on the xDS of 10,000 rules; the quick pass visits containers
+only, a level at a time (0.11 s). For drawn documents and drawn limits, a document
+passes exactly when the walk lets it, and when it does not, the error is the walk's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_yaml_shape_trees import documents, limited
+
+from verifier import inputs
+from verifier.errors import InputErrors
+from verifier.inputs import Limits, check_json_shape, load_json
+
+limits = st.builds(
+    Limits,
+    max_depth=st.integers(0, 10),
+    max_items=st.integers(0, 7),
+)
+
+
+def _verdict(doc: Any) -> str | None:
+    try:
+        check_json_shape(doc, "doc.json")
+    except InputErrors as exc:
+        return repr(exc.errors)
+    return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(doc=documents, lim=limits)
+def test_the_quick_pass_decides_as_the_walk(doc: Any, lim: Limits) -> None:
+    doc = json.loads(json.dumps(doc))  # as load_json has it
+    with limited(lim):
+        quick = _verdict(doc)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(inputs, "_json_fits", lambda _doc: False)  # always walk
+            walked = _verdict(doc)
+    assert quick == walked
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("[" * 5 + "]" * 5, "too-deep"),
+        ("[1, 2, 3, 4]", "too-long"),
+        ('{"a": {"b": [1, 2, 3, 4]}}', "too-long"),
+        ('{"a": {"b": {"c": {"d": {"e": 1}}}}}', "too-deep"),
+    ],
+)
+def test_limits_still_bite(text: str, code: str) -> None:
+    with limited(Limits(max_depth=4, max_items=3)), pytest.raises(InputErrors) as exc:
+        load_json(text, "doc.json")
+    assert exc.value.errors[0].code == code
+
+
+def test_within_the_limits_passes() -> None:
+    with limited(Limits(max_depth=4, max_items=3)):
+        assert load_json('{"a": {"b": [1, 2, {}]}}', "doc.json") is not None
