@@ -394,26 +394,35 @@ _JSON_LEAVES: Final = frozenset({str, int, float, bool, type(None)})
 def preload_types(doc: Json, skip: frozenset[str] = frozenset()) -> set[str]:
     """Import every type an ``@type`` in ``doc`` names; return the URLs that are unknown.
     ``skip``: type names (``envoy.admin.v3.ClustersConfigDump``) the caller reads as
-    plain JSON, whose modules need not be imported."""
+    plain JSON, whose modules need not be imported.
+
+    Containers only are visited, a level at a time (the leaves, most of a document,
+    are never looked at one by one): 0.55 -> 0.15 s profiled on 10,000 rules."""
     unknown: set[str] = set()
-    stack = [doc]
-    while stack:
-        node = stack.pop()
-        if type(node) in _JSON_LEAVES:
-            continue  # most of a document, and never a Mapping: spare the ABC check
-        if isinstance(node, Mapping):
-            url = node.get("@type")
-            if (
-                isinstance(url, str)
-                and url
-                and url.rsplit("/", 1)[-1] not in skip
-                and ensure_type(url) is None
-            ):
-                unknown.add(url)
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    asked: set[str] = set()
+    level = [doc] if _container(doc) else []
+    while level:
+        below: list[Any] = []
+        for node in level:
+            if isinstance(node, Mapping):
+                url = node.get("@type")
+                if isinstance(url, str) and url and url not in asked:
+                    asked.add(url)
+                    if url.rsplit("/", 1)[-1] not in skip and ensure_type(url) is None:
+                        unknown.add(url)
+                below += [v for v in node.values() if _container(v)]
+            else:
+                below += [v for v in node if _container(v)]
+        level = below
     return unknown
+
+
+def _container(value: Any) -> bool:
+    """A JSON object or array (a Mapping or a list), decided for plain ones at once."""
+    kind = type(value)
+    if kind is dict or kind is list:
+        return True
+    return kind not in _JSON_LEAVES and isinstance(value, Mapping | list)
 
 
 def type_url_of(msg: betterproto2.Message | type[betterproto2.Message]) -> str:
