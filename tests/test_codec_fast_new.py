@@ -21,8 +21,11 @@ import pydantic
 import pytest
 import verifier.rules
 from conftest import FIXTURES
+from envoy_data_plane.google import protobuf as pb
 from envoy_data_plane.message_pool import default_message_pool
 from foreign import reencode
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic._internal._mock_val_ser import MockCoreSchema
 
 import verifier.check  # noqa: F401  (every message module check imports)
@@ -237,3 +240,52 @@ def test_a_vouched_message_is_one_the_validator_accepts() -> None:
         assert not codec.vouched(broken)
         with pytest.raises(pydantic.ValidationError):
             broken._validate()
+
+
+# Struct, Value and ListValue (route metadata) are built by codec._fast_json_message
+# when every value is vouched for; otherwise from_dict builds them, or gives its error.
+_json_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.integers().map(lambda n: n * 10**320),  # too big for a float
+    st.floats(allow_nan=False),  # infinities too: what a 1e999 in JSON becomes
+    st.text(max_size=4),
+    st.sampled_from(["\ud800", "a\udfffb"]),  # lone surrogates, which JSON can carry
+)
+_json_values = st.recursive(
+    _json_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=_json_values, kind=st.sampled_from(["Value", "Struct", "ListValue"]))
+def test_json_messages_built_fast_are_from_dicts(raw: Any, kind: str) -> None:
+    cls = getattr(pb, kind)
+    if kind == "Struct":
+        raw = raw if isinstance(raw, dict) else {"k": raw}
+    elif kind == "ListValue":
+        raw = raw if isinstance(raw, list) else [raw]
+    fast = codec._fast_json_message(cls, raw)
+    try:
+        expected = cls.from_dict(raw)
+    except (ValueError, TypeError, OverflowError, pydantic.ValidationError):
+        assert fast is None  # what from_dict refuses is left to it, for its error
+        return
+    if fast is not None:
+        assert fast == expected
+        assert bytes(fast) == bytes(expected)
+        assert codec.to_json_dict(fast, with_type=True) == codec.to_json_dict(
+            expected, with_type=True
+        )
+
+
+def test_route_metadata_is_built_fast() -> None:
+    """The fast path is taken for what the translator writes (not only refused)."""
+    raw = {"aether.io/route": {"httproute": "ns/r", "rule": 0, "match": 1, "x": [True, None]}}
+    fast = codec._fast_json_message(pb.Struct, raw)
+    assert fast is not None and fast == pb.Struct.from_dict(raw)

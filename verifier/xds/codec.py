@@ -754,7 +754,8 @@ def _special_from_json(cls: type, raw: Json, path: str, notes: list[Skipped]) ->
             cls is pb.ListValue and not isinstance(raw, list)
         ):
             raise ValueError("expected a JSON " + ("object" if cls is pb.Struct else "array"))
-        return cls.from_dict(raw)  # type: ignore[attr-defined]
+        fast = _fast_json_message(cls, raw) if FAST_NEW else None
+        return fast if fast is not None else cls.from_dict(raw)  # type: ignore[attr-defined]
     except (*_PARSE_ERRORS, pydantic.ValidationError) as exc:
         notes.append(Skipped(path, f"unparseable {cls.__name__}: {_reason(exc)}"))
         return None
@@ -1024,12 +1025,87 @@ def _fast_new(cls: type, kwargs: dict[str, Any]) -> Any:
         check = checks.get(attr)
         if check is None or not check(value):
             return None
+    return _assembled(cls, plan, kwargs)
+
+
+def _assembled(cls: type, plan: _NewPlan, kwargs: dict[str, Any]) -> Any:
+    """The message the pydantic dataclass ``__init__`` makes of values it takes as they
+    are: every field set, the unset ones from their factories, then ``__post_init__``."""
     msg: Any = object.__new__(cls)
     state = msg.__dict__
     for name, make in plan.factories:
         state[name] = kwargs[name] if name in kwargs else make()
     msg.__post_init__()
     return msg
+
+
+# google.protobuf.Struct, Value and ListValue, as their own ``from_dict`` builds them
+# (``Value(number_value=...)`` and so on, each through pydantic): a route's metadata is
+# a Struct, so a 10,000-rule config holds 40,000 of these messages. Built here when
+# every value is one pydantic takes as it is: text that is UTF-8, a finite number
+# (pydantic makes an int a float), a dict of such; anything else (a lone surrogate,
+# an int too big for a float) goes to ``from_dict``, and so gets its error.
+_JSON_VALUE_FIELD: Final = {str: "string_value", bool: "bool_value"}
+
+
+def _fast_json_message(cls: type, raw: Any) -> Any:
+    """``cls.from_dict(raw)`` for Struct, Value or ListValue, or None: not vouched for."""
+    if cls is pb.Value:
+        return _fast_json_value(raw)
+    if cls is pb.Struct:
+        return _fast_struct(raw) if type(raw) is dict else None
+    if cls is pb.ListValue:
+        return _fast_list(raw) if type(raw) is list else None
+    return None
+
+
+def _fast_struct(raw: dict[Any, Any]) -> Any:
+    fields: dict[str, Any] = {}
+    for key, value in raw.items():
+        item = _fast_json_value(value)
+        if item is None or type(key) is not str or not _utf8(key):
+            return None
+        fields[key] = item
+    return _json_message(pb.Struct, {"fields": fields})
+
+
+def _fast_list(raw: list[Any]) -> Any:
+    values = []
+    for value in raw:
+        item = _fast_json_value(value)
+        if item is None:
+            return None
+        values.append(item)
+    return _json_message(pb.ListValue, {"values": values})
+
+
+def _fast_json_value(raw: Any) -> Any:
+    kind = type(raw)
+    if kind is str and not _utf8(raw):
+        return None
+    name = _JSON_VALUE_FIELD.get(kind)
+    if name is not None:
+        return _json_message(pb.Value, {name: raw})
+    if kind is int or kind is float:
+        try:
+            number = float(raw)
+        except OverflowError:
+            return None
+        if not math.isfinite(number):
+            return None
+        return _json_message(pb.Value, {"number_value": number})
+    if raw is None:
+        return _json_message(pb.Value, {"null_value": pb.NullValue.NULL_VALUE})
+    inner = _fast_struct(raw) if kind is dict else _fast_list(raw) if kind is list else None
+    if inner is None:
+        return None
+    return _json_message(pb.Value, {"struct_value" if kind is dict else "list_value": inner})
+
+
+def _json_message(cls: type, kwargs: dict[str, Any]) -> Any:
+    plan = _plan_of(cls)
+    assert plan is not None  # Struct, Value and ListValue are pydantic dataclasses
+    return _assembled(cls, plan, kwargs)
 
 
 def new(cls: type[M], **fields: Any) -> M:
