@@ -101,4 +101,6 @@ def write(n_rules: int, directory: Path, n_gateways: int = 1) -> Path:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3 or not sys.argv[1].isdigit():
+        sys.exit("usage: python benchmarks/generate.py RULES DIR  (HTTPRoutes for fixtures/base)")
     print(write(int(sys.argv[1]), Path(sys.argv[2])))

@@ -840,6 +840,46 @@ def test_xds_json_error_names_its_line(tmp_path: Path, cli: CLI) -> None:
     assert line.startswith(f"{garbage}:2: --xds: invalid JSON: ")
 
 
+def _first_route(doc: dict[str, Any]) -> dict[str, Any]:
+    """The first xDS route carrying the translator's route metadata."""
+    for entry in section(doc, "Routes")["dynamic_route_configs"]:
+        for vh in entry["route_config"].get("virtual_hosts", []):
+            for route in vh.get("routes", []):
+                if "metadata" in route:
+                    found: dict[str, Any] = route
+                    return found
+    raise AssertionError("no route with metadata")
+
+
+def test_xds_nested_past_what_can_be_decoded_is_skipped_not_a_crash(tmp_path: Path) -> None:
+    """With --max-depth raised far past its default, route metadata nested 600 levels
+    makes its RouteConfiguration unreadable, as any resource the loader cannot read:
+    skipped with a warning naming the file and why, and the check does not pass. Not
+    a RecursionError traceback."""
+    doc = translated(tmp_path / "x.json", "httproute-header-matching")
+    deep: Any = 5
+    for _ in range(600):
+        deep = [deep]
+    _first_route(doc)["metadata"]["filter_metadata"]["aether.io/route"]["deep"] = deep
+    xds = tmp_path / "deep.json"
+    xds.write_text(json.dumps(doc))
+    args = [*scenario_args("httproute-header-matching"), "--xds", str(xds), "--max-depth", "5000"]
+    r = run_process("check", *args)
+    assert r.rc == 1 and "Traceback" not in r.err, r.err
+    (warning,) = [ln for ln in r.err.splitlines() if "nested too deep" in ln]
+    assert warning.startswith(f"warning: {xds}:") and "RouteConfiguration" in warning
+
+
+def test_a_number_past_a_double_in_route_metadata_is_no_crash(tmp_path: Path, cli: CLI) -> None:
+    """JSON's 1e400 reads as infinity: the route's rule number is then unknown."""
+    doc = translated(tmp_path / "x.json", "httproute-header-matching")
+    _first_route(doc)["metadata"]["filter_metadata"]["aether.io/route"]["rule"] = 424242
+    xds = tmp_path / "inf.json"
+    xds.write_text(json.dumps(doc).replace("424242", "1e400"))
+    r = cli("check", *scenario_args("httproute-header-matching"), "--xds", str(xds))
+    assert r.rc in (0, 1) and "Traceback" not in r.err, r.err
+
+
 def test_xds_and_translator_are_exclusive(cli: CLI) -> None:
     with pytest.raises(SystemExit) as exc:
         cli("check", "fixtures/", "--xds", "a.json", "--translator", "cat")

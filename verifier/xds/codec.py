@@ -1151,7 +1151,10 @@ def from_json_dict(cls: type[M], data: Json, path: str = "$") -> tuple[M, list[S
             else {k: v for k, v in data.items() if k != "@type"}
         )
     notes: list[Skipped] = []
-    msg = _message_from_json(cls, data, path, notes)
+    try:
+        msg = _message_from_json(cls, data, path, notes)
+    except RecursionError:  # under a --max-depth raised far past the default
+        raise XdsLoadError(path, f"nested too deep to decode as {_name(cls)}") from None
     if msg is None:
         raise XdsLoadError(path, "; ".join(map(str, notes)) or f"invalid {cls.__name__}")
     return msg, notes

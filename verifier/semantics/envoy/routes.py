@@ -14,6 +14,7 @@ for every request. Candidates from the buckets are merged back into config order
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -41,8 +42,10 @@ def _route_ref(route: Route) -> RouteRef:
         return v.string_value if v is not None and v.string_value is not None else None
 
     def number(key: str) -> int | None:
+        """A whole number; None for any other (JSON's 1e400 reads as infinity)."""
         v = fields.get(key)
-        return int(v.number_value) if v is not None and v.number_value is not None else None
+        n = v.number_value if v is not None else None
+        return int(n) if n is not None and math.isfinite(n) else None
 
     return RouteRef(route.name or None, text("httproute"), number("rule"), number("match"))
 
