@@ -880,6 +880,39 @@ def test_a_number_past_a_double_in_route_metadata_is_no_crash(tmp_path: Path, cl
     assert r.rc in (0, 1) and "Traceback" not in r.err, r.err
 
 
+def test_message_forms_envoy_reads_are_read(tmp_path: Path, cli: CLI) -> None:
+    """Envoy's JSON parser takes a Duration as ``{"seconds": 1}`` and a wrapper as
+    ``{"value": 90}`` beside their string and bare forms: a timeout so written is
+    judged (EV217, and Envoy accepts it: no EV101), a weight so written is the weight."""
+    doc = translated(tmp_path / "x.json", "httproute-header-matching")
+    _first_route(doc)["route"]["timeout"] = {"seconds": 1}
+    timed = tmp_path / "timed.json"
+    timed.write_text(json.dumps(doc))
+    r = cli("check", *scenario_args("httproute-header-matching"), "--xds", str(timed))
+    assert r.rc == 1 and "skipped" not in r.err, r.err
+    assert {f["code"] for f in r_json(cli, timed, "httproute-header-matching")} == {"EV217"}
+    doc = translated(tmp_path / "w.json", "httproute-weighted-backends")
+    wrapped = 0
+    for entry in section(doc, "Routes")["dynamic_route_configs"]:
+        for vh in entry["route_config"].get("virtual_hosts", []):
+            for route in vh.get("routes", []):
+                for cw in route.get("route", {}).get("weighted_clusters", {}).get("clusters", []):
+                    if "weight" in cw:
+                        cw["weight"] = {"value": cw["weight"]}
+                        wrapped += 1
+    assert wrapped
+    weights = tmp_path / "weights.json"
+    weights.write_text(json.dumps(doc))
+    r = cli("check", *scenario_args("httproute-weighted-backends"), "--xds", str(weights))
+    assert (r.rc, r.err.count("warning")) == (0, 0), r.out + r.err
+
+
+def r_json(cli: CLI, xds: Path, scenario: str) -> list[dict[str, Any]]:
+    r = cli("check", *scenario_args(scenario), "--xds", str(xds), "--format", "json")
+    found: list[dict[str, Any]] = r.json()["findings"]
+    return found
+
+
 def test_xds_and_translator_are_exclusive(cli: CLI) -> None:
     with pytest.raises(SystemExit) as exc:
         cli("check", "fixtures/", "--xds", "a.json", "--translator", "cat")

@@ -462,6 +462,8 @@ def _duration_to_json(value: datetime.timedelta) -> str:
 
 def _duration_from_json(value: Json) -> datetime.timedelta:
     """Exact decimal parse; betterproto2 goes through float (``1.001s`` -> 1.000999s)."""
+    if isinstance(value, Mapping):
+        return _duration_from_object(value)
     match = _DURATION.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise ValueError(f"invalid duration {value!r}")
@@ -469,6 +471,33 @@ def _duration_from_json(value: Json) -> datetime.timedelta:
     micros = int((frac or "").ljust(9, "0")) // 1000
     delta = datetime.timedelta(seconds=int(seconds), microseconds=micros)
     return -delta if sign else delta
+
+
+def _duration_from_object(value: Mapping[str, Json]) -> datetime.timedelta:
+    """The message form, ``{"seconds": 1, "nanos": 5000}``: Envoy's JSON parser takes
+    it as well as ``"1.000005s"`` (measured with ``envoy --mode validate``, 1.40), so
+    reading only the string form dropped a timeout Envoy applies. Same limits as the
+    message: seconds within +-10,000 years, nanos under a second, one sign."""
+    if not set(value) <= {"seconds", "nanos"}:
+        raise ValueError(f"invalid duration {dict(value)!r}")
+    seconds = _int_from_json(value.get("seconds", 0))
+    nanos = _int_from_json(value.get("nanos", 0))
+    if abs(seconds) > 315_576_000_000 or abs(nanos) > 999_999_999 or seconds * nanos < 0:
+        raise ValueError(f"invalid duration {dict(value)!r}")
+    delta = datetime.timedelta(seconds=abs(seconds), microseconds=abs(nanos) // 1000)
+    return -delta if seconds < 0 or nanos < 0 else delta
+
+
+def _or_wrapped(parse: Callable[[Json], Any]) -> Callable[[Json], Any]:
+    """A wrapper type's value, also in its message form ``{"value": 90}``, which
+    Envoy's JSON parser takes as well as ``90`` (measured as for durations)."""
+
+    def parsed(raw: Json) -> Any:
+        if isinstance(raw, Mapping) and set(raw) == {"value"}:
+            return parse(raw["value"])
+        return parse(raw)
+
+    return parsed
 
 
 def _timestamp_to_json(value: datetime.datetime) -> str:
@@ -528,15 +557,15 @@ _SAME: Final[Callable[[Any], Any]] = lambda value: value  # noqa: E731
 _NATIVE: Final[dict[type, tuple[Callable[[Any], Json], Callable[[Json], Any]]]] = {
     pb.Duration: (_duration_to_json, _duration_from_json),
     pb.Timestamp: (_timestamp_to_json, _timestamp_from_json),
-    pb.BoolValue: (_SAME, _expect(bool)),
-    pb.StringValue: (_SAME, _expect(str)),
-    pb.BytesValue: (_bytes_to_json, _bytes_from_json),
-    pb.Int32Value: (_SAME, _int_from_json),
-    pb.UInt32Value: (_SAME, _int_from_json),
-    pb.Int64Value: (str, _int_from_json),
-    pb.UInt64Value: (str, _int_from_json),
-    pb.FloatValue: (_float_to_json, _float_from_json),
-    pb.DoubleValue: (_float_to_json, _float_from_json),
+    pb.BoolValue: (_SAME, _or_wrapped(_expect(bool))),
+    pb.StringValue: (_SAME, _or_wrapped(_expect(str))),
+    pb.BytesValue: (_bytes_to_json, _or_wrapped(_bytes_from_json)),
+    pb.Int32Value: (_SAME, _or_wrapped(_int_from_json)),
+    pb.UInt32Value: (_SAME, _or_wrapped(_int_from_json)),
+    pb.Int64Value: (str, _or_wrapped(_int_from_json)),
+    pb.UInt64Value: (str, _or_wrapped(_int_from_json)),
+    pb.FloatValue: (_float_to_json, _or_wrapped(_float_from_json)),
+    pb.DoubleValue: (_float_to_json, _or_wrapped(_float_from_json)),
 }
 _SPECIAL: Final = {*_NATIVE, pb.Struct, pb.Value, pb.ListValue, pb.Any}
 
