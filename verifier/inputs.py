@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,26 +274,47 @@ def _values(doc: Any) -> Iterator[tuple[Any, int]]:
             stack.extend((v, level + 1) for v in value)
 
 
+_JSON_LEAVES = frozenset({str, int, float, bool, type(None)})
+_PLAIN = frozenset({dict, list})
+
+
+def _container(value: Any) -> bool:
+    """A JSON object or array (a Mapping or a list), decided for plain ones at once."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    return kind not in _JSON_LEAVES and isinstance(value, Mapping | list)
+
+
+def container_levels(doc: Any) -> Iterator[list[Any]]:
+    """Parsed JSON's objects and arrays, a level at a time from the document down.
+    Only containers are visited, never the leaves one by one (most of a document):
+    the limits and the xDS loader's ``@type`` preload read 10,000 rules of xDS in
+    about a quarter of a value-by-value walk's time."""
+    level = [doc] if _container(doc) else []
+    while level:
+        yield level
+        below: list[Any] = []
+        for node in level:
+            items = node if isinstance(node, list) else node.values()  # else a Mapping
+            below += [  # _container, inlined: this runs for every value of the document
+                v
+                for v in items
+                if type(v) in _PLAIN
+                or (type(v) not in _JSON_LEAVES and isinstance(v, Mapping | list))
+            ]
+        level = below
+
+
 def _json_fits(doc: Any) -> bool:
-    """Whether parsed JSON is within the depth and length limits, a level at a time:
-    only containers are visited (each level's leaves are counted, not walked), so
-    the xDS of 10,000 rules takes about a quarter of the walk's time."""
+    """Whether parsed JSON is within the depth and length limits."""
     lim = _limits
     if lim.max_depth < 1:
         return False  # even the document itself is too deep
-    level = [doc] if isinstance(doc, dict | list) else []
-    depth = 1  # of the containers in ``level``
-    while level:
-        below: list[Any] = []
+    for depth, level in enumerate(container_levels(doc), start=1):
         for node in level:
-            if len(node) > lim.max_items:
-                return False
-            items = node.values() if isinstance(node, dict) else node
-            if items and depth >= lim.max_depth:
-                return False  # its values, one level down, are too deep
-            below += [v for v in items if isinstance(v, dict | list)]
-        level = below
-        depth += 1
+            if len(node) > lim.max_items or (node and depth >= lim.max_depth):
+                return False  # too long, or its values (one level down) too deep
     return True
 
 

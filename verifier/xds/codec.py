@@ -35,6 +35,7 @@ from envoy_data_plane.google import protobuf as pb
 from envoy_data_plane.message_pool import default_message_pool
 from pydantic._internal._mock_val_ser import MockCoreSchema
 
+from verifier.inputs import container_levels
 from verifier.xds.layout import Json as Json
 from verifier.xds.layout import Skipped as Skipped
 from verifier.xds.layout import XdsLoadError as XdsLoadError
@@ -388,9 +389,6 @@ def ensure_type(type_url: str) -> type[betterproto2.Message] | None:
     return found
 
 
-_JSON_LEAVES: Final = frozenset({str, int, float, bool, type(None)})
-
-
 def preload_types(doc: Json, skip: frozenset[str] = frozenset()) -> set[str]:
     """Import every type an ``@type`` in ``doc`` names; return the URLs that are unknown.
     ``skip``: type names (``envoy.admin.v3.ClustersConfigDump``) the caller reads as
@@ -400,29 +398,14 @@ def preload_types(doc: Json, skip: frozenset[str] = frozenset()) -> set[str]:
     are never looked at one by one): 0.55 -> 0.15 s profiled on 10,000 rules."""
     unknown: set[str] = set()
     asked: set[str] = set()
-    level = [doc] if _container(doc) else []
-    while level:
-        below: list[Any] = []
+    for level in container_levels(doc):
         for node in level:
-            if isinstance(node, Mapping):
-                url = node.get("@type")
-                if isinstance(url, str) and url and url not in asked:
-                    asked.add(url)
-                    if url.rsplit("/", 1)[-1] not in skip and ensure_type(url) is None:
-                        unknown.add(url)
-                below += [v for v in node.values() if _container(v)]
-            else:
-                below += [v for v in node if _container(v)]
-        level = below
+            url = None if isinstance(node, list) else node.get("@type")  # else a Mapping
+            if isinstance(url, str) and url and url not in asked:
+                asked.add(url)
+                if url.rsplit("/", 1)[-1] not in skip and ensure_type(url) is None:
+                    unknown.add(url)
     return unknown
-
-
-def _container(value: Any) -> bool:
-    """A JSON object or array (a Mapping or a list), decided for plain ones at once."""
-    kind = type(value)
-    if kind is dict or kind is list:
-        return True
-    return kind not in _JSON_LEAVES and isinstance(value, Mapping | list)
 
 
 def type_url_of(msg: betterproto2.Message | type[betterproto2.Message]) -> str:
