@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -43,6 +43,7 @@ from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from verifier.baseline import Baseline
     from verifier.rules.support.other_routes import Unjudged
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
@@ -232,6 +233,15 @@ class Context:
     # Where each Gateway is reached (verifier.gatewayapi.addresses); the user's
     # --gateway-address entries win over the addresses the edge would assign.
     addressing: addr.Addressing = field(default_factory=addr.Addressing)
+    # check --baseline: the witnesses an earlier check found the models agree on,
+    # which are not asked again (verifier.baseline); None: every witness is asked.
+    baseline: Baseline | None = None
+    # check --save-baseline: keep the digests of the witnesses the models agree on.
+    record_agreement: bool = False
+    # Set by ``comparisons``: how many witnesses the models were asked about (all but
+    # those the baseline vouched for), and the digests of those they agree on.
+    asked: int = field(default=0, init=False)
+    agreed: frozenset[bytes] = field(default=frozenset(), init=False)
 
     def __post_init__(self) -> None:
         # A case is sent as a client sends it: to its Gateway's address, and with
@@ -358,22 +368,38 @@ class Context:
         at 10,000 rules there are ~140,000 witnesses). Large sets are split across
         the machine's cores: each witness is independent of the others."""
         witnesses = self.witnesses
-        if len(witnesses) < PARALLEL_MIN_WITNESSES:
-            return [c for c in map(self.compare, witnesses) if c is not None]
-        # Build both models' indexes once, before the children inherit them.
-        self.compare(witnesses[0])
-        workers = min(os.cpu_count() or 1, MAX_WORKERS)  # map_forked maps serially when it must
-        shares = map_forked(self._compare_run, _runs(len(witnesses), workers), max_workers=workers)
-        return [c for share in shares for c in share]
+        asked: Sequence[int] = range(len(witnesses))
+        digests: list[bytes] = []
+        if self.baseline is not None or self.record_agreement:
+            from verifier import baseline
 
-    def _compare_run(self, run: range) -> list[Comparison]:
-        """The disagreements among a run of consecutive witnesses. Witnesses come
-        route by route, so a worker that takes a run works out only its routes'
+            found = baseline.Digests(self)
+            digests, asked = baseline.split(found, witnesses, self.baseline)
+            if not found.usable:
+                digests = []  # some input has no source text: nothing to record
+        self.asked = len(asked)
+        if len(asked) < PARALLEL_MIN_WITNESSES:
+            pairs = self._compare_run(asked)
+        else:
+            # Build both models' indexes once, before the children inherit them.
+            self.compare(witnesses[asked[0]])
+            workers = min(os.cpu_count() or 1, MAX_WORKERS)  # map_forked: serially if it must
+            runs = [asked[r.start : r.stop] for r in _runs(len(asked), workers)]
+            shares = map_forked(self._compare_run, runs, max_workers=workers)
+            pairs = [p for share in shares for p in share]
+        if digests:
+            disagreed = {i for i, _c in pairs}
+            self.agreed = frozenset(d for i, d in enumerate(digests) if i not in disagreed)
+        return [c for _i, c in pairs]
+
+    def _compare_run(self, run: Sequence[int]) -> list[tuple[int, Comparison]]:
+        """The disagreements among a run of consecutive witnesses, by index. Witnesses
+        come route by route, so a worker that takes a run works out only its routes'
         upstreams, regexes and references (each is worked out once per process): with
         every other witness instead, each worker worked out every route's, and the
         comparisons took about 10% longer (2 workers, 10,000 rules)."""
-        found = (self.compare(self.witnesses[i]) for i in run)
-        return [c for c in found if c is not None]
+        found = ((i, self.compare(self.witnesses[i])) for i in run)
+        return [(i, c) for i, c in found if c is not None]
 
     def compare(self, w: wt.Witness) -> Comparison | None:
         """Both models' answers to one witness, when they disagree."""

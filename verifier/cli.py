@@ -384,10 +384,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from verifier import pipeline
+    from verifier import baseline, pipeline
     from verifier.report import findings_json, junit, sarif, text
     from verifier.rules import RULES
 
+    before = None
+    if args.baseline:
+        before, notes = baseline.load(args.baseline)
+        for note in notes:
+            print(f"warning: {note}", file=sys.stderr)
     opts = pipeline.CheckOptions(
         xds=args.xds,
         translator=args.translator,
@@ -398,6 +403,8 @@ def _check(args: argparse.Namespace) -> int:
         cases=tuple(args.cases or ()),
         addressing=_addressing(args),
         cluster=_cluster_source(args),
+        baseline=before,
+        save_baseline=bool(args.save_baseline),
     )
     show_progress = sys.stderr.isatty()  # rich only then: 30 ms of every small check
 
@@ -432,7 +439,9 @@ def _check(args: argparse.Namespace) -> int:
         print(f"edge-verify: {n} input error{'s' if n != 1 else ''}", file=sys.stderr)
         return EXIT_BAD_INPUT  # no report: it would claim a clean run
     findings = [f for r in results for f in r.findings]
-    summary = pipeline.summary(results)
+    summary = pipeline.summary(results, baseline=bool(args.baseline))
+    if args.save_baseline:
+        baseline.save(args.save_baseline, frozenset().union(*(r.agreed for r in results)))
     if args.format == "json":
         out = findings_json.render(findings, summary)
     elif args.format == "junit":
@@ -996,6 +1005,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="FILE",
         help="replay a cases.yaml table (repeatable; a single scenario only)",
+    )
+    ck.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="ask the models again only about requests whose inputs changed since the "
+        "check that wrote FILE (--save-baseline); the findings are a full check's",
+    )
+    ck.add_argument(
+        "--save-baseline",
+        metavar="FILE",
+        help="write FILE for a later --baseline run: digests of the requests the models "
+        "agree on (no configuration, no secrets)",
     )
     _add_mesh(ck)
     ck.set_defaults(run=cmd_check)

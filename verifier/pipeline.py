@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from verifier.baseline import Baseline
 from verifier.check import DEFAULT_CONTROLLER, Context
 from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
@@ -57,6 +58,10 @@ class CheckOptions:
     addressing: Addressing = field(default_factory=Addressing)
     # --kubeconfig: the resources come from a live cluster instead of PATHs.
     cluster: ClusterSource | None = None
+    # --baseline: requests the models agreed on before, not asked again.
+    baseline: Baseline | None = None
+    # --save-baseline: record the requests the models agree on.
+    save_baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,11 @@ class ScenarioResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     input_errors: list[InputError] = field(default_factory=list)
+    # The witness requests, how many the models were asked about (fewer with a
+    # baseline), and the digests of those they agree on (--save-baseline).
+    requests: int = 0
+    asked: int = 0
+    agreed: frozenset[bytes] = frozenset()
 
 
 MESH_REGISTRY = "mesh-registry.yaml"
@@ -491,6 +501,8 @@ def prepare(
         mesh_registry=registry,
         spec_cache=spec_cache,
         addressing=opts.addressing,
+        baseline=opts.baseline,
+        record_agreement=opts.save_baseline,
     )
     return ctx, ScenarioResult(scn, warnings=_with_unjudged(warnings, ctx))
 
@@ -571,6 +583,8 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
     with loaded_objects_frozen():
         ran = run(rules, ctx)
     result.findings, result.ran, result.skipped = ran.findings, ran.rules_run, ran.rules_skipped
+    if "comparisons" in ctx.__dict__:  # the models were asked (cached_property)
+        result.requests, result.asked, result.agreed = len(ctx.witnesses), ctx.asked, ctx.agreed
     return result
 
 
@@ -612,7 +626,7 @@ def _check_each(
     return map_forked(one, scenarios, min_items=PARALLEL_MIN_SCENARIOS)
 
 
-def summary(results: Sequence[ScenarioResult]) -> dict[str, Any]:
+def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dict[str, Any]:
     findings = [f for r in results for f in r.findings]
     out: dict[str, Any] = {
         "errors": sum(1 for f in findings if f.severity == "error"),
@@ -622,4 +636,9 @@ def summary(results: Sequence[ScenarioResult]) -> dict[str, Any]:
     }
     if len(results) > 1 or (results and results[0].scenario.name != "input"):
         out["scenarios"] = len(results)
+    if baseline:
+        out["baseline"] = {
+            "requests": sum(r.requests for r in results),
+            "asked": sum(r.asked for r in results),
+        }
     return out

@@ -36,4 +36,9 @@ def summary_line(summary: dict[str, Any]) -> str:
     ]
     if "scenarios" in summary:
         parts.insert(0, f"{summary['scenarios']} scenarios")
+    if "baseline" in summary:
+        b = summary["baseline"]
+        parts.append(
+            f"{b['asked']:,} of {b['requests']:,} requests asked (the rest agreed at the baseline)"
+        )
     return "edge-verify check: " + ", ".join(parts)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
+from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
 
 from verifier.semantics.directory import BackendDirectory
 from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
@@ -121,6 +121,12 @@ class _Run:
         return Evaluation(final, tuple(self.trace))
 
 
+def _transport(request: Request) -> tuple[bool, str]:
+    """Whether the client speaks TLS, and the server name it sends if it does."""
+    tls = request.scheme.lower() == "https"
+    return tls, (request.sni or request.hostname).lower() if tls else ""
+
+
 def _hcm_summary(hcm: Hcm, rc: CompiledRouteConfig) -> str:
     return (
         f"HCM: route configuration {rc.config.name!r}; normalize_path={hcm.normalize_path}, "
@@ -186,8 +192,7 @@ class EnvoyModel:
         ``trace=False``: the same outcome with a shorter trace (no HCM summary, no
         reasons for the routes that did not match)."""
         run = _Run(tracing=trace)
-        tls = request.scheme.lower() == "https"
-        sni = (request.sni or request.hostname).lower() if tls else ""
+        tls, sni = _transport(request)
         chain, notes = self.listeners.select(
             request.address, request.listener_port, tls, sni, run.trace
         )
@@ -220,6 +225,30 @@ class EnvoyModel:
                 found, outcome=dataclasses.replace(found.outcome, may_refuse=True)
             )
         return found
+
+    def virtual_host_of(
+        self, request: Request
+    ) -> tuple[RouteConfiguration | None, VirtualHost | None]:
+        """The route configuration and the virtual host that route ``request``, where
+        there are: with the listeners and clusters, all of the xDS its answer reads
+        (check --baseline digests just these)."""
+        tls, sni = _transport(request)
+        chain, _notes = self.listeners.select(request.address, request.listener_port, tls, sni, [])
+        if chain is None or chain.hcm is None or chain.hcm.route_config is None:
+            return None, None
+        rc = self._compiled(chain.hcm.route_config)
+        _match_host, vhost, _why = self._vhost(rc, self._host(request, chain.hcm, _Run()))
+        return rc.config, None if vhost is None else vhost.vhost
+
+    @staticmethod
+    def _vhost(rc: CompiledRouteConfig, host: str) -> tuple[str, CompiledVhost | None, str]:
+        """The virtual host for Host ``host`` (as the HCM passed it on), the name it
+        was matched as, and why."""
+        match_host = host or ADDRESS_HOST
+        if rc.ignore_port and port_start(host) != -1:
+            match_host = host[: port_start(host)]
+        vhost, why = rc.vhosts.find(match_host)
+        return match_host, vhost, why
 
     def _after_handshake(
         self, request: Request, chain: Chain, reply: BackendReply | None, run: _Run
@@ -267,10 +296,7 @@ class EnvoyModel:
         full_path = path + query
         if full_path != request.path:
             run.trace.append(f"HCM path handling: {request.path!r} -> {full_path!r}")
-        match_host = host or ADDRESS_HOST
-        if rc.ignore_port and port_start(host) != -1:
-            match_host = host[: port_start(host)]
-        vhost, why = rc.vhosts.find(match_host)
+        match_host, vhost, why = self._vhost(rc, host)
         if vhost is None:
             run.trace.append(f"no virtual host for {match_host!r} ({why}): 404")
             return run.done(Outcome(404))

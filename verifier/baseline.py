@@ -1,0 +1,296 @@
+"""``check --baseline``: ask the models again only where the change can show.
+
+A full check asks both models about every witness request and keeps the ones they
+disagree on. Each answer is a function of the request and of a small part of the
+inputs: the spec's of the Gateway-side resources and of the HTTPRoutes whose
+hostnames can match the request's Host (no other Route can take part in choosing
+the rule that answers it); Envoy's of the listeners and clusters and of the one
+virtual host (and its route configuration's own fields) the Host selects. A
+witness's *digest* covers the request and exactly those inputs, plus the tool's
+own source. ``check --save-baseline FILE`` writes the digests of the witnesses the
+models agreed on; a later ``check --baseline FILE`` skips every witness whose
+digest is there, because asking again would give the same agreement. Everything
+else (every other witness, every rule that does not compare answers) runs as in a
+full check, so a baseline run reports exactly what a full run reports.
+
+Over-approximation is safe (a witness is asked again), under-approximation is not,
+so where a part is unusual (a Host that is not a plain DNS name, a Route hostname
+that is not one, an object with no source text) the digest takes in more, never
+less. The file holds digests only: no configuration, no secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from hashlib import blake2b
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from verifier.errors import InputError, InputErrors
+
+if TYPE_CHECKING:
+    import betterproto2
+
+    from verifier.check import Context
+    from verifier.gatewayapi.load import RawObject
+    from verifier.semantics.witness import Witness
+
+FORMAT: Final = "edge-verify baseline"
+VERSION: Final = 1
+DIGEST_BYTES: Final = 16
+
+_DNS_NAME: Final = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")
+
+
+def _h(*parts: bytes) -> bytes:
+    h = blake2b(digest_size=DIGEST_BYTES)
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.digest()
+
+
+@cache
+def tool_digest() -> str:
+    """The digest of the checker's own source: a baseline written by other code (an
+    older release, a local change to a rule or a model) says nothing about this one's
+    answers, so it is not used."""
+    import verifier
+    import verifier.rules
+
+    roots = [Path(verifier.__file__).parent, Path(verifier.rules.__file__).parent]
+    h = blake2b(digest_size=DIGEST_BYTES)
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _raw_digest(raw: RawObject | None) -> bytes | None:
+    """An object as written: its file, its data and the line of every field (findings
+    carry lines, so an object that only moved has other findings)."""
+    if raw is None:
+        return None
+    data = json.dumps(raw.data, sort_keys=True, default=repr).encode()
+    lines = json.dumps(sorted(raw.lines.items())).encode()
+    return _h(raw.file.encode(), data, lines)
+
+
+def _message_digest(msg: betterproto2.Message) -> bytes:
+    return _h(type(msg).__name__.encode(), bytes(msg))
+
+
+class Digests:
+    """The digest of each witness of a check context (see the module's docstring)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.usable = True  # False: some input has no source text; nothing is reused
+        self.common = self._common()
+        self._routes: dict[tuple[str, str], bytes] = {}
+        self._exact: dict[str, list[tuple[str, str]]] = {}
+        self._wildcard: dict[str, list[tuple[str, str]]] = {}  # ".example.com" -> keys
+        self._any: list[tuple[str, str]] = []
+        for key, route in sorted(ctx.res.httproutes.items()):
+            found = _raw_digest(route.meta.raw)
+            if found is None:
+                self.usable = False
+                found = b""
+            self._routes[key] = found
+            names = [h.lower() for h in route.hostnames]
+            if not names or any(not _indexable(n) for n in names):
+                self._any.append(key)
+                continue
+            for n in names:
+                if n.startswith("*."):
+                    self._wildcard.setdefault(n[1:], []).append(key)
+                else:
+                    self._exact.setdefault(n, []).append(key)
+        self._by_host: dict[str, bytes] = {}
+        self._by_connection: dict[tuple[str, int, str, str, str], bytes] = {}
+        self._configs: dict[int, bytes] = {}
+        self._vhosts: dict[int, bytes] = {}
+
+    def _common(self) -> bytes:
+        """What every answer may read: the tool, the options, every resource but the
+        HTTPRoutes, and every xDS resource but the route configurations."""
+        ctx = self.ctx
+        parts = [
+            tool_digest().encode(),
+            repr((ctx.profile, ctx.controller_name, ctx.addressing)).encode(),
+            repr(sorted(ctx.mesh_registry)).encode(),
+        ]
+        res = ctx.res
+        tables: list[dict[Any, Any]] = [
+            res.gateway_classes,
+            res.gateways,
+            res.listener_sets,
+            res.reference_grants,
+            res.services,
+            res.endpoint_slices,
+            res.namespaces,
+            res.secrets,
+            res.config_maps,
+            res.workloads,
+            res.other_routes,
+        ]
+        for table in tables:
+            parts.append(str(len(table)).encode())
+            for key in sorted(table, key=repr):
+                found = _raw_digest(table[key].meta.raw)
+                if found is None:
+                    self.usable = False
+                    found = b""
+                parts += [repr(key).encode(), found]
+        snap = ctx.snapshot
+        for kind in (snap.clusters, snap.endpoints, snap.listeners, snap.secrets):
+            parts.append(str(len(kind)).encode())
+            parts += [_message_digest(m) for m in kind]
+        return _h(*parts)
+
+    def _spec_side(self, hostname: str) -> bytes:
+        """The HTTPRoutes a request for ``hostname`` can be answered by, as written."""
+        found = self._by_host.get(hostname)
+        if found is not None:
+            return found
+        if not _indexable(hostname) or hostname.startswith("*"):
+            keys = list(self._routes)
+        else:
+            keys = list(self._exact.get(hostname, ()))
+            dot = hostname.find(".")
+            while dot != -1:
+                keys += self._wildcard.get(hostname[dot:], ())
+                dot = hostname.find(".", dot + 1)
+            keys += self._any
+        parts = [p for k in sorted(set(keys)) for p in (repr(k).encode(), self._routes[k])]
+        found = self._by_host[hostname] = _h(*parts)
+        return found
+
+    def _envoy_side(self, w: Witness) -> bytes:
+        """The route configuration's own fields and the virtual host the request is
+        routed by, as the Envoy model selects them."""
+        r = w.request
+        key = (r.address, r.listener_port, r.scheme.lower(), r.sni or "", r.host)
+        found = self._by_connection.get(key)
+        if found is not None:
+            return found
+        rc, vhost = self.ctx.envoy.virtual_host_of(r)
+        parts = [b"-" if rc is None else self._config(rc)]
+        if vhost is not None:
+            vd = self._vhosts.get(id(vhost))
+            if vd is None:
+                vd = self._vhosts[id(vhost)] = _message_digest(vhost)
+            parts.append(vd)
+        found = self._by_connection[key] = _h(*parts)
+        return found
+
+    def _config(self, rc: Any) -> bytes:
+        found = self._configs.get(id(rc))
+        if found is None:
+            import copy
+
+            own = copy.copy(rc)
+            own.virtual_hosts = []
+            found = self._configs[id(rc)] = _message_digest(own)
+        return found
+
+    def of(self, w: Witness) -> bytes:
+        return _h(
+            self.common,
+            repr(w).encode(),
+            self._spec_side(w.request.hostname.lower()),
+            self._envoy_side(w),
+        )
+
+
+def _indexable(hostname: str) -> bool:
+    """A plain lower-case DNS name, or one wildcard label in front of one."""
+    name = hostname[2:] if hostname.startswith("*.") else hostname
+    return _DNS_NAME.fullmatch(name) is not None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The digests of the witnesses the models agreed on in an earlier check."""
+
+    agreed: frozenset[bytes]
+    path: str = ""
+
+
+def load(path: str) -> tuple[Baseline | None, list[str]]:
+    """The baseline in ``path``, or None (with why) when it was written by other code:
+    the run is then a full check, which is still exactly right. A file that is not a
+    baseline is bad input."""
+
+    def bad(field: str, expected: str, line: int = 0) -> InputErrors:
+        return InputErrors([InputError(path, line, field, "invalid", expected)])
+
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputErrors(
+            [InputError(path, 0, "", "unreadable", f"cannot read the baseline: {exc}")]
+        ) from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        message = f"a baseline written by check --save-baseline ({exc.msg})"
+        raise bad("", message, exc.lineno) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise bad("format", f"{FORMAT!r}: a file written by check --save-baseline")
+    if doc.get("version") != VERSION:
+        raise bad("version", f"{VERSION} (this edge-verify's baseline format)")
+    agreed = doc.get("agreed")
+    if not isinstance(agreed, list) or not all(
+        isinstance(d, str) and len(d) == 2 * DIGEST_BYTES for d in agreed
+    ):
+        raise bad("agreed", f"a list of {2 * DIGEST_BYTES}-digit hex digests")
+    try:
+        digests = frozenset(bytes.fromhex(d) for d in agreed)
+    except ValueError:
+        raise bad("agreed", f"a list of {2 * DIGEST_BYTES}-digit hex digests") from None
+    if doc.get("tool") != tool_digest():
+        why = (
+            f"baseline {path} was written by another build of edge-verify: "
+            "every request was asked again (a full check)"
+        )
+        return None, [why]
+    return Baseline(digests, path), []
+
+
+def save(path: str, agreed: Iterable[bytes]) -> None:
+    """Write the digests atomically: a run that stops half-way leaves the old file."""
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "tool": tool_digest(),
+        "agreed": sorted(d.hex() for d in agreed),
+    }
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
+    try:
+        os.fchmod(fd, 0o644)  # as any report it writes; mkstemp's is 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(doc, out, separators=(",", ":"))
+            out.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def split(
+    digests: Digests, witnesses: Sequence[Witness], baseline: Baseline | None
+) -> tuple[list[bytes], list[int]]:
+    """Each witness's digest, and the indexes of those to ask (not agreed before)."""
+    found = [digests.of(w) for w in witnesses]
+    if baseline is None or not digests.usable:
+        return found, list(range(len(witnesses)))
+    return found, [i for i, d in enumerate(found) if d not in baseline.agreed]
