@@ -25,7 +25,7 @@ from verifier.rules import RULES
 
 from verifier import baseline, check, pipeline
 from verifier.mutate.catalog import mutants
-from verifier.xds.snapshot import Snapshot
+from verifier.xds.snapshot import Snapshot, from_config_dump, to_config_dump
 
 
 def _agreed(ctx: check.Context) -> frozenset[bytes]:
@@ -68,11 +68,25 @@ def test_an_unchanged_configuration_skips_every_agreeing_witness(
         assert len(agreed) + len(ctx.comparisons) >= len({*ctx.witnesses}) - 1
 
 
+def _as_read(snap: Snapshot) -> Snapshot:
+    """``snap`` written as a config_dump and read back, as ``--xds`` reads it: its
+    virtual hosts are digested as the JSON was written (Snapshot.read_as)."""
+    found, _skipped = from_config_dump(json.loads(json.dumps(to_config_dump(snap))))
+    vhosts = [vh for rc in found.routes for vh in rc.virtual_hosts]
+    assert all(found.digest_as_read(vh) is not None for vh in vhosts)
+    return found
+
+
 def test_every_skipped_witness_agrees_on_every_xds_mutant(contexts: list[check.Context]) -> None:
     """The translator's plausible mistakes, one at a time: a witness whose digest did
-    not change must not tell the mutant from the original."""
+    not change must not tell the mutant from the original. Every other scenario's xDS
+    is read from JSON, so that unchanged virtual hosts are digested as read and the
+    mutant's changed ones (copies) as messages."""
     mutated = skipped = total = partial = 0
-    for ctx in contexts:
+    for n, translated in enumerate(contexts):
+        ctx = translated
+        if n % 2:
+            ctx = dataclasses.replace(translated, snapshot=_as_read(translated.snapshot))
         agreed = _agreed(ctx)
         for i, mutant in enumerate(mutants(ctx.snapshot)):
             if i % 3:  # a third of them, every operator: the suite's time
@@ -272,3 +286,69 @@ def test_fixture_suite_baseline_run_matches(tmp_path: Path) -> None:
     )
     assert [r.findings for r in again] == [r.findings for r in full]
     assert sum(r.asked for r in again) < sum(r.requests for r in full) // 20
+
+
+def _first_virtual_hosts(doc: object) -> list[dict[str, object]] | None:
+    if isinstance(doc, dict):
+        if doc.get("virtual_hosts"):
+            return doc["virtual_hosts"]  # type: ignore[no-any-return]
+        children: list[object] = list(doc.values())
+    elif isinstance(doc, list):
+        children = doc
+    else:
+        return None
+    for child in children:
+        found = _first_virtual_hosts(child)
+        if found is not None:
+            return found
+    return None
+
+
+def test_an_xds_edit_is_asked_again(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """--xds read from JSON: virtual hosts are digested as written. One route's match
+    edited in the JSON: its virtual host's requests are asked again, the others not,
+    and the report is a full run's."""
+    scenario = (str(FIXTURES / "base"), str(FIXTURES / "httproute-hostname-intersection"))
+    xds = tmp_path / "xds.json"
+    assert cli("translate", *scenario, "-o", str(xds)).rc == 0
+    saved = tmp_path / "baseline.json"
+    code, _ = _report(cli, "check", *scenario, "--xds", str(xds), "--save-baseline", str(saved))
+    assert code == 0
+    doc = json.loads(xds.read_text())
+    vhosts = _first_virtual_hosts(doc)
+    assert vhosts is not None and len(vhosts) > 1
+    route = vhosts[0]["routes"][0]  # type: ignore[index]
+    route["match"] = {"prefix": "/only-this"}
+    xds.write_text(json.dumps(doc))
+    full_code, full = _report(cli, "check", *scenario, "--xds", str(xds))
+    code, rerun = _report(cli, "check", *scenario, "--xds", str(xds), "--baseline", str(saved))
+    assert full_code == 1
+    assert (code, rerun["findings"]) == (full_code, full["findings"])
+    asked = rerun["summary"]["baseline"]  # type: ignore[index]
+    assert 0 < asked["asked"] < asked["requests"]
+
+
+def test_lines_that_only_moved_are_not_asked_again(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """A comment above every route moves them all a line down: nothing they say
+    changed, so nothing is asked but the requests that disagreed, and the findings
+    point at the new lines, as a full run's do."""
+    shutil.copytree(FIXTURES / "base", tmp_path / "base")
+    shutil.copytree(FIXTURES / "httproute-hostname-intersection", tmp_path / "s")
+    paths = (str(tmp_path / "base"), str(tmp_path / "s"))
+    stale = tmp_path / "xds.json"
+    assert cli("translate", *paths, "-o", str(stale)).rc == 0
+    route = tmp_path / "s" / "resources.yaml"
+    text = route.read_text()
+    route.write_text(_route_edits(text)[-1])  # the stale xDS disagrees with this
+    saved = tmp_path / "baseline.json"
+    args = (*paths, "--xds", str(stale))
+    code, before = _report(cli, "check", *args, "--save-baseline", str(saved))
+    assert code == 1
+    route.write_text("# moved\n" + route.read_text())
+    full_code, full = _report(cli, "check", *args)
+    code, rerun = _report(cli, "check", *args, "--baseline", str(saved))
+    assert (code, rerun["findings"]) == (full_code, full["findings"])
+    moved = [f["location"] for f in full["findings"]]  # type: ignore[attr-defined]
+    assert moved != [f["location"] for f in before["findings"]]  # type: ignore[attr-defined]
+    asked = rerun["summary"]["baseline"]  # type: ignore[index]
+    assert 0 < asked["asked"] < asked["requests"] // 4

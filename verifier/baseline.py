@@ -25,7 +25,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from hashlib import blake2b
@@ -74,13 +74,13 @@ def tool_digest() -> str:
 
 
 def _raw_digest(raw: RawObject | None) -> bytes | None:
-    """An object as written: its file, its data and the line of every field (findings
-    carry lines, so an object that only moved has other findings)."""
+    """An object's data as written. Not its file or lines: no model reads them, so
+    whether a request agrees does not depend on them, and a finding's location is
+    worked out from the YAML of the run that reports it (a route that only moved,
+    or a checkout elsewhere, is not asked again)."""
     if raw is None:
         return None
-    data = json.dumps(raw.data, sort_keys=True, default=repr).encode()
-    lines = json.dumps(sorted(raw.lines.items())).encode()
-    return _h(raw.file.encode(), data, lines)
+    return _h(json.dumps(raw.data, sort_keys=True, default=repr).encode())
 
 
 def _message_digest(msg: betterproto2.Message) -> bytes:
@@ -186,7 +186,9 @@ class Digests:
         if vhost is not None:
             vd = self._vhosts.get(id(vhost))
             if vd is None:
-                vd = self._vhosts[id(vhost)] = _message_digest(vhost)
+                read = self.ctx.snapshot.digest_as_read(vhost)
+                vd = _message_digest(vhost) if read is None else _h(b"as read", read)
+                self._vhosts[id(vhost)] = vd
             parts.append(vd)
         found = self._by_connection[key] = _h(*parts)
         return found
@@ -284,13 +286,3 @@ def save(path: str, agreed: Iterable[bytes]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def split(
-    digests: Digests, witnesses: Sequence[Witness], baseline: Baseline | None
-) -> tuple[list[bytes], list[int]]:
-    """Each witness's digest, and the indexes of those to ask (not agreed before)."""
-    found = [digests.of(w) for w in witnesses]
-    if baseline is None or not digests.usable:
-        return found, list(range(len(witnesses)))
-    return found, [i for i, d in enumerate(found) if d not in baseline.agreed]

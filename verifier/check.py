@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -43,7 +43,7 @@ from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from verifier.baseline import Baseline
+    from verifier.baseline import Baseline, Digests
     from verifier.rules.support.other_routes import Unjudged
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
@@ -242,6 +242,7 @@ class Context:
     # those the baseline vouched for), and the digests of those they agree on.
     asked: int = field(default=0, init=False)
     agreed: frozenset[bytes] = field(default=frozenset(), init=False)
+    _digests: Digests | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # A case is sent as a client sends it: to its Gateway's address, and with
@@ -368,38 +369,49 @@ class Context:
         at 10,000 rules there are ~140,000 witnesses). Large sets are split across
         the machine's cores: each witness is independent of the others."""
         witnesses = self.witnesses
-        asked: Sequence[int] = range(len(witnesses))
-        digests: list[bytes] = []
         if self.baseline is not None or self.record_agreement:
-            from verifier import baseline
+            from verifier.baseline import Digests
 
-            found = baseline.Digests(self)
-            digests, asked = baseline.split(found, witnesses, self.baseline)
-            if not found.usable:
-                digests = []  # some input has no source text: nothing to record
-        self.asked = len(asked)
-        if len(asked) < PARALLEL_MIN_WITNESSES:
-            pairs = self._compare_run(asked)
+            self._digests = Digests(self)
+        if len(witnesses) < PARALLEL_MIN_WITNESSES:
+            share = self._compare_run(range(len(witnesses)))
         else:
             # Build both models' indexes once, before the children inherit them.
-            self.compare(witnesses[asked[0]])
+            self.compare(witnesses[0])
             workers = min(os.cpu_count() or 1, MAX_WORKERS)  # map_forked: serially if it must
-            runs = [asked[r.start : r.stop] for r in _runs(len(asked), workers)]
-            shares = map_forked(self._compare_run, runs, max_workers=workers)
-            pairs = [p for share in shares for p in share]
-        if digests:
-            disagreed = {i for i, _c in pairs}
-            self.agreed = frozenset(d for i, d in enumerate(digests) if i not in disagreed)
-        return [c for _i, c in pairs]
+            share = _Share.joined(
+                map_forked(self._compare_run, _runs(len(witnesses), workers), max_workers=workers)
+            )
+        self.asked = share.asked
+        if self._digests is not None and self._digests.usable:
+            self.agreed = frozenset(share.agreed)
+        return share.found
 
-    def _compare_run(self, run: Sequence[int]) -> list[tuple[int, Comparison]]:
-        """The disagreements among a run of consecutive witnesses, by index. Witnesses
-        come route by route, so a worker that takes a run works out only its routes'
+    def _compare_run(self, run: range) -> _Share:
+        """The disagreements among a run of consecutive witnesses. Witnesses come
+        route by route, so a worker that takes a run works out only its routes'
         upstreams, regexes and references (each is worked out once per process): with
         every other witness instead, each worker worked out every route's, and the
-        comparisons took about 10% longer (2 workers, 10,000 rules)."""
-        found = ((i, self.compare(self.witnesses[i])) for i in run)
-        return [(i, c) for i, c in found if c is not None]
+        comparisons took about 10% longer (2 workers, 10,000 rules). With a baseline,
+        a witness whose digest it holds is not asked (verifier.baseline); the digests
+        are worked out here too, so that the workers share that work as well."""
+        out = _Share()
+        digests = self._digests
+        usable = digests is not None and digests.usable
+        skip = self.baseline.agreed if self.baseline is not None and usable else frozenset()
+        for i in run:
+            w = self.witnesses[i]
+            digest = digests.of(w) if digests is not None else b""
+            if digest in skip:
+                out.agreed.append(digest)
+                continue
+            out.asked += 1
+            c = self.compare(w)
+            if c is not None:
+                out.found.append(c)
+            elif digests is not None:
+                out.agreed.append(digest)
+        return out
 
     def compare(self, w: wt.Witness) -> Comparison | None:
         """Both models' answers to one witness, when they disagree."""
@@ -567,6 +579,25 @@ def connection_level(c: Comparison) -> bool:
 PARALLEL_MIN_WITNESSES = 2_000
 MAX_WORKERS = 4
 RUNS_PER_WORKER = 4  # handed out as workers finish, so no worker waits on a slow run
+
+
+@dataclass
+class _Share:
+    """What a run of witnesses gave: the disagreements, how many witnesses were
+    asked, and the digests of those that agree (or agreed at the baseline)."""
+
+    found: list[Comparison] = field(default_factory=list)
+    asked: int = 0
+    agreed: list[bytes] = field(default_factory=list)
+
+    @staticmethod
+    def joined(shares: Iterable[_Share]) -> _Share:
+        out = _Share()
+        for s in shares:
+            out.found += s.found
+            out.asked += s.asked
+            out.agreed += s.agreed
+        return out
 
 
 def _runs(count: int, workers: int) -> list[range]:

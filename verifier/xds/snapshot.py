@@ -11,7 +11,7 @@ import copy
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -89,10 +89,29 @@ class Snapshot:
     # config_dump showed (SecretsConfigDump). Their keys are served to Envoy
     # and never written for people (see ``redacted``).
     secrets: tuple[Secret, ...] = ()
+    # The digest of each virtual host read from JSON, of the JSON as written
+    # (id -> (the message, the digest)): check --baseline digests each virtual host,
+    # and serializing 10,000 routes' messages again takes 1.3 s where digesting their
+    # JSON takes a tenth of that. The message is kept beside its digest so that an
+    # id cannot be reused; a copy (a mutant) has another id and is not found.
+    read_as: Mapping[int, tuple[betterproto2.Message, bytes]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         for kind in (*KINDS, "secrets"):
             object.__setattr__(self, kind, _sorted(getattr(self, kind)))
+
+    def digest_as_read(self, msg: betterproto2.Message) -> bytes | None:
+        """The digest of the JSON ``msg`` was read from, if it was read (unchanged)."""
+        found = self.read_as.get(id(msg))
+        return found[1] if found is not None and found[0] is msg else None
+
+
+def json_digest(value: Json) -> bytes:
+    """A digest of parsed JSON that does not depend on key order or spacing."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def _resources(snap: Snapshot, kind: str) -> list[dict[str, Json]]:
@@ -259,13 +278,19 @@ class _Loader(Walk):
         default_factory=lambda: {kind: {} for kind in (*KINDS, "secrets")}
     )
     notes: list[Skipped] = field(default_factory=list)
+    read_as: dict[int, tuple[betterproto2.Message, bytes]] = field(default_factory=dict)
 
     def snapshot(self) -> Snapshot:
         def of(kind: str) -> Any:
             return tuple(self.found[kind].values())
 
         return Snapshot(
-            of("clusters"), of("endpoints"), of("listeners"), of("routes"), of("secrets")
+            of("clusters"),
+            of("endpoints"),
+            of("listeners"),
+            of("routes"),
+            of("secrets"),
+            read_as=self.read_as,
         )
 
     def document(self, doc: Json, root: str) -> None:
@@ -289,6 +314,20 @@ class _Loader(Walk):
             self.notes.append(Skipped(path, f"duplicate {name} {key!r}; first one kept"))
         else:
             seen[key] = msg
+            if isinstance(msg, RouteConfiguration):
+                self._digest_virtual_hosts(msg, doc)
+
+    def _digest_virtual_hosts(self, msg: RouteConfiguration, doc: Json) -> None:
+        """Each virtual host's digest as read, when the JSON's list is the message's."""
+        if not isinstance(doc, dict):
+            return
+        spelled = [doc[k] for k in ("virtual_hosts", "virtualHosts") if k in doc]
+        if len(spelled) != 1 or not isinstance(spelled[0], list):
+            return
+        if len(spelled[0]) != len(msg.virtual_hosts):
+            return
+        for vh, written in zip(msg.virtual_hosts, spelled[0], strict=True):
+            self.read_as[id(vh)] = (vh, json_digest(written))
 
 
 def from_config_dump(doc: Json, source_name: str = "<input>") -> tuple[Snapshot, list[Skipped]]:
