@@ -189,15 +189,21 @@ def _report(run: CLI, *args: str) -> tuple[int, dict[str, object]]:
     return got.rc, got.json()
 
 
-def test_a_baseline_run_reports_what_a_full_run_reports(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
-    """Saved on the unedited YAML, then one route's hostname edited: checked against
-    its own translation, and against the unedited YAML's (stale) xDS."""
+def _copied(run: CLI, tmp_path: Path) -> tuple[tuple[str, str], Path, Path]:
+    """A copy of the hostname-intersection scenario: its paths, its translation (the
+    xDS that goes stale once the copy is edited) and its resources.yaml."""
     shutil.copytree(FIXTURES / "base", tmp_path / "base")
     shutil.copytree(FIXTURES / "httproute-hostname-intersection", tmp_path / "s")
     paths = (str(tmp_path / "base"), str(tmp_path / "s"))
     stale = tmp_path / "xds.json"
-    assert cli("translate", *paths, "-o", str(stale)).rc == 0
-    route = tmp_path / "s" / "resources.yaml"
+    assert run("translate", *paths, "-o", str(stale)).rc == 0
+    return paths, stale, tmp_path / "s" / "resources.yaml"
+
+
+def test_a_baseline_run_reports_what_a_full_run_reports(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """Saved on the unedited YAML, then one route's hostname edited: checked against
+    its own translation, and against the unedited YAML's (stale) xDS."""
+    paths, stale, route = _copied(cli, tmp_path)
     text = route.read_text()
     # Not a backend: a new cluster changes what every request may read.
     edited = [e for e in _route_edits(text) if "name:" not in _changed_line(text, e)][-1]
@@ -332,12 +338,7 @@ def test_lines_that_only_moved_are_not_asked_again(cli: CLI, tmp_path: Path) -> 
     """A comment above every route moves them all a line down: nothing they say
     changed, so nothing is asked but the requests that disagreed, and the findings
     point at the new lines, as a full run's do."""
-    shutil.copytree(FIXTURES / "base", tmp_path / "base")
-    shutil.copytree(FIXTURES / "httproute-hostname-intersection", tmp_path / "s")
-    paths = (str(tmp_path / "base"), str(tmp_path / "s"))
-    stale = tmp_path / "xds.json"
-    assert cli("translate", *paths, "-o", str(stale)).rc == 0
-    route = tmp_path / "s" / "resources.yaml"
+    paths, stale, route = _copied(cli, tmp_path)
     text = route.read_text()
     route.write_text(_route_edits(text)[-1])  # the stale xDS disagrees with this
     saved = tmp_path / "baseline.json"
