@@ -243,6 +243,8 @@ def workspace(root: Path) -> Path:
     (root / "cases.yaml").write_text(CASES_YAML, encoding="utf-8")
     (root / "registry.yaml").write_text(REGISTRY_YAML, encoding="utf-8")
     assert main(["translate", str(root / "world.yaml"), "-o", str(root / "xds.json")]) == 0
+    world, saved = str(root / "world.yaml"), str(root / "baseline.json")
+    assert main(["check", world, "--save-baseline", saved, "-o", os.devnull]) == 0
     (root / "per-type").mkdir()
     snap, _ = load_path(root / "xds.json")
     for kind, doc in split_by_type(snap).items():
@@ -299,6 +301,14 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
             lambda ws, d: ["check", str(ws / W), "--xds", d, *OUT],
             200,
             target="xds.json",
+            **JSON_DOC,
+        ),
+        EntryPoint(
+            "check --baseline",
+            _read("baseline.json"),
+            lambda ws, d: ["check", str(ws / W), "--baseline", d, *OUT],
+            120,
+            target="baseline.json",
             **JSON_DOC,
         ),
         EntryPoint(

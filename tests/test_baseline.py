@@ -12,9 +12,11 @@ stale xDS of the unedited YAML. The CLI tests then compare whole reports.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 import shutil
+import sys
 from dataclasses import astuple
 from pathlib import Path
 
@@ -232,13 +234,13 @@ def test_a_baseline_from_another_build_is_a_full_check(cli: CLI, tmp_path: Path)
     scenario = (str(FIXTURES / "base"), str(FIXTURES / "httproute-simple-same-namespace"))
     assert cli("check", *scenario, "--save-baseline", str(saved)).rc == 0
     doc = json.loads(saved.read_text())
-    doc["tool"] = "0" * 32
-    saved.write_text(json.dumps(doc))
-    code, out, err = astuple(cli("check", *scenario, "--baseline", str(saved), "--format", "json"))
-    assert code == 0
-    assert "another build of edge-verify" in err
-    summary = json.loads(out)["summary"]["baseline"]
-    assert summary["asked"] == summary["requests"] > 0
+    for field, value in (("tool", "0" * 32), ("version", 99)):
+        changed = {**doc, field: value}
+        saved.write_text(json.dumps(changed))
+        code, out, err = astuple(cli("check", *scenario, "--baseline", str(saved)))
+        assert code == 0
+        assert "another build of edge-verify" in err and "full check" in err
+        assert "requests asked" not in err + out  # the summary does not claim a baseline
 
 
 @pytest.mark.parametrize(
@@ -246,10 +248,14 @@ def test_a_baseline_from_another_build_is_a_full_check(cli: CLI, tmp_path: Path)
     [
         ("{not json", ""),
         ('{"format": "something else"}', "format"),
-        ('{"format": "edge-verify baseline", "version": 99}', "version"),
-        ('{"format": "edge-verify baseline", "version": 1, "agreed": ["zz"]}', "agreed"),
         (
-            '{"format": "edge-verify baseline", "version": 1, "agreed": ["' + "g" * 32 + '"]}',
+            '{"format": "edge-verify baseline", "version": 1, "tool": "TOOL", "agreed": ["zz"]}',
+            "agreed",
+        ),
+        (
+            '{"format": "edge-verify baseline", "version": 1, "tool": "TOOL", "agreed": ["'
+            + "g" * 32
+            + '"]}',
             "agreed",
         ),
     ],
@@ -261,7 +267,7 @@ def test_a_file_that_is_not_a_baseline_is_bad_input(
     field: str,
 ) -> None:
     bad = tmp_path / "baseline.json"
-    bad.write_text(text)
+    bad.write_text(text.replace("TOOL", baseline.tool_digest()))
     code, out, err = astuple(cli("check", *SIMPLE, "--baseline", str(bad)))
     assert code == 2, err
     assert str(bad) in err and "Traceback" not in err
@@ -353,3 +359,43 @@ def test_lines_that_only_moved_are_not_asked_again(cli: CLI, tmp_path: Path) -> 
     assert moved != [f["location"] for f in before["findings"]]  # type: ignore[attr-defined]
     asked = rerun["summary"]["baseline"]  # type: ignore[index]
     assert 0 < asked["asked"] < asked["requests"] // 4
+
+
+def test_a_baseline_is_read_under_the_input_limits(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 2000 + "]" * 2000)
+    code, _out, err = astuple(cli("check", *SIMPLE, "--baseline", str(deep)))
+    assert code == 2 and "Traceback" not in err and f"{deep}:1" in err
+    # A device that never ends is refused at the size limit, not read forever.
+    for flag in ("--baseline", "--xds"):
+        code, _out, err = astuple(
+            cli("check", *SIMPLE, flag, "/dev/zero", "--max-input-bytes", "100000")
+        )
+        assert code == 2 and "/dev/zero" in err and "too-large" in err, err
+
+
+def test_a_baseline_that_cannot_be_written_is_refused_before_the_check(
+    cli: CLI,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "adir").mkdir()
+    for target in (tmp_path / "nodir" / "b.json", tmp_path / "adir"):
+        code, out, err = astuple(cli("check", *SIMPLE, "--save-baseline", str(target)))
+        assert code == 2 and f"{target}: --save-baseline:" in err and "[unwritable]" in err
+        assert "rules run" not in out + err  # refused before checking
+    same = str(tmp_path / "b.json")
+    code, _out, err = astuple(cli("check", *SIMPLE, "--save-baseline", same, "-o", same))
+    assert code == 2 and "the same file" in err
+    assert list(tmp_path.iterdir()) == [tmp_path / "adir"]  # nothing written, no temp file
+
+
+def test_a_baseline_from_standard_input(
+    cli: CLI,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    saved = tmp_path / "b.json"
+    assert cli("check", *SIMPLE, "--save-baseline", str(saved)).rc == 0
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(saved.read_bytes())))
+    code, out, _err = astuple(cli("check", *SIMPLE, "--baseline", "-"))
+    assert code == 0 and "0 of " in out

@@ -21,6 +21,7 @@ less. The file holds digests only: no configuration, no secret.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -227,44 +228,50 @@ class Baseline:
 
 
 def load(path: str) -> tuple[Baseline | None, list[str]]:
-    """The baseline in ``path``, or None (with why) when it was written by other code:
-    the run is then a full check, which is still exactly right. A file that is not a
-    baseline is bad input."""
+    """The baseline in ``path`` (``-``: standard input), or None (with why) when it was
+    written by other code or in another format version: the run is then a full
+    check, which is still exactly right. A file that is not a baseline is bad input,
+    read under the same limits as every other input (size, nesting)."""
+    from verifier.inputs import load_json, read_stdin, read_text
 
-    def bad(field: str, expected: str, line: int = 0) -> InputErrors:
-        return InputErrors([InputError(path, line, field, "invalid", expected)])
+    text = read_stdin() if path == "-" else read_text(path)
+    doc = load_json(text, path)
 
-    try:
-        text = Path(path).read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputErrors(
-            [InputError(path, 0, "", "unreadable", f"cannot read the baseline: {exc}")]
-        ) from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        message = f"a baseline written by check --save-baseline ({exc.msg})"
-        raise bad("", message, exc.lineno) from None
+    def bad(field: str, expected: str) -> InputErrors:
+        return InputErrors([InputError(path, 0, field, "invalid", f"expected {expected}")])
+
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise bad("format", f"{FORMAT!r}: a file written by check --save-baseline")
-    if doc.get("version") != VERSION:
-        raise bad("version", f"{VERSION} (this edge-verify's baseline format)")
+        raise bad("format", f"{FORMAT!r}: a baseline is a file check --save-baseline writes")
+    if doc.get("version") != VERSION or doc.get("tool") != tool_digest():
+        why = (
+            f"baseline {path} was written by another build of edge-verify: "
+            "it is not used, and every request is asked (a full check)"
+        )
+        return None, [why]
     agreed = doc.get("agreed")
+    hexdigits = f"a list of {2 * DIGEST_BYTES}-digit hexadecimal digests"
     if not isinstance(agreed, list) or not all(
         isinstance(d, str) and len(d) == 2 * DIGEST_BYTES for d in agreed
     ):
-        raise bad("agreed", f"a list of {2 * DIGEST_BYTES}-digit hex digests")
+        raise bad("agreed", hexdigits)
     try:
         digests = frozenset(bytes.fromhex(d) for d in agreed)
     except ValueError:
-        raise bad("agreed", f"a list of {2 * DIGEST_BYTES}-digit hex digests") from None
-    if doc.get("tool") != tool_digest():
-        why = (
-            f"baseline {path} was written by another build of edge-verify: "
-            "every request was asked again (a full check)"
-        )
-        return None, [why]
+        raise bad("agreed", hexdigits) from None
     return Baseline(digests, path), []
+
+
+def check_writable(path: str) -> None:
+    """Refuse a --save-baseline target that cannot be written, before the check runs
+    rather than after it."""
+    target = Path(path)
+    problem = None
+    if target.is_dir():
+        problem = os.strerror(errno.EISDIR)
+    elif not target.parent.is_dir():
+        problem = os.strerror(errno.ENOENT)
+    if problem is not None:
+        raise InputErrors([InputError(path, 0, "--save-baseline", "unwritable", problem)])
 
 
 def save(path: str, agreed: Iterable[bytes]) -> None:
@@ -276,13 +283,24 @@ def save(path: str, agreed: Iterable[bytes]) -> None:
         "agreed": sorted(d.hex() for d in agreed),
     }
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
+    check_writable(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError as exc:
+        raise InputErrors(
+            [InputError(path, 0, "--save-baseline", "unwritable", exc.strerror or str(exc))]
+        ) from None
     try:
         os.fchmod(fd, 0o644)  # as any report it writes; mkstemp's is 0600
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(doc, out, separators=(",", ":"))
             out.write("\n")
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputErrors(
+            [InputError(path, 0, "--save-baseline", "unwritable", exc.strerror or str(exc))]
+        ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -388,6 +388,17 @@ def _check(args: argparse.Namespace) -> int:
     from verifier.report import findings_json, junit, sarif, text
     from verifier.rules import RULES
 
+    for given, flag in ((args.save_baseline, "--save-baseline"), (args.baseline, "--baseline")):
+        if (
+            given
+            and args.output
+            and given != "-"
+            and Path(given).resolve() == Path(args.output).resolve()
+        ):
+            message = f"-o and {flag} name the same file: the report would overwrite it"
+            raise InputErrors([InputError("-o", 0, "", "not-applicable", message)])
+    if args.save_baseline:
+        baseline.check_writable(args.save_baseline)
     before = None
     if args.baseline:
         before, notes = baseline.load(args.baseline)
@@ -439,7 +450,7 @@ def _check(args: argparse.Namespace) -> int:
         print(f"edge-verify: {n} input error{'s' if n != 1 else ''}", file=sys.stderr)
         return EXIT_BAD_INPUT  # no report: it would claim a clean run
     findings = [f for r in results for f in r.findings]
-    summary = pipeline.summary(results, baseline=bool(args.baseline))
+    summary = pipeline.summary(results, baseline=before is not None)
     if args.save_baseline:
         baseline.save(args.save_baseline, frozenset().union(*(r.agreed for r in results)))
     if args.format == "json":

@@ -100,7 +100,12 @@ def read_text(path: str) -> str:
         size = Path(path).stat().st_size
         if size > _limits.max_bytes:
             raise _over(path, 0, "too-large", f"{size:,} bytes", "max_bytes")
-        data = Path(path).read_bytes()
+        # At most one byte past the limit: a device or a pipe (/dev/zero) says size 0
+        # and never ends.
+        with open(path, "rb") as f:
+            data = f.read(_limits.max_bytes + 1)
+        if len(data) > _limits.max_bytes:
+            raise _over(path, 0, "too-large", f"more than {_limits.max_bytes:,} bytes", "max_bytes")
     except FileNotFoundError:
         raise InputErrors(
             [InputError(path, 0, "", "not-found", "no such file or directory")]

@@ -38,7 +38,9 @@ def summary_line(summary: dict[str, Any]) -> str:
         parts.insert(0, f"{summary['scenarios']} scenarios")
     if "baseline" in summary:
         b = summary["baseline"]
-        parts.append(
-            f"{b['asked']:,} of {b['requests']:,} requests asked (the rest agreed at the baseline)"
-        )
+        if b["asked"] < b["requests"]:
+            asked = f"{b['asked']:,} of {b['requests']:,} requests asked"
+            parts.append(f"{asked} (the rest agreed at the baseline)")
+        else:
+            parts.append(f"all {b['requests']:,} requests asked (none agreed at the baseline)")
     return "edge-verify check: " + ", ".join(parts)
