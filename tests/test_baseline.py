@@ -27,6 +27,7 @@ from verifier.rules import RULES
 
 from verifier import baseline, check, pipeline
 from verifier.mutate.catalog import mutants
+from verifier.mutate.operators import clusters as cluster_operators
 from verifier.xds.snapshot import Snapshot, from_config_dump, to_config_dump
 
 
@@ -84,7 +85,7 @@ def test_every_skipped_witness_agrees_on_every_xds_mutant(contexts: list[check.C
     not change must not tell the mutant from the original. Every other scenario's xDS
     is read from JSON, so that unchanged virtual hosts are digested as read and the
     mutant's changed ones (copies) as messages."""
-    mutated = skipped = total = partial = 0
+    mutated = skipped = total = partial = cluster_partial = 0
     for n, translated in enumerate(contexts):
         ctx = translated
         if n % 2:
@@ -98,11 +99,14 @@ def test_every_skipped_witness_agrees_on_every_xds_mutant(contexts: list[check.C
             skipped += s
             total += n
             partial += 0 < s < n
+            cluster_partial += 0 < s < n and mutant.operator in CLUSTER_OPERATORS
     assert mutated > 800
     # The digests are not all-or-nothing: most mutants leave some witnesses alone
     # (the fixtures are small: many have one virtual host, which a mutant changes).
     assert partial > mutated // 2
     assert skipped > total // 4
+    # A changed cluster asks again only the requests of the virtual hosts naming it.
+    assert cluster_partial > 100
 
 
 _EDITS = (
@@ -182,6 +186,7 @@ def test_every_skipped_witness_agrees_after_a_route_edit(tmp_path: Path) -> None
 
 
 OPTIONS = pipeline.CheckOptions()
+CLUSTER_OPERATORS = frozenset(op.name for op in cluster_operators.OPERATORS)
 SIMPLE = (str(FIXTURES / "base"), str(FIXTURES / "httproute-simple-same-namespace"))
 
 

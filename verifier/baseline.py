@@ -94,7 +94,10 @@ class Digests:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.usable = True  # False: some input has no source text; nothing is reused
-        self.common = self._common()
+        self._named: dict[int, frozenset[str] | None] = {}  # id(vhost) -> its clusters
+        self._cluster: dict[str, bytes] = {}
+        unnamed = self._clusters()
+        self.common = self._common(unnamed)
         self._routes: dict[tuple[str, str], bytes] = {}
         self._exact: dict[str, list[tuple[str, str]]] = {}
         self._wildcard: dict[str, list[tuple[str, str]]] = {}  # ".example.com" -> keys
@@ -119,9 +122,48 @@ class Digests:
         self._configs: dict[int, bytes] = {}
         self._vhosts: dict[int, bytes] = {}
 
-    def _common(self) -> bytes:
+    def _clusters(self) -> list[bytes]:
+        """Each cluster's digest, with the assignments the resolver would read for it
+        (its own name's, its EDS service name's). The clusters no virtual host names
+        (and the assignments none of those reads) are returned, for the common part:
+        no request reaches them, and were one to, every request would be asked again."""
+        snap, envoy = self.ctx.snapshot, self.ctx.envoy
+        assignments = {e.cluster_name: e for e in snap.endpoints}
+        keys: dict[str, set[str]] = {}
+        for c in snap.clusters:
+            eds = c.eds_cluster_config
+            keys[c.name] = {c.name, (eds.service_name if eds else "") or c.name}
+            self._cluster[c.name] = _h(
+                _message_digest(c),
+                *(
+                    _message_digest(assignments[k]) if k in assignments else b"-"
+                    for k in sorted(keys[c.name])
+                ),
+            )
+        named: set[str] = set()
+        for rc in snap.routes:
+            for vh in rc.virtual_hosts:
+                found = self._named[id(vh)] = envoy.clusters_of(rc, vh)
+                named |= found or set()
+        read = {k for n in named if n in keys for k in keys[n]}
+        return [
+            *(n.encode() + self._cluster[n] for n in sorted(self._cluster) if n not in named),
+            *(_message_digest(assignments[k]) for k in sorted(assignments) if k not in read),
+        ]
+
+    def _reached(self, rc: Any, vhost: Any) -> bytes:
+        """The clusters requests routed by ``vhost`` may reach, as their digests; all
+        of them when a request header may name one."""
+        if id(vhost) not in self._named:  # an inline route configuration's
+            self._named[id(vhost)] = self.ctx.envoy.clusters_of(rc, vhost)
+        names = self._named[id(vhost)]
+        every = sorted(self._cluster if names is None else names)
+        return _h(*(n.encode() + self._cluster.get(n, b"missing") for n in every))
+
+    def _common(self, unnamed: list[bytes]) -> bytes:
         """What every answer may read: the tool, the options, every resource but the
-        HTTPRoutes, and every xDS resource but the route configurations."""
+        HTTPRoutes, and every xDS resource but the route configurations and the
+        clusters some virtual host names."""
         ctx = self.ctx
         parts = [
             tool_digest().encode(),
@@ -151,9 +193,10 @@ class Digests:
                     found = b""
                 parts += [repr(key).encode(), found]
         snap = ctx.snapshot
-        for kind in (snap.clusters, snap.endpoints, snap.listeners, snap.secrets):
+        for kind in (snap.listeners, snap.secrets):
             parts.append(str(len(kind)).encode())
             parts += [_message_digest(m) for m in kind]
+        parts += [str(len(unnamed)).encode(), *unnamed]
         return _h(*parts)
 
     def _spec_side(self, hostname: str) -> bytes:
@@ -184,7 +227,8 @@ class Digests:
             return found
         rc, vhost = self.ctx.envoy.virtual_host_of(r)
         parts = [b"-" if rc is None else self._config(rc)]
-        if vhost is not None:
+        if rc is not None and vhost is not None:
+            parts.append(self._reached(rc, vhost))
             vd = self._vhosts.get(id(vhost))
             if vd is None:
                 read = self.ctx.snapshot.digest_as_read(vhost)

@@ -241,7 +241,7 @@ class Context:
     # Set by ``comparisons``: how many witnesses the models were asked about (all but
     # those the baseline vouched for), and the digests of those they agree on.
     asked: int = field(default=0, init=False)
-    agreed: frozenset[bytes] = field(default=frozenset(), init=False)
+    agreed: frozenset[bytes] = field(default=frozenset(), init=False, repr=False)
     _digests: Digests | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

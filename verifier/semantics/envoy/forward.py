@@ -181,6 +181,19 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
     return out
 
 
+def clusters_named(action: RouteAction) -> frozenset[str] | None:
+    """Every cluster ``upstream`` and ``mirrors`` may ask the resolver about for this
+    action (its own mirror policies; not the virtual host's or the configuration's),
+    or None when a request header names the cluster. Over, never under: check
+    --baseline digests exactly these clusters for the requests this route answers."""
+    if action.cluster_header:
+        return None
+    names = {action.cluster or "", *(p.cluster for p in action.request_mirror_policies)}
+    if action.weighted_clusters is not None:
+        names |= {cw.name for cw in action.weighted_clusters.clusters}
+    return frozenset(names - {""})
+
+
 def mirrors(
     action: RouteAction, vhost: VirtualHost, rc: RouteConfiguration, resolver: ClusterResolver
 ) -> tuple[tuple[Backend, ...], list[str]]:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
+import betterproto2
+from envoy_data_plane.envoy.config.route.v3 import RouteAction, RouteConfiguration, VirtualHost
 
 from verifier.semantics.directory import BackendDirectory
 from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
 from verifier.semantics.envoy.clusters import ClusterResolver
 from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
-from verifier.semantics.envoy.forward import Upstreams, upstream_deadline_ms
+from verifier.semantics.envoy.forward import Upstreams, clusters_named, upstream_deadline_ms
 from verifier.semantics.envoy.listeners import Chain, Escaped, Hcm, ListenerIndex
 from verifier.semantics.envoy.match import router_view
 from verifier.semantics.envoy.paths import (
@@ -239,6 +240,22 @@ class EnvoyModel:
         rc = self._compiled(chain.hcm.route_config)
         _match_host, vhost, _why = self._vhost(rc, self._host(request, chain.hcm, _Run()))
         return rc.config, None if vhost is None else vhost.vhost
+
+    @staticmethod
+    def clusters_of(rc: RouteConfiguration, vhost: VirtualHost) -> frozenset[str] | None:
+        """Every cluster a request routed by ``vhost`` may reach (forwarded or mirrored
+        to), or None when a request header may name any cluster: all the clusters
+        the answer to such a request reads (the resolver is asked nothing else)."""
+        names = {p.cluster for p in (*vhost.request_mirror_policies, *rc.request_mirror_policies)}
+        for route in vhost.routes:
+            kind, action = betterproto2.which_one_of(route, "action")
+            if kind != "route" or not isinstance(action, RouteAction):
+                continue
+            found = clusters_named(action)
+            if found is None:
+                return None
+            names |= found
+        return frozenset(names - {""})
 
     @staticmethod
     def _vhost(rc: CompiledRouteConfig, host: str) -> tuple[str, CompiledVhost | None, str]:
