@@ -17,6 +17,7 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import astuple
 from pathlib import Path
 
@@ -119,18 +120,36 @@ _EDITS = (
 )
 
 
-def _route_edits(text: str, most: int = 8) -> list[str]:
-    """The file with one line of an HTTPRoute changed, for lines an edit applies to
-    (at most ``most``, spread over the file)."""
+_BACKEND_EDITS = (
+    # (a line of a Service, EndpointSlice or workload, how to change it)
+    (re.compile(r"^(\s+(?:- )?port: )(\d+)\s*$"), r"\g<1>9191"),
+    (re.compile(r"^(\s+targetPort: )(\d+)\s*$"), r"\g<1>3001"),
+    (re.compile(r"^(\s+clusterIP: )(\S+)\s*$"), r"\g<1>10.96.99.99"),
+    (re.compile(r"^(\s+- )(10\.244\.\d+\.\d+)\s*$"), r"\g<1>10.244.99.99"),
+    (re.compile(r"^(\s+ready: )true\s*$"), r"\g<1>false"),
+    (re.compile(r"^(\s+replicas: )(\d+)\s*$"), r"\g<1>0"),
+    (re.compile(r"^(\s+appProtocol: )(\S+)\s*$"), r"\g<1>kubernetes.io/h2c"),
+)
+BACKEND_KINDS = ("Service", "EndpointSlice", "Deployment", "StatefulSet", "DaemonSet")
+
+
+def _route_edits(
+    text: str,
+    most: int = 8,
+    kinds: tuple[str, ...] = ("HTTPRoute",),
+    edits: tuple[tuple[re.Pattern[str], str], ...] = _EDITS,
+) -> list[str]:
+    """The file with one line of an object of ``kinds`` changed, for lines an edit
+    applies to (at most ``most``, spread over the file)."""
     lines = text.splitlines(keepends=True)
     kind = ""
     sites: list[tuple[int, str]] = []
     for i, line in enumerate(lines):
         if line.startswith("kind:"):
             kind = line.split(":", 1)[1].strip()
-        if kind != "HTTPRoute":
+        if kind not in kinds:
             continue
-        for pattern, repl in _EDITS:
+        for pattern, repl in edits:
             if pattern.match(line):
                 sites.append((i, pattern.sub(repl, line.rstrip("\n")) + "\n"))
                 break
@@ -155,32 +174,48 @@ SCENARIOS = (
 )
 
 
-def test_every_skipped_witness_agrees_after_a_route_edit(tmp_path: Path) -> None:
-    """Line-for-line HTTPRoute edits (a path, a hostname, a weight, a match type, a
-    backend): checked against their own translation, and against the xDS of the
-    unedited YAML, as a translator that missed the change would serve."""
+def _edited(
+    tmp_path: Path,
+    scenarios: tuple[str, ...],
+    files: Callable[[Path], list[Path]],
+    edits: Callable[[str], list[str]],
+) -> tuple[int, int]:
+    """Each scenario saved (what agreed), then each edit of each of its ``files``: every
+    request a baseline run would skip is asked and agrees, against the edited YAML's
+    own translation and against the unedited YAML's xDS, as a translator that missed
+    the change would serve. (edits made, edits that left some requests unasked)"""
     shutil.copytree(FIXTURES / "base", tmp_path / "base")
-    edits = partial = 0
-    for name in SCENARIOS:
+    made = partial = 0
+    for name in scenarios:
         shutil.copytree(FIXTURES / name, tmp_path / name)
         (scn,) = [s for s in pipeline.discover([str(tmp_path)], OPTIONS) if s.name == name]
         original, _ = pipeline.prepare(scn, OPTIONS)
         assert original is not None
         agreed = _agreed(original)
-        path = tmp_path / name / "resources.yaml"
-        text = path.read_text()
-        for edited in _route_edits(text):
-            path.write_text(edited)
-            try:
-                ctx, _result = pipeline.prepare(scn, OPTIONS)
-            finally:
-                path.write_text(text)
-            if ctx is None:
-                continue  # the edit made the YAML invalid: nothing to compare
-            edits += 1
-            _skipped_agree(ctx, agreed)  # its own translation
-            s, n = _skipped_agree(ctx, agreed, original.snapshot)  # the stale xDS
-            partial += 0 < s < n
+        for path in files(tmp_path / name):
+            text = path.read_text()
+            for edited in edits(text):
+                path.write_text(edited)
+                try:
+                    ctx, _result = pipeline.prepare(scn, OPTIONS)
+                finally:
+                    path.write_text(text)
+                if ctx is None:
+                    continue  # the edit made the YAML invalid: nothing to compare
+                made += 1
+                _skipped_agree(ctx, agreed)  # its own translation
+                s, n = _skipped_agree(ctx, agreed, original.snapshot)  # the stale xDS
+                partial += 0 < s < n
+        shutil.rmtree(tmp_path / name)
+    return made, partial
+
+
+def test_every_skipped_witness_agrees_after_a_route_edit(tmp_path: Path) -> None:
+    """Line-for-line HTTPRoute edits: a path, a hostname, a weight, a match type, a
+    backend."""
+    edits, partial = _edited(
+        tmp_path, SCENARIOS, lambda scenario: [scenario / "resources.yaml"], _route_edits
+    )
     assert edits > 5 * len(SCENARIOS)
     assert partial > edits // 2
 
@@ -188,6 +223,34 @@ def test_every_skipped_witness_agrees_after_a_route_edit(tmp_path: Path) -> None
 OPTIONS = pipeline.CheckOptions()
 CLUSTER_OPERATORS = frozenset(op.name for op in cluster_operators.OPERATORS)
 SIMPLE = (str(FIXTURES / "base"), str(FIXTURES / "httproute-simple-same-namespace"))
+
+
+BACKEND_SCENARIOS = (
+    "httproute-simple-same-namespace",
+    "httproute-weighted-backends",
+    "httproute-cross-namespace",
+    "httproute-backend-protocol-h2c",
+    "httproute-destination-port-matching",
+    "httproute-mesh-backend",
+    "httproute-hostname-intersection",
+)
+
+
+def test_every_skipped_witness_agrees_after_a_backend_edit(tmp_path: Path) -> None:
+    """Services, EndpointSlices and workloads are digested per request (those its
+    routes' backendRefs name and its clusters' endpoints reach): line-for-line edits
+    of them (a port, a targetPort, a clusterIP, an endpoint address, readiness,
+    replicas, appProtocol), in base/ and in the scenarios."""
+    edits, partial = _edited(
+        tmp_path,
+        BACKEND_SCENARIOS,
+        lambda scenario: [scenario.parent / "base" / "backends.yaml", scenario / "resources.yaml"],
+        lambda text: _route_edits(text, 6, BACKEND_KINDS, _BACKEND_EDITS),
+    )
+    assert edits > 40
+    # Most fixtures send every host to the same few backends: an edit of one asks
+    # again nearly everything; where hosts have backends of their own, not.
+    assert partial > 5
 
 
 def _report(run: CLI, *args: str) -> tuple[int, dict[str, object]]:

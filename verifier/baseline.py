@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from verifier.errors import InputError, InputErrors
+from verifier.semantics.directory import CLUSTER_DOMAIN_SUFFIXES
+from verifier.semantics.envoy.clusters import target_hosts
 
 if TYPE_CHECKING:
     import betterproto2
@@ -96,8 +98,10 @@ class Digests:
         self.usable = True  # False: some input has no source text; nothing is reused
         self._named: dict[int, frozenset[str] | None] = {}  # id(vhost) -> its clusters
         self._cluster: dict[str, bytes] = {}
+        self._hosts: dict[str, set[str]] = {}  # cluster -> the endpoint hosts it may read
         unnamed = self._clusters()
         self.common = self._common(unnamed)
+        self._services()
         self._routes: dict[tuple[str, str], bytes] = {}
         self._exact: dict[str, list[tuple[str, str]]] = {}
         self._wildcard: dict[str, list[tuple[str, str]]] = {}  # ".example.com" -> keys
@@ -131,6 +135,7 @@ class Digests:
         assignments = {e.cluster_name: e for e in snap.endpoints}
         keys: dict[str, set[str]] = {}
         for c in snap.clusters:
+            self._hosts[c.name] = target_hosts(c, assignments)
             eds = c.eds_cluster_config
             keys[c.name] = {c.name, (eds.service_name if eds else "") or c.name}
             self._cluster[c.name] = _h(
@@ -151,6 +156,57 @@ class Digests:
             *(_message_digest(assignments[k]) for k in sorted(assignments) if k not in read),
         ]
 
+    def _services(self) -> None:
+        """Indexes for the Services a request may read: the Services each HTTPRoute's
+        backendRefs name (wherever they are: rules, filters, mirrors), and the
+        Services an endpoint address belongs to (ClusterIP or EndpointSlice)."""
+        res = self.ctx.res
+        self._backends: dict[tuple[str, str], set[tuple[str, str]]] = {
+            key: _backend_refs(route.meta.raw.data if route.meta.raw else {}, key[0])
+            for key, route in res.httproutes.items()
+        }
+        self._slices: dict[tuple[str, str], list[bytes]] = {}
+        self._by_address: dict[str, set[tuple[str, str]]] = {}
+        for sl in res.endpoint_slices.values():
+            key = (sl.meta.namespace, sl.service_name)
+            # By content: a slice derived from workloads carries its Service's source.
+            self._slices.setdefault(key, []).append(_h(repr(sl).encode()))
+            for address in sl.addresses:
+                self._by_address.setdefault(address, set()).add(key)
+        for svc in res.services.values():
+            if svc.cluster_ip:
+                self._by_address.setdefault(svc.cluster_ip, set()).add(svc.meta.key)
+        self._service: dict[tuple[str, str], bytes] = {}
+        self._reach: dict[str, bytes] = {}
+
+    def _service_digest(self, keys: Iterable[tuple[str, str]]) -> bytes:
+        """The Services ``keys`` (absent ones too) with their EndpointSlices."""
+        parts = []
+        for key in sorted(set(keys)):
+            found = self._service.get(key)
+            if found is None:
+                svc = self.ctx.res.services.get(key)
+                own = b"missing" if svc is None else _raw_digest(svc.meta.raw)
+                if own is None:
+                    self.usable = False
+                    own = b""
+                slices = sorted(self._slices.get(key, ()))
+                found = self._service[key] = _h(repr(key).encode(), own, *slices)
+            parts.append(found)
+        return _h(*parts)
+
+    def _cluster_reach(self, name: str) -> bytes:
+        """A cluster's digest with the Services its endpoints may resolve to: by DNS
+        name (``<svc>.<ns>[.svc[.cluster.local]]``, present or not) and by address."""
+        found = self._reach.get(name)
+        if found is None:
+            keys: set[tuple[str, str]] = set()
+            for host in self._hosts.get(name, ()):
+                keys |= _dns_candidates(host) | self._by_address.get(host, set())
+            own = self._cluster.get(name, b"missing")
+            found = self._reach[name] = _h(name.encode(), own, self._service_digest(keys))
+        return found
+
     def _reached(self, rc: Any, vhost: Any) -> bytes:
         """The clusters requests routed by ``vhost`` may reach, as their digests; all
         of them when a request header may name one."""
@@ -158,7 +214,7 @@ class Digests:
             self._named[id(vhost)] = self.ctx.envoy.clusters_of(rc, vhost)
         names = self._named[id(vhost)]
         every = sorted(self._cluster if names is None else names)
-        return _h(*(n.encode() + self._cluster.get(n, b"missing") for n in every))
+        return _h(*(self._cluster_reach(n) for n in every))
 
     def _common(self, unnamed: list[bytes]) -> bytes:
         """What every answer may read: the tool, the options, every resource but the
@@ -176,12 +232,9 @@ class Digests:
             res.gateways,
             res.listener_sets,
             res.reference_grants,
-            res.services,
-            res.endpoint_slices,
             res.namespaces,
             res.secrets,
             res.config_maps,
-            res.workloads,
             res.other_routes,
         ]
         for table in tables:
@@ -213,8 +266,10 @@ class Digests:
                 keys += self._wildcard.get(hostname[dot:], ())
                 dot = hostname.find(".", dot + 1)
             keys += self._any
-        parts = [p for k in sorted(set(keys)) for p in (repr(k).encode(), self._routes[k])]
-        found = self._by_host[hostname] = _h(*parts)
+        chosen = sorted(set(keys))
+        parts = [p for k in chosen for p in (repr(k).encode(), self._routes[k])]
+        backends = self._service_digest(b for k in chosen for b in self._backends[k])
+        found = self._by_host[hostname] = _h(*parts, backends)
         return found
 
     def _envoy_side(self, w: Witness) -> bytes:
@@ -255,6 +310,41 @@ class Digests:
             self._spec_side(w.request.hostname.lower()),
             self._envoy_side(w),
         )
+
+
+def _backend_refs(data: Any, namespace: str) -> set[tuple[str, str]]:
+    """Every (namespace, name) a ``backendRef`` or ``backendRefs`` entry anywhere in an
+    HTTPRoute's data names (the Route's namespace where none is given)."""
+    found: set[tuple[str, str]] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, is_ref = stack.pop()
+        if isinstance(node, dict):
+            if is_ref:
+                found.add((str(node.get("namespace") or namespace), str(node.get("name"))))
+            for key, value in node.items():
+                if key == "backendRef":
+                    stack.append((value, True))
+                elif key == "backendRefs" and isinstance(value, list):
+                    stack += [(item, True) for item in value]
+                else:
+                    stack.append((value, False))
+        elif isinstance(node, list):
+            stack += [(item, False) for item in node]
+    return found
+
+
+def _dns_candidates(host: str) -> set[tuple[str, str]]:
+    """The Services ``BackendDirectory.by_dns`` may find for ``host``."""
+    h = host.lower().rstrip(".")
+    out = set()
+    for suffix in CLUSTER_DOMAIN_SUFFIXES:
+        if suffix and not h.endswith(suffix):
+            continue
+        parts = (h[: len(h) - len(suffix)] if suffix else h).split(".")
+        if len(parts) == 2:
+            out.add((parts[1], parts[0]))
+    return out
 
 
 def _indexable(hostname: str) -> bool:

@@ -16,11 +16,10 @@ import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from verifier.baseline import Baseline
 from verifier.check import DEFAULT_CONTROLLER, Context
 from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
@@ -44,6 +43,9 @@ from verifier.xds.snapshot import (
     load_path,
     reaches,
 )
+
+if TYPE_CHECKING:
+    from verifier.baseline import Baseline
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,16 @@ def _targets(assignment: ClusterLoadAssignment | None) -> list[tuple[str, int, s
     return out
 
 
+def target_hosts(cluster: Cluster, assignments: dict[str, ClusterLoadAssignment]) -> set[str]:
+    """Every endpoint host ``ClusterResolver._resolve`` may look up for ``cluster``: its
+    own load assignment's and those of EDS under its name or service name (a superset
+    of the one it takes). check --baseline digests the Services these may reach."""
+    eds = cluster.eds_cluster_config
+    names = {cluster.name, (eds.service_name if eds else "") or cluster.name}
+    found = [cluster.load_assignment, *(assignments.get(n) for n in names)]
+    return {host for a in found for host, _port, _hostname in _targets(a)}
+
+
 class ClusterResolver:
     def __init__(
         self,
