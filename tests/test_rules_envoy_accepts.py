@@ -7,6 +7,8 @@ A stand-in ``envoy`` script shows where it ran and can be made to hang.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import multiprocessing
 import os
 import tempfile
@@ -23,6 +25,7 @@ import verifier.xds.validation
 from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule, run
+from verifier.xds.snapshot import envoy_validate
 
 SCENARIO = FIXTURES / "httproute-mesh-backend"
 # Envoy's shape of error: the rule keeps what follows the configuration's name.
@@ -157,3 +160,21 @@ def test_envoy_errors_read_the_same_from_every_envoy_process() -> None:
     assert error(one) == " ".join(one.split()).replace(", near 246:43 (offset 8352)", "")
     dump = 'goo.gle/debugproto \nroute {\n  match {\n    prefix: "/a"   \n  }\n}'
     assert error(dump) == 'route {\n  match {\n    prefix: "/a"\n  }\n}'
+
+
+def test_a_rejection_naming_our_files_reads_the_same_on_every_run() -> None:
+    """A cluster without a name: Envoy's message names the secrets file in the
+    directory made for its validation, whose name is random. The finding names a
+    stable stand-in, so two runs of one check write the same report."""
+    if verifier.xds.validation.find_envoy() is None:
+        pytest.skip("no envoy binary")
+    snap = translate_scenario(SCENARIO)
+    nameless = copy.copy(snap.clusters[0])
+    nameless.name = ""
+    broken = dataclasses.replace(snap, clusters=(nameless, *snap.clusters[1:]))
+    verdicts = [envoy_validate(broken) for _ in range(2)]
+    messages = [envoy_accepts_config.envoy_error(output) for _ok, output in verdicts]
+    assert messages[0] == messages[1]
+    message = messages[0]
+    assert not verdicts[0][0] and verifier.xds.validation.VALIDATION_DIR in message
+    assert "xds-validate-" not in message
