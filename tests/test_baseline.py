@@ -133,7 +133,7 @@ _BACKEND_EDITS = (
 BACKEND_KINDS = ("Service", "EndpointSlice", "Deployment", "StatefulSet", "DaemonSet")
 
 
-def _route_edits(
+def _line_edits(
     text: str,
     most: int = 8,
     kinds: tuple[str, ...] = ("HTTPRoute",),
@@ -214,7 +214,7 @@ def test_every_skipped_witness_agrees_after_a_route_edit(tmp_path: Path) -> None
     """Line-for-line HTTPRoute edits: a path, a hostname, a weight, a match type, a
     backend."""
     edits, partial = _edited(
-        tmp_path, SCENARIOS, lambda scenario: [scenario / "resources.yaml"], _route_edits
+        tmp_path, SCENARIOS, lambda scenario: [scenario / "resources.yaml"], _line_edits
     )
     assert edits > 5 * len(SCENARIOS)
     assert partial > edits // 2
@@ -245,7 +245,7 @@ def test_every_skipped_witness_agrees_after_a_backend_edit(tmp_path: Path) -> No
         tmp_path,
         BACKEND_SCENARIOS,
         lambda scenario: [scenario.parent / "base" / "backends.yaml", scenario / "resources.yaml"],
-        lambda text: _route_edits(text, 6, BACKEND_KINDS, _BACKEND_EDITS),
+        lambda text: _line_edits(text, 6, BACKEND_KINDS, _BACKEND_EDITS),
     )
     assert edits > 40
     # Most fixtures send every host to the same few backends: an edit of one asks
@@ -276,7 +276,7 @@ def test_a_baseline_run_reports_what_a_full_run_reports(cli: CLI, tmp_path: Path
     paths, stale, route = _copied(cli, tmp_path)
     text = route.read_text()
     # Not a backend: a new cluster changes what every request may read.
-    edited = [e for e in _route_edits(text) if "name:" not in _changed_line(text, e)][-1]
+    edited = [e for e in _line_edits(text) if "name:" not in _changed_line(text, e)][-1]
     saved = tmp_path / "baseline.json"
     codes: list[set[str]] = []
     for extra in ((), ("--xds", str(stale))):
@@ -414,7 +414,7 @@ def test_lines_that_only_moved_are_not_asked_again(cli: CLI, tmp_path: Path) -> 
     point at the new lines, as a full run's do."""
     paths, stale, route = _copied(cli, tmp_path)
     text = route.read_text()
-    route.write_text(_route_edits(text)[-1])  # the stale xDS disagrees with this
+    route.write_text(_line_edits(text)[-1])  # the stale xDS disagrees with this
     saved = tmp_path / "baseline.json"
     args = (*paths, "--xds", str(stale))
     code, before = _report(cli, "check", *args, "--save-baseline", str(saved))

@@ -2,10 +2,12 @@
 
 A full check asks both models about every witness request and keeps the ones they
 disagree on. Each answer is a function of the request and of a small part of the
-inputs: the spec's of the Gateway-side resources and of the HTTPRoutes whose
+inputs: the spec's of the Gateway-side resources, of the HTTPRoutes whose
 hostnames can match the request's Host (no other Route can take part in choosing
-the rule that answers it); Envoy's of the listeners and clusters and of the one
-virtual host (and its route configuration's own fields) the Host selects. A
+the rule that answers it) and of the Services they name; Envoy's of the listeners,
+of the one virtual host (and its route configuration's own fields) the Host
+selects, of the clusters that virtual host reaches and of the Services their
+endpoints resolve to. A
 witness's *digest* covers the request and exactly those inputs, plus the tool's
 own source. ``check --save-baseline FILE`` writes the digests of the witnesses the
 models agreed on; a later ``check --baseline FILE`` skips every witness whose
@@ -21,6 +23,7 @@ less. The file holds digests only: no configuration, no secret.
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from verifier.errors import InputError, InputErrors
-from verifier.semantics.directory import CLUSTER_DOMAIN_SUFFIXES
+from verifier.semantics.directory import dns_service_keys
 from verifier.semantics.envoy.clusters import target_hosts
 
 if TYPE_CHECKING:
@@ -202,7 +205,7 @@ class Digests:
         if found is None:
             keys: set[tuple[str, str]] = set()
             for host in self._hosts.get(name, ()):
-                keys |= _dns_candidates(host) | self._by_address.get(host, set())
+                keys |= {*dns_service_keys(host), *self._by_address.get(host, ())}
             own = self._cluster.get(name, b"missing")
             found = self._reach[name] = _h(name.encode(), own, self._service_digest(keys))
         return found
@@ -296,8 +299,6 @@ class Digests:
     def _config(self, rc: Any) -> bytes:
         found = self._configs.get(id(rc))
         if found is None:
-            import copy
-
             own = copy.copy(rc)
             own.virtual_hosts = []
             found = self._configs[id(rc)] = _message_digest(own)
@@ -334,19 +335,6 @@ def _backend_refs(data: Any, namespace: str) -> set[tuple[str, str]]:
     return found
 
 
-def _dns_candidates(host: str) -> set[tuple[str, str]]:
-    """The Services ``BackendDirectory.by_dns`` may find for ``host``."""
-    h = host.lower().rstrip(".")
-    out = set()
-    for suffix in CLUSTER_DOMAIN_SUFFIXES:
-        if suffix and not h.endswith(suffix):
-            continue
-        parts = (h[: len(h) - len(suffix)] if suffix else h).split(".")
-        if len(parts) == 2:
-            out.add((parts[1], parts[0]))
-    return out
-
-
 def _indexable(hostname: str) -> bool:
     """A plain lower-case DNS name, or one wildcard label in front of one."""
     name = hostname[2:] if hostname.startswith("*.") else hostname
@@ -358,7 +346,6 @@ class Baseline:
     """The digests of the witnesses the models agreed on in an earlier check."""
 
     agreed: frozenset[bytes]
-    path: str = ""
 
 
 def load(path: str) -> tuple[Baseline | None, list[str]]:
@@ -392,7 +379,7 @@ def load(path: str) -> tuple[Baseline | None, list[str]]:
         digests = frozenset(bytes.fromhex(d) for d in agreed)
     except ValueError:
         raise bad("agreed", hexdigits) from None
-    return Baseline(digests, path), []
+    return Baseline(digests), []
 
 
 def check_writable(path: str) -> None:

@@ -120,15 +120,8 @@ class BackendDirectory:
 
     def by_dns(self, host: str, port: int) -> ServicePortRef | None:
         """``<svc>.<ns>[.svc[.cluster.local]]`` on one of the Service's ports."""
-        h = host.lower().rstrip(".")
-        for suffix in CLUSTER_DOMAIN_SUFFIXES:
-            if suffix and not h.endswith(suffix):
-                continue
-            stem = h[: len(h) - len(suffix)] if suffix else h
-            parts = stem.split(".")
-            if len(parts) != 2:
-                continue
-            svc = self.services.get((parts[1], parts[0]))
+        for key in dns_service_keys(host):
+            svc = self.services.get(key)
             if svc is not None and any(p.port == port for p in svc.ports):
                 return ServicePortRef(svc.namespace, svc.name, port)
         return None
@@ -207,6 +200,20 @@ class BackendDirectory:
     def _sni_names(sni: str, service: tuple[str, str]) -> bool:
         stem = f"{service[1]}.{service[0]}"
         return sni.lower().rstrip(".") in {stem + s for s in CLUSTER_DOMAIN_SUFFIXES}
+
+
+def dns_service_keys(host: str) -> list[tuple[str, str]]:
+    """The (namespace, name) of each Service ``host`` may be a DNS name of
+    (``<svc>.<ns>[.svc[.cluster.local]]``), in the order ``by_dns`` tries them."""
+    h = host.lower().rstrip(".")
+    out = []
+    for suffix in CLUSTER_DOMAIN_SUFFIXES:
+        if suffix and not h.endswith(suffix):
+            continue
+        parts = (h[: len(h) - len(suffix)] if suffix else h).split(".")
+        if len(parts) == 2:
+            out.append((parts[1], parts[0]))
+    return out
 
 
 def backend_directory_from(res: Resources) -> BackendDirectory:
