@@ -86,8 +86,8 @@ def _single(field: Any) -> set[str]:
         return {"message", "check_oneof(message)"}
     if kind == betterproto2.TYPE_ENUM:
         return {"enum", "message"}  # an enum may be a shared definition (a ref)
-    if kind in codec._INT_RANGES:
-        low, high = codec._INT_RANGES[kind]
+    if kind in codec.INT_RANGES:
+        low, high = codec.INT_RANGES[kind]
         return {f"int[{low},{high}]"}
     return {
         betterproto2.TYPE_DOUBLE: {"float"},

@@ -11,7 +11,6 @@ both load, and what cannot be loaded is dropped with a note instead of aborting 
 
 from __future__ import annotations
 
-import base64
 import binascii
 import contextlib
 import dataclasses
@@ -39,6 +38,22 @@ from verifier.inputs import container_levels
 from verifier.xds.layout import Json as Json
 from verifier.xds.layout import Skipped as Skipped
 from verifier.xds.layout import XdsLoadError as XdsLoadError
+from verifier.xds.protojson import (
+    INT_RANGES,
+    SAME,
+    bytes_from_json,
+    bytes_to_json,
+    duration_from_json,
+    duration_to_json,
+    expect,
+    float_from_json,
+    float_to_json,
+    int_from_json,
+    or_wrapped,
+    timestamp_from_json,
+    timestamp_to_json,
+    utf8,
+)
 
 M = TypeVar("M", bound=betterproto2.Message)
 
@@ -428,127 +443,19 @@ def unpack_any(any_msg: pb.Any) -> betterproto2.Message:
 
 # --- well-known types with special JSON ----------------------------------------------------
 
-_DURATION: Final = re.compile(r"(-)?(\d+)(?:\.(\d{1,9}))?s")
-
-
-def _fraction(micros: int) -> str:
-    """Protobuf prints 0, 3, 6 or 9 fractional digits; we hold microseconds at most."""
-    digits = f"{micros:06d}"
-    return "" if not micros else "." + (digits[:3] if digits.endswith("000") else digits)
-
-
-def _duration_to_json(value: datetime.timedelta) -> str:
-    micros = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
-    seconds, frac = divmod(abs(micros), 1_000_000)
-    return f"{'-' if micros < 0 else ''}{seconds}{_fraction(frac)}s"
-
-
-def _duration_from_json(value: Json) -> datetime.timedelta:
-    """Exact decimal parse; betterproto2 goes through float (``1.001s`` -> 1.000999s)."""
-    if isinstance(value, Mapping):
-        return _duration_from_object(value)
-    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-        raise ValueError(f"invalid duration {value!r}")
-    sign, seconds, frac = match.groups()
-    micros = int((frac or "").ljust(9, "0")) // 1000
-    delta = datetime.timedelta(seconds=int(seconds), microseconds=micros)
-    return -delta if sign else delta
-
-
-def _duration_from_object(value: Mapping[str, Json]) -> datetime.timedelta:
-    """The message form, ``{"seconds": 1, "nanos": 5000}``: Envoy's JSON parser takes
-    it as well as ``"1.000005s"`` (measured with ``envoy --mode validate``, 1.40), so
-    reading only the string form dropped a timeout Envoy applies. Same limits as the
-    message: seconds within +-10,000 years, nanos under a second, one sign."""
-    if not set(value) <= {"seconds", "nanos"}:
-        raise ValueError(f"invalid duration {dict(value)!r}")
-    seconds = _int_from_json(value.get("seconds", 0))
-    nanos = _int_from_json(value.get("nanos", 0))
-    if abs(seconds) > 315_576_000_000 or abs(nanos) > 999_999_999 or seconds * nanos < 0:
-        raise ValueError(f"invalid duration {dict(value)!r}")
-    delta = datetime.timedelta(seconds=abs(seconds), microseconds=abs(nanos) // 1000)
-    return -delta if seconds < 0 or nanos < 0 else delta
-
-
-def _or_wrapped(parse: Callable[[Json], Any]) -> Callable[[Json], Any]:
-    """A wrapper type's value, also in its message form ``{"value": 90}``, which
-    Envoy's JSON parser takes as well as ``90`` (measured as for durations)."""
-
-    def parsed(raw: Json) -> Any:
-        if isinstance(raw, Mapping) and set(raw) == {"value"}:
-            return parse(raw["value"])
-        return parse(raw)
-
-    return parsed
-
-
-def _timestamp_to_json(value: datetime.datetime) -> str:
-    utc = value.astimezone(datetime.UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S") + _fraction(utc.microsecond) + "Z"
-
-
-def _timestamp_from_json(value: Json) -> datetime.datetime:
-    text = re.sub(r"(\.\d{6})\d+", r"\1", value) if isinstance(value, str) else ""
-    parsed = datetime.datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        raise ValueError(f"timestamp without timezone {value!r}")
-    return parsed.astimezone(datetime.UTC)
-
-
-def _float_to_json(value: float) -> Json:
-    """As protobuf prints doubles: integral values without ``.0``, non-finite ones as text."""
-    if math.isnan(value) or math.isinf(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return int(value) if value == int(value) and abs(value) < 2**53 else value
-
-
-def _float_from_json(value: Json) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"expected a number, got {value!r}")
-    return float(value)
-
-
-def _int_from_json(value: Json) -> int:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"expected an integer, got {value!r}")
-    return int(value)
-
-
-def _bytes_to_json(value: bytes) -> str:
-    return base64.b64encode(value).decode()
-
-
-def _bytes_from_json(value: Json) -> bytes:
-    text = value.replace("-", "+").replace("_", "/") if isinstance(value, str) else "?"
-    return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-
-
-def _expect(kind: type) -> Callable[[Json], Any]:
-    def check(value: Json) -> Any:
-        if not isinstance(value, kind):
-            raise ValueError(f"expected a {kind.__name__}, got {value!r}")
-        return value
-
-    return check
-
-
-_SAME: Final[Callable[[Any], Any]] = lambda value: value  # noqa: E731
 # (to JSON, from JSON) for the Python values betterproto2 "unwraps" these types to.
 _NATIVE: Final[dict[type, tuple[Callable[[Any], Json], Callable[[Json], Any]]]] = {
-    pb.Duration: (_duration_to_json, _duration_from_json),
-    pb.Timestamp: (_timestamp_to_json, _timestamp_from_json),
-    pb.BoolValue: (_SAME, _or_wrapped(_expect(bool))),
-    pb.StringValue: (_SAME, _or_wrapped(_expect(str))),
-    pb.BytesValue: (_bytes_to_json, _or_wrapped(_bytes_from_json)),
-    pb.Int32Value: (_SAME, _or_wrapped(_int_from_json)),
-    pb.UInt32Value: (_SAME, _or_wrapped(_int_from_json)),
-    pb.Int64Value: (str, _or_wrapped(_int_from_json)),
-    pb.UInt64Value: (str, _or_wrapped(_int_from_json)),
-    pb.FloatValue: (_float_to_json, _or_wrapped(_float_from_json)),
-    pb.DoubleValue: (_float_to_json, _or_wrapped(_float_from_json)),
+    pb.Duration: (duration_to_json, duration_from_json),
+    pb.Timestamp: (timestamp_to_json, timestamp_from_json),
+    pb.BoolValue: (SAME, or_wrapped(expect(bool))),
+    pb.StringValue: (SAME, or_wrapped(expect(str))),
+    pb.BytesValue: (bytes_to_json, or_wrapped(bytes_from_json)),
+    pb.Int32Value: (SAME, or_wrapped(int_from_json)),
+    pb.UInt32Value: (SAME, or_wrapped(int_from_json)),
+    pb.Int64Value: (str, or_wrapped(int_from_json)),
+    pb.UInt64Value: (str, or_wrapped(int_from_json)),
+    pb.FloatValue: (float_to_json, or_wrapped(float_from_json)),
+    pb.DoubleValue: (float_to_json, or_wrapped(float_from_json)),
 }
 _SPECIAL: Final = {*_NATIVE, pb.Struct, pb.Value, pb.ListValue, pb.Any}
 
@@ -611,9 +518,9 @@ def _value_to_json(field: _Field, value: Any) -> Json:
     if kind in betterproto2.INT_64_TYPES:
         return str(value)
     if kind == betterproto2.TYPE_BYTES:
-        return _bytes_to_json(value)
+        return bytes_to_json(value)
     if kind in (betterproto2.TYPE_FLOAT, betterproto2.TYPE_DOUBLE):
-        return _float_to_json(value)
+        return float_to_json(value)
     return value
 
 
@@ -656,7 +563,7 @@ def _special_to_json(msg: betterproto2.Message) -> Json:
         if msg.list_value is not None:
             return _message_to_json(msg.list_value)
         if msg.number_value is not None:
-            return _float_to_json(msg.number_value)
+            return float_to_json(msg.number_value)
         return msg.bool_value if msg.bool_value is not None else msg.string_value
     return _NATIVE[type(msg)][0](msg.to_wrapped())  # type: ignore[attr-defined]
 
@@ -690,16 +597,16 @@ def _scalar_from_json(field: _Field, raw: Json) -> Any:
     kind = field.meta.proto_type
     if kind == betterproto2.TYPE_ENUM:
         if not isinstance(raw, str):
-            return field.cls(_int_from_json(raw))
+            return field.cls(int_from_json(raw))
         renamed = field.cls.betterproto_renamed_proto_names_to_value().get(raw)
         return field.cls(renamed) if renamed is not None else field.cls.from_string(raw)
     if kind in betterproto2.ALL_INT_TYPES:
-        return _int_from_json(raw)
+        return int_from_json(raw)
     if kind in (betterproto2.TYPE_FLOAT, betterproto2.TYPE_DOUBLE):
-        return _float_from_json(raw)
+        return float_from_json(raw)
     if kind == betterproto2.TYPE_BYTES:
-        return _bytes_from_json(raw)
-    return _expect(bool if kind == betterproto2.TYPE_BOOL else str)(raw)
+        return bytes_from_json(raw)
+    return expect(bool if kind == betterproto2.TYPE_BOOL else str)(raw)
 
 
 def _value_from_json(field: _Field, raw: Json, path: str, notes: list[Skipped]) -> Any:
@@ -858,18 +765,6 @@ def _message_from_json(cls: type, raw: Json, path: str, notes: list[Skipped]) ->
 # for goes through ``cls(**kwargs)`` as before, so the notes of rejected values are
 # pydantic's own. The test decodes every fixture's xDS both ways, field by field.
 
-_INT_RANGES: Final = {
-    **dict.fromkeys(
-        (betterproto2.TYPE_INT32, betterproto2.TYPE_SINT32, betterproto2.TYPE_SFIXED32),
-        (-(2**31), 2**31 - 1),
-    ),
-    **dict.fromkeys((betterproto2.TYPE_UINT32, betterproto2.TYPE_FIXED32), (0, 2**32 - 1)),
-    **dict.fromkeys(
-        (betterproto2.TYPE_INT64, betterproto2.TYPE_SINT64, betterproto2.TYPE_SFIXED64),
-        (-(2**63), 2**63 - 1),
-    ),
-    **dict.fromkeys((betterproto2.TYPE_UINT64, betterproto2.TYPE_FIXED64), (0, 2**64 - 1)),
-}
 # The Python value of each wrapper type a field unwraps to, as pydantic's schema has it.
 _UNWRAPPED: Final[dict[type, type]] = {
     pb.BoolValue: bool,
@@ -888,17 +783,6 @@ Check = Callable[[Any], bool]
 FAST_NEW = True  # tests turn it off to compare with pydantic's construction
 
 
-def _utf8(value: str) -> bool:
-    """What betterproto2's ``validate_string`` accepts: text that encodes as UTF-8."""
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: JSON can carry one, UTF-8 cannot
-        return False
-    return True
-
-
 def _single_check(field: _Field) -> Check | None:
     """A check that a decoded value is one pydantic takes unchanged; None: never vouch."""
     kind = field.meta.proto_type
@@ -908,20 +792,20 @@ def _single_check(field: _Field) -> Check | None:
             if native is None:
                 return None
             if native is str:
-                return lambda v: type(v) is str and _utf8(v)
+                return lambda v: type(v) is str and utf8(v)
             return lambda v: type(v) is native
         cls = field.cls
         return lambda v: type(v) is cls
     if kind == betterproto2.TYPE_ENUM:
         enum_cls = field.cls
         return lambda v: type(v) is enum_cls
-    if kind in _INT_RANGES:
-        low, high = _INT_RANGES[kind]
+    if kind in INT_RANGES:
+        low, high = INT_RANGES[kind]
         return lambda v: type(v) is int and low <= v <= high
     if kind == betterproto2.TYPE_DOUBLE:
         return lambda v: type(v) is float
     if kind == betterproto2.TYPE_STRING:
-        return lambda v: type(v) is str and _utf8(v)
+        return lambda v: type(v) is str and utf8(v)
     if kind == betterproto2.TYPE_BOOL:
         return lambda v: type(v) is bool
     if kind == betterproto2.TYPE_BYTES:
@@ -937,7 +821,7 @@ def _field_check(field: _Field) -> Check | None:
         if field.key_type != betterproto2.TYPE_STRING:
             return None
         return lambda v: (
-            type(v) is dict and all(type(k) is str and _utf8(k) and one(x) for k, x in v.items())
+            type(v) is dict and all(type(k) is str and utf8(k) and one(x) for k, x in v.items())
         )
     if field.meta.repeated:
         return lambda v: type(v) is list and all(one(x) for x in v)
@@ -1075,7 +959,7 @@ def _fast_struct(raw: dict[Any, Any]) -> Any:
     fields: dict[str, Any] = {}
     for key, value in raw.items():
         item = _fast_json_value(value)
-        if item is None or type(key) is not str or not _utf8(key):
+        if item is None or type(key) is not str or not utf8(key):
             return None
         fields[key] = item
     return _json_message(pb.Struct, {"fields": fields})
@@ -1093,7 +977,7 @@ def _fast_list(raw: list[Any]) -> Any:
 
 def _fast_json_value(raw: Any) -> Any:
     kind = type(raw)
-    if kind is str and not _utf8(raw):
+    if kind is str and not utf8(raw):
         return None
     name = _JSON_VALUE_FIELD.get(kind)
     if name is not None:
