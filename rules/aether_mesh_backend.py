@@ -24,22 +24,26 @@ Example: ``mesh-apps/mesh-backend-v1`` routed through a cluster whose SAN matche
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import betterproto2
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
-    CertificateValidationContext,
-    CommonTlsContext,
-    SubjectAltNameMatcherSanType,
-)
-from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 from verifier.rules.support import backends as bk
 from verifier.rules.support import served as spec
 
 from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule
+from verifier.xds import read
+from verifier.xds.enums import SubjectAltNameMatcherSanType
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+        CertificateValidationContext,
+        CommonTlsContext,
+    )
+    from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 
 NAME = "aether-mesh-backend"
+COMMON_TLS = "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext"
 CODE = "EV302"
 MESH_PORT = 15008
 
@@ -67,7 +71,7 @@ def _identity_problem(common: CommonTlsContext, ns: str, accounts: set[str]) -> 
     expected = " or ".join(f"spiffe://<trust domain>/ns/{ns}/sa/{sa}" for sa in sorted(accounts))
 
     def good(kind: str, matcher: StringMatcher) -> bool:
-        which, value = betterproto2.which_one_of(matcher, "match_pattern")
+        which, value = read.one_of(matcher, "match_pattern")
         if which != "exact" or kind not in ("", "URI") or not isinstance(value, str):
             return False
         head, _, tail = value.removeprefix("spiffe://").partition("/")
@@ -89,7 +93,7 @@ def _identity_problem(common: CommonTlsContext, ns: str, accounts: set[str]) -> 
 
 
 def _describe(matcher: StringMatcher) -> str:
-    which, value = betterproto2.which_one_of(matcher, "match_pattern")
+    which, value = read.one_of(matcher, "match_pattern")
     text = getattr(value, "regex", value)
     return f"{which or 'any'} {text!r}"
 
@@ -125,7 +129,7 @@ def check(ctx: Context) -> Iterable[Finding]:
         if not spec.is_mesh(ctx.res, svc.meta.namespace, svc.meta.name, registry):
             continue
         tls = bk.upstream_tls(cluster)
-        common = (tls.common_tls_context or CommonTlsContext()) if tls is not None else None
+        common = (tls.common_tls_context or read.empty(COMMON_TLS)) if tls is not None else None
         for problem in problems(ctx, found, common):
             yield bk.backend_finding(CODE, NAME, cluster, svc, problem)
 

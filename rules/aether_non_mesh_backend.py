@@ -20,14 +20,17 @@ type LOGICAL_DNS, expected STRICT_DNS".
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster
 from verifier.rules.support import backends as bk
 from verifier.rules.support import served as spec
 
 from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.cluster.v3 import Cluster
 
 NAME = "aether-non-mesh-backend"
 CODE = "EV301"

@@ -35,16 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-import betterproto2
 import re2
-from envoy_data_plane.envoy.config.route.v3 import (
-    DirectResponseAction,
-    RedirectAction,
-    RedirectActionRedirectResponseCode,
-    RouteAction,
-    RouteMatch,
-)
 from verifier.rules.support import headers as hdr
 from verifier.rules.support import regex as rx
 from verifier.rules.support import walk
@@ -52,9 +45,17 @@ from verifier.rules.support import walk
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
+from verifier.xds import read
+from verifier.xds.enums import RedirectActionRedirectResponseCode
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import (
+        RouteMatch,
+    )
 
 NAME = "envoy-invalid-values"
 CODE = "EV604"
+ROUTE_MATCH = "envoy.config.route.v3.RouteMatch"
 Problem = tuple[str, str]  # (xds path, what is wrong)
 _BAD_CHARS = re2.compile(r"[\x00\r\n]")
 _PATH_SEPARATED = re2.compile(r"[^?#]+[^?#/]")
@@ -64,7 +65,7 @@ _REDIRECT_CODES = frozenset(int(c) for c in RedirectActionRedirectResponseCode)
 
 def _weighted(ref: walk.RouteRef) -> Iterator[Problem]:
     act = walk.action(ref.route)
-    if act is None or betterproto2.which_one_of(act, "cluster_specifier")[0] != "weighted_clusters":
+    if act is None or read.one_of(act, "cluster_specifier")[0] != "weighted_clusters":
         return
     entries = act.weighted_clusters.clusters if act.weighted_clusters is not None else []
     base = f"{ref.path}.route.weighted_clusters"
@@ -79,7 +80,7 @@ def _weighted(ref: walk.RouteRef) -> Iterator[Problem]:
 
 
 def _match(match: RouteMatch, base: str) -> Iterator[Problem]:
-    kind, value = betterproto2.which_one_of(match, "path_specifier")
+    kind, value = read.one_of(match, "path_specifier")
     if not kind:
         yield base, "the match has no path specifier (prefix, path, safe_regex, ...)"
     if kind == "path_separated_prefix" and not _PATH_SEPARATED.fullmatch(str(value)):
@@ -95,14 +96,14 @@ def _match(match: RouteMatch, base: str) -> Iterator[Problem]:
 def _route(ref: walk.RouteRef) -> Iterator[Problem]:
     route = ref.route
     yield from _weighted(ref)
-    yield from _match(route.match or RouteMatch(), f"{ref.path}.match")
-    _kind, value = betterproto2.which_one_of(route, "action")
-    if isinstance(value, RedirectAction) and int(value.response_code) not in _REDIRECT_CODES:
+    yield from _match(route.match or read.empty(ROUTE_MATCH), f"{ref.path}.match")
+    kind, value = read.one_of(route, "action")
+    if kind == "redirect" and int(value.response_code) not in _REDIRECT_CODES:
         code = int(value.response_code)
         yield f"{ref.path}.redirect", f"redirect response_code {code} is not a defined value"
-    if isinstance(value, DirectResponseAction) and not 200 <= value.status < 600:
+    if kind == "direct_response" and not 200 <= value.status < 600:
         yield f"{ref.path}.direct_response", f"status {value.status} is outside [200, 600)"
-    if isinstance(value, RouteAction):
+    if kind == "route":
         rewrites = [value.prefix_rewrite, value.regex_rewrite, value.path_rewrite_policy]
         if sum(r is not None and r != "" for r in rewrites) > 1:
             yield f"{ref.path}.route", f"sets more than one of {', '.join(REWRITES)}"

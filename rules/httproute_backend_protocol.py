@@ -26,12 +26,8 @@ Example: Service port ``appProtocol: kubernetes.io/h2c`` and a cluster with
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster
-from envoy_data_plane.envoy.config.route.v3 import RouteAction
-from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
-    HttpConnectionManager,
-)
 from verifier.rules.support import backends as bk
 from verifier.rules.support import served as spec
 from verifier.rules.support import walk
@@ -39,6 +35,13 @@ from verifier.rules.support import walk
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+    from envoy_data_plane.envoy.config.route.v3 import RouteAction
+    from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+        HttpConnectionManager,
+    )
 
 NAME = "httproute-backend-protocol"
 CODE = "EV221"

@@ -23,6 +23,7 @@ from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.registry import Rule
+from verifier.xds import read
 
 NAME = "httproute-named-route-rule"
 CODE = "EV222"
@@ -44,7 +45,7 @@ def check(ctx: Context) -> Iterable[Finding]:
         struct = meta.filter_metadata.get(walk.ROUTE_METADATA) if meta else None
         if struct is None:
             continue
-        fields = struct.to_dict()
+        fields = read.struct_json(struct)
         found = _named_rule(ctx, fields)
         if found is None:
             continue

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from envoy_data_plane.envoy.config.route.v3 import RouteActionClusterNotFoundResponseCode as Cnf
 from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
+from verifier.xds.enums import RouteActionClusterNotFoundResponseCode as Cnf
 
 NAME = "no-missing-clusters"
 CODE = "EV102"

@@ -24,7 +24,8 @@ from verifier.rules.support import walk
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
-from verifier.xds.codec import Json, to_json_dict
+from verifier.xds import read
+from verifier.xds.layout import Json
 from verifier.xds.snapshot import Snapshot
 
 NAME = "no-orphan-clusters"
@@ -62,12 +63,12 @@ def check(ctx: Context) -> Iterable[Finding]:
         return
     used = _route_references(snap)
     for li in snap.listeners:
-        used |= set(_strings(to_json_dict(li)))
+        used |= set(_strings(read.to_json(li)))
     for cluster in snap.clusters:
         if cluster.name in used:
             continue
         others = (c for c in snap.clusters if c is not cluster)
-        if any(cluster.name in _strings(to_json_dict(c)) for c in others):
+        if any(cluster.name in _strings(read.to_json(c)) for c in others):
             continue
         yield new(
             CODE,

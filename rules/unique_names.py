@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
 from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
 
 NAME = "unique-names"
 CODE = "EV603"

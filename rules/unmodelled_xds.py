@@ -29,15 +29,19 @@ modelled (1x): check judges requests as if it passes every request through".
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster
-from envoy_data_plane.envoy.config.listener.v3 import Listener
 from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
 from verifier.semantics.envoy.listeners import UNMODELLED_CRITERIA
+from verifier.xds import read
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+    from envoy_data_plane.envoy.config.listener.v3 import Listener
 
 NAME = "unmodelled-xds"
 CODE = "EV109"
@@ -65,7 +69,7 @@ def _type_of(typed: object, name: str) -> str:
 
 def _set(value: object) -> bool:
     """A list with items, or a message at all (an empty message is falsy, yet set)."""
-    return bool(value) if isinstance(value, list) else value is not None
+    return read.is_set(value)
 
 
 def _listener(li: Listener) -> Iterator[Item]:

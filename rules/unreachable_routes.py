@@ -32,11 +32,9 @@ the second is unreachable.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import betterproto2
-from envoy_data_plane.envoy.config.route.v3 import HeaderMatcher, Route, RouteMatch
 from verifier.rules.support import walk
 
 from verifier.check import Context, outcome_diff
@@ -47,6 +45,10 @@ from verifier.semantics.envoy.match import CompiledMatch, router_view
 from verifier.semantics.envoy.model import ModelError
 from verifier.semantics.request import Evaluation
 from verifier.semantics.witness import Witness
+from verifier.xds import read
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import HeaderMatcher, Route, RouteMatch
 
 NAME = "unreachable-routes"
 CODE = "EV402"
@@ -63,7 +65,7 @@ PATH_KINDS = ("prefix", "path", "path_separated_prefix", "safe_regex")
 
 def _header_key(h: HeaderMatcher) -> tuple[str, bytes]:
     """Header names compare case-insensitively (Envoy lower-cases them)."""
-    return h.name.lower(), bytes(dataclasses.replace(h, name=""))
+    return h.name.lower(), read.canonical(h, without="name")
 
 
 def _conditions_subsumed(early: RouteMatch, late: RouteMatch) -> bool:
@@ -71,15 +73,15 @@ def _conditions_subsumed(early: RouteMatch, late: RouteMatch) -> bool:
     if any(getattr(early, f) for f in OTHER_CONDITIONS):
         return False
     late_headers = {_header_key(h) for h in late.headers}
-    late_queries = {bytes(q) for q in late.query_parameters}
+    late_queries = {read.canonical(q) for q in late.query_parameters}
     return all(_header_key(h) in late_headers for h in early.headers) and all(
-        bytes(q) in late_queries for q in early.query_parameters
+        read.canonical(q) in late_queries for q in early.query_parameters
     )
 
 
 def _path_covered(early: RouteMatch, late: RouteMatch) -> bool:
-    ek, early_value = betterproto2.which_one_of(early, "path_specifier")
-    lk, late_value = betterproto2.which_one_of(late, "path_specifier")
+    ek, early_value = read.one_of(early, "path_specifier")
+    lk, late_value = read.one_of(late, "path_specifier")
     ev, lv = str(early_value), str(late_value)
     if ek not in PATH_KINDS or lk not in PATH_KINDS:
         return False
@@ -104,13 +106,13 @@ def shadowed_by(early: RouteMatch, late: RouteMatch) -> bool:
     """Every request ``late`` matches is matched by ``early`` (provably)."""
     if not _path_covered(early, late) or not _conditions_subsumed(early, late):
         return False
-    late_regex = betterproto2.which_one_of(late, "path_specifier")[0] == "safe_regex"
+    late_regex = read.one_of(late, "path_specifier")[0] == "safe_regex"
     return not (late_regex and (early.headers or early.query_parameters))
 
 
 def _source(ctx: Context, route: Route) -> m.HTTPRoute | None:
     meta = route.metadata.filter_metadata.get(walk.ROUTE_METADATA) if route.metadata else None
-    key = str(meta.to_dict().get("httproute", "")).split("/") if meta else []
+    key = str(read.struct_json(meta).get("httproute", "")).split("/") if meta else []
     return ctx.res.httproutes.get((key[0], key[1])) if len(key) == 2 else None
 
 
@@ -129,8 +131,8 @@ def _path_infos(routes: list[Route]) -> list[PathInfo | None]:
         if r.match is None:
             out.append(None)
             continue
-        kind, value = betterproto2.which_one_of(r.match, "path_specifier")
-        out.append((kind, str(value)))
+        kind, value = read.one_of(r.match, "path_specifier")
+        out.append((kind, value.regex if kind == "safe_regex" else str(value)))
     return out
 
 

@@ -25,14 +25,17 @@ and the finding shows both sets.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from envoy_data_plane.envoy.config.route.v3 import VirtualHost
 from verifier.rules.support import served as spec
 from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import VirtualHost
 
 NAME = "virtual-host-domains"
 CODE = "EV105"

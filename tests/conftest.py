@@ -183,6 +183,26 @@ def translate_scenario(scenario: Path) -> Snapshot:
     return translate(res, graph, TranslateOptions(mesh_registry=mesh))
 
 
+def as_records(snap: Snapshot) -> Snapshot:
+    """The same snapshot read as ``check --xds`` reads a file: every resource decoded
+    from its JSON into records (verifier.xds.records), or as messages where the records
+    decoder declines, as the loader does."""
+    from verifier.xds.codec import to_json_dict
+    from verifier.xds.layout import KIND_OF
+    from verifier.xds.snapshot import from_config_dump
+
+    responses = [  # unredacted, as the file a user gives holds its keys
+        {
+            "type_url": url,
+            "resources": [to_json_dict(m, with_type=True) for m in getattr(snap, kind)],
+        }
+        for url, kind in KIND_OF.items()
+    ]
+    read, notes = from_config_dump(responses, "<records>", records=True)
+    assert not notes, notes
+    return read
+
+
 @pytest.fixture(scope="session")
 def fixtures_run() -> SuiteRun:
     """``edge-verify run fixtures/``, once per session: every case of every fixture

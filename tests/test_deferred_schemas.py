@@ -3,9 +3,10 @@
 The option only moves when pydantic builds a message class's validator. These tests
 hold it to that: in one fresh interpreter the classes are made as envoy-data-plane
 makes them, in another after ``import verifier``. For every message class of every
-module ``check`` loads, the two core schemas pydantic ends up with are the same, so
-every value is accepted or rejected alike. And the option does take effect (no class
-is built as it is created), for envoy-data-plane's classes only.
+module the translator loads or a check can meet, the two core schemas pydantic ends
+up with are the same, so every value is accepted or rejected alike. And the option
+does take effect (no class is built as it is created), for envoy-data-plane's
+classes only.
 """
 
 from __future__ import annotations
@@ -69,11 +70,14 @@ for name in modules:
 print(json.dumps(out))
 """
 
-# Lists the envoy-data-plane modules that loading and checking a config imports.
+# Lists the envoy-data-plane modules that translating a config imports, and those whose
+# messages a check can meet (``check --xds`` itself reads records: verifier.xds.records).
 MODULES = """
-import json, sys
-import verifier.check, verifier.xds.snapshot
-from verifier.rules import RULES
+import importlib, json, sys
+import verifier.translate, verifier.xds.codec
+from verifier.xds.schema import MODULES
+for name in MODULES:
+    importlib.import_module(name)
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("envoy_data_plane."))))
 """
 

@@ -46,16 +46,16 @@ def differences(msg: Any, rec: Any, path: str = "$") -> list[str]:
             return [f"{path}: Any {msg.type_url} vs {rec!r}"]
         return differences(codec.unpack_any(msg), rec.value, path + "<any>")
     if isinstance(msg, pb.Struct | pb.Value | pb.ListValue):
-        same = isinstance(rec, records.JsonRecord) and rec.type_name == _name(type(msg))
+        same = isinstance(rec, records.JsonRecord) and rec._pb_name == _name(type(msg))
         if same and codec._message_to_json(msg) == rec.json:
             return []
         return [f"{path}: {codec._message_to_json(msg)!r} vs {rec!r}"]
     if isinstance(msg, betterproto2.Message):
-        if not isinstance(rec, records.Record) or rec.type_name != _name(type(msg)):
+        if not isinstance(rec, records.Record) or rec._pb_name != _name(type(msg)):
             return [f"{path}: {type(msg).__name__} vs {type(rec).__name__}"]
         fields = codec._table(type(msg))[0]
-        if rec.field_names != tuple(f.attr for f in fields):
-            return [f"{path}: fields {rec.field_names}"]
+        if rec._pb_fields != tuple(f.attr for f in fields):
+            return [f"{path}: fields {rec._pb_fields}"]
         out: list[str] = []
         for f in fields:
             out += differences(getattr(msg, f.attr), getattr(rec, f.attr), f"{path}.{f.attr}")
@@ -115,6 +115,7 @@ def assert_same(name: str, doc: Any, *, must_decode: bool = True) -> bool:
     msg, notes, rec, rnotes = found
     assert differences(msg, rec) == []
     assert rnotes == notes
+    assert records.to_json(rec) == codec.to_json_dict(msg)
     return True
 
 
@@ -334,3 +335,42 @@ def test_damaged_resources_are_read_alike_or_declined(data: st.DataObject) -> No
             key = data.draw(st.sampled_from([_camel_key(str(where[-1]), {}), str(where[-1]) + "x"]))
             parent[key] = value
     assert_same(type_name, doc, must_decode=False)
+
+
+def test_the_model_enums_are_envoy_data_plane_s() -> None:
+    import importlib
+    import inspect
+
+    from verifier.xds import enums
+
+    modules = [importlib.import_module(m) for m in schema.MODULES]
+    for name, ours in inspect.getmembers(enums, inspect.isclass):
+        if ours.__module__ != enums.__name__:
+            continue
+        theirs = [getattr(m, name) for m in modules if hasattr(m, name)]
+        assert len(theirs) == 1, name
+        assert {m.name: int(m) for m in ours} == {m.name: int(m.value) for m in theirs[0]}
+
+
+def test_records_hold_messages_in_the_fields_messages_do() -> None:
+    """``read.fields`` (what ``support.walk`` descends into, and in which order) is the
+    same for a record as for a message of every type the records decoder knows."""
+    import importlib
+
+    from verifier.xds import read
+
+    compared = 0
+    for module in schema.MODULES:
+        importlib.import_module(module)
+    for url, cls in list(codec.default_message_pool.url_to_type.items()):
+        name = url.rsplit("/", 1)[-1]
+        if cls.__module__ not in schema.MODULES or name in (
+            "google.protobuf.Any",
+            "google.protobuf.Struct",
+            "google.protobuf.Value",
+            "google.protobuf.ListValue",
+        ):
+            continue
+        assert read.fields(read.empty(name)) == read.fields(codec.new(cls)), name
+        compared += 1
+    assert compared > 400

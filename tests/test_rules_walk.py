@@ -10,7 +10,7 @@ from pathlib import Path
 
 import betterproto2
 import pytest
-from conftest import FIXTURES, REPO_ROOT, scenario_params, translate_scenario
+from conftest import FIXTURES, REPO_ROOT, as_records, scenario_params, translate_scenario
 from conftest import valid_scenarios as _valid
 from envoy_data_plane.envoy.config.cluster.v3 import Cluster
 from envoy_data_plane.envoy.config.core.v3 import Metadata, TransportSocket
@@ -28,7 +28,8 @@ from envoy_data_plane.google.protobuf import Struct
 from verifier.rules.support import regex as rx
 from verifier.rules.support import walk
 
-from verifier.xds.codec import pack_any, unpack_any
+from verifier.xds import records
+from verifier.xds.codec import pack_any, to_json_dict, unpack_any
 from verifier.xds.snapshot import Snapshot
 
 
@@ -118,4 +119,26 @@ def test_finds_regexes_inside_anys_and_maps(monkeypatch: pytest.MonkeyPatch) -> 
 def test_an_empty_regex_is_found() -> None:
     """An all-default message is falsy in betterproto2; it is still there."""
     route = Route(match=RouteMatch(safe_regex=RegexMatcher()))
-    assert walk.instances(route, "r", RegexMatcher) == [("r.match.safe_regex", RegexMatcher())]
+    found = walk.instances(route, "r", "envoy.type.matcher.v3.RegexMatcher")
+    assert found == [("r.match.safe_regex", RegexMatcher())]
+
+
+@pytest.mark.parametrize("path", scenario_params(_valid()))
+def test_records_are_walked_as_messages_are(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check --xds`` reads records: the walk finds the same matchers at the same
+    paths in them, Anys and maps included."""
+    monkeypatch.chdir(REPO_ROOT)
+    snap = translate_scenario(path)
+    read = as_records(snap)
+    for target in ("envoy.type.matcher.v3.RegexMatcher", "envoy.type.matcher.v3.StringMatcher"):
+        want = [
+            (p, to_json_dict(m))
+            for root, r in walk.resources(snap)
+            for p, m in walk.instances(r, root, target)
+        ]
+        got = [
+            (p, records.to_json(m))
+            for root, r in walk.resources(read)
+            for p, m in walk.instances(r, root, target)
+        ]
+        assert got == want

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 from verifier.errors import InputError, InputErrors
 from verifier.semantics.directory import dns_service_keys
 from verifier.semantics.envoy.clusters import target_hosts
+from verifier.xds import read
 
 if TYPE_CHECKING:
     import betterproto2
@@ -90,7 +91,9 @@ def _raw_digest(raw: RawObject | None) -> bytes | None:
 
 
 def _message_digest(msg: betterproto2.Message) -> bytes:
-    return _h(type(msg).__name__.encode(), bytes(msg))
+    """A message's or a record's (verifier.xds.read.canonical); the two never meet in
+    one baseline unless a resource is decoded another way, and then it is asked again."""
+    return _h(read.type_name(msg).encode(), read.canonical(msg))
 
 
 class Digests:

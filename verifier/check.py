@@ -16,8 +16,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, VirtualHost
-
 from verifier.features import DEFAULT_PROFILE
 from verifier.findings import Finding, new
 from verifier.forked import map_forked
@@ -41,6 +39,9 @@ from verifier.semantics.request import (
 )
 from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import Route, RouteConfiguration, VirtualHost
 
 if TYPE_CHECKING:
     from verifier.baseline import Baseline, Digests

@@ -677,7 +677,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if empty is not None:
         raise InputErrors([empty])
     if args.xds:
-        snapshot, notes = pipeline.file_snapshot(args.xds)
+        snapshot, notes = pipeline.file_snapshot(args.xds, records=True)
         for note in notes:
             print(f"warning: {note}", file=sys.stderr)
     else:

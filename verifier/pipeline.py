@@ -34,7 +34,7 @@ from verifier.inputs import load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.xds import validation
-from verifier.xds.codec import XdsLoadError
+from verifier.xds.layout import XdsLoadError
 from verifier.xds.snapshot import (
     WILDCARD_ADDRESSES,
     Snapshot,
@@ -340,8 +340,10 @@ def remote_snapshot(source: str) -> tuple[Snapshot, list[str]]:
     return snap, notes
 
 
-def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
-    """A file or directory of xDS, or a live source: ``ads://`` or ``http(s)://`` admin."""
+def file_snapshot(path: str, *, records: bool = False) -> tuple[Snapshot, list[str]]:
+    """A file or directory of xDS, or a live source: ``ads://`` or ``http(s)://`` admin.
+    ``records``: a file is decoded into records where it can be (``check`` and
+    ``explain`` only read it; ``serve`` sends messages)."""
     if re.match(r"^(ads|https?)://", path):
         return remote_snapshot(path)
     if re.match(r"^[a-z][a-z0-9+.-]*://", path):
@@ -358,7 +360,7 @@ def file_snapshot(path: str) -> tuple[Snapshot, list[str]]:
             ]
         )
     try:
-        snap, skipped = load_path(path)
+        snap, skipped = load_path(path, records=records)
     except XdsLoadError as exc:
         raise InputErrors([_xds_input_error(e, path) for e in [exc, *exc.more]]) from None
     validation.adopt(snap, path)  # Envoy's verdict on the file, if asked for at the start
@@ -441,16 +443,22 @@ def _resources(scn: Scenario, loading: ForkedCall[_Loaded] | None) -> Resources:
 
 
 def prepare(
-    scn: Scenario, opts: CheckOptions, spec_cache: dict[Any, Any] | None = None
+    scn: Scenario,
+    opts: CheckOptions,
+    spec_cache: dict[Any, Any] | None = None,
+    *,
+    records: bool = False,
 ) -> tuple[Context | None, ScenarioResult]:
     """The check context of a scenario, or the result that stands instead of one
-    (input errors; a negative scenario, which has no context to check)."""
+    (input errors; a negative scenario, which has no context to check). ``records``:
+    an ``--xds`` file is read as records (``check``, which only reads it); the live pass
+    serves it and the mutation engine edits it, and they need messages."""
     loading = _resources_in_child(scn) if opts.xds else None
     xds: tuple[Snapshot, list[str]] | InputErrors | None = None
     try:
         if loading is not None and opts.xds:
             try:  # while the child reads the YAML
-                xds = file_snapshot(opts.xds)
+                xds = file_snapshot(opts.xds, records=records)
             except InputErrors as exc:
                 xds = exc  # reported only if the resources load, as without the child
             except Exception:
@@ -477,7 +485,7 @@ def prepare(
         if isinstance(xds, InputErrors):
             raise xds
         if opts.xds:
-            snapshot, notes = xds if xds is not None else file_snapshot(opts.xds)
+            snapshot, notes = xds if xds is not None else file_snapshot(opts.xds, records=records)
             warnings += notes
         elif opts.translator:
             snapshot, notes = external_snapshot(opts.translator, scn.paths)
@@ -565,13 +573,15 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
     if not unreached:
         return []
     listed = ", ".join(f"{a}:{p}" for a, p in stray)
+    source = opts.xds or opts.translator  # which xDS: the file a user can open
     return [
         InputError(
             "--gateway-address",
             0,
             "",
             "unattributed",
-            f"the xDS binds {listed}, which is no Gateway's address, and Gateway "
+            f"the xDS{f' ({source})' if source else ''} binds {listed}, which is no "
+            "Gateway's address, and Gateway "
             f"{'; '.join(unreached)} has no listener: say which Gateway each address "
             "serves with --gateway-address NAMESPACE/NAME=IP",
         )
@@ -579,7 +589,7 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
 
 
 def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> ScenarioResult:
-    ctx, result = prepare(scn, opts)
+    ctx, result = prepare(scn, opts, records=True)
     if ctx is None:
         return result
     with loaded_objects_frozen():

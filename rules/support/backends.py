@@ -10,26 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import betterproto2
-from envoy_data_plane.envoy.config.cluster.v3 import (
-    Cluster,
-    ClusterClusterProtocolSelection,
-    ClusterDiscoveryType,
-)
-from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
-from envoy_data_plane.envoy.extensions.clusters.dns.v3 import DnsCluster
-from envoy_data_plane.envoy.extensions.transport_sockets.raw_buffer.v3 import RawBuffer
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
-from envoy_data_plane.envoy.extensions.upstreams.http.v3 import HttpProtocolOptions
 from verifier.rules.support import walk
 
 from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
+from verifier.xds import read
+from verifier.xds.enums import ClusterClusterProtocolSelection, ClusterDiscoveryType
 from verifier.xds.snapshot import Snapshot
 
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+    from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
+
 HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+UPSTREAM_TLS = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 DNS_SUFFIXES = (".svc.cluster.local", ".svc", "")
 
 
@@ -52,12 +50,12 @@ def kind(cluster: Cluster) -> str:
     The ``envoy.cluster.dns`` extension resolving every address (not one per
     connection, ``all_addresses_in_single_endpoint``) is STRICT_DNS by another name.
     """
-    which, _ = betterproto2.which_one_of(cluster, "cluster_discovery_type")
+    which, _ = read.one_of(cluster, "cluster_discovery_type")
     if which != "cluster_type":
         return ClusterDiscoveryType(cluster.type or 0).name
     ext = cluster.cluster_type
     config = walk.unpack(ext.typed_config) if ext is not None else None
-    if isinstance(config, DnsCluster):
+    if read.is_a(config, "envoy.extensions.clusters.dns.v3.DnsCluster"):
         return "LOGICAL_DNS" if config.all_addresses_in_single_endpoint else "STRICT_DNS"
     return ext.name if ext is not None else ""
 
@@ -85,7 +83,7 @@ def targets(cla: ClusterLoadAssignment | None) -> tuple[tuple[str, int], ...]:
 def upstream_tls(cluster: Cluster) -> UpstreamTlsContext | None:
     ts = cluster.transport_socket
     found = walk.unpack(ts.typed_config) if ts is not None else None
-    return found if isinstance(found, UpstreamTlsContext) else None
+    return found if read.is_a(found, UPSTREAM_TLS) else None
 
 
 def encrypts(cluster: Cluster) -> bool:
@@ -96,17 +94,18 @@ def encrypts(cluster: Cluster) -> bool:
     if ts is None:
         return False
     inner = walk.unpack(ts.typed_config)
-    return not isinstance(inner, RawBuffer) and ts.name != "envoy.transport_sockets.raw_buffer"
+    raw = read.is_a(inner, "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer")
+    return not raw and ts.name != "envoy.transport_sockets.raw_buffer"
 
 
 def http_protocol(cluster: Cluster) -> str:
     """``h2`` (always HTTP/2), ``downstream`` (HTTP/2 when the client used it), ``auto``
     (ALPN), or ``h1``; typed HttpProtocolOptions win over the legacy cluster fields."""
     opts = walk.unpack(cluster.typed_extension_protocol_options.get(HTTP_OPTIONS))
-    if isinstance(opts, HttpProtocolOptions):
-        which, value = betterproto2.which_one_of(opts, "upstream_protocol_options")
+    if read.is_a(opts, HTTP_OPTIONS):
+        which, value = read.one_of(opts, "upstream_protocol_options")
         if which == "explicit_http_config" and value is not None:
-            proto, _ = betterproto2.which_one_of(value, "protocol_config")
+            proto, _ = read.one_of(value, "protocol_config")
             return "h2" if proto == "http2_protocol_options" else "h1"
         if which == "use_downstream_protocol_config" and value is not None:
             return "downstream" if value.http2_protocol_options is not None else "h1"

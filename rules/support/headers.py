@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import betterproto2
-from envoy_data_plane.envoy.config.core.v3 import HeaderValueOption
 from verifier.rules.support import walk
 
+from verifier.xds import read
 from verifier.xds.snapshot import Snapshot
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    pass
 
 HOST_HEADERS = frozenset({"host", ":authority"})
 FIELDS = (
@@ -48,7 +51,7 @@ def _of(owner: object, base: str, route: walk.RouteRef | None) -> Iterator[Mutat
     for field in FIELDS:
         for i, entry in enumerate(getattr(owner, field, [])):
             path = f"{base}.{field}[{i}]"
-            if isinstance(entry, HeaderValueOption):
+            if read.is_a(entry, "envoy.config.core.v3.HeaderValueOption"):
                 header = entry.header
                 key, value = (header.key, header.value) if header is not None else ("", "")
                 yield Mutation(path, field, key, value, route)
@@ -75,7 +78,7 @@ def host_rewrite(ref: walk.RouteRef) -> str | None:
     act = walk.action(ref.route)
     if act is None:
         return None
-    kind, value = betterproto2.which_one_of(act, "host_rewrite_specifier")
+    kind, value = read.one_of(act, "host_rewrite_specifier")
     if not kind or (kind == "auto_host_rewrite" and not value):
         return None
     return kind

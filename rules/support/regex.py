@@ -10,14 +10,16 @@ is 44 (UTF-8 mode: 164) and accepted, ``\\p{L}{30}`` is 214 (UTF-8 mode: 35884),
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import betterproto2
-from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
 from verifier.rules.support import walk
 
 from verifier.semantics.envoy.strings import RegexError, compile_regex
+from verifier.xds import read
 from verifier.xds.snapshot import Snapshot
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher
 
 M = TypeVar("M")
 
@@ -59,14 +61,10 @@ def _everywhere(cls: type[M]) -> walk.PerSnapshot[list[tuple[str, M]]]:
 
 
 # Routes, matchers, rewrites, CORS, SANs...: every RegexMatcher, and every StringMatcher.
-regexes = _everywhere(RegexMatcher)
-string_matchers = _everywhere(StringMatcher)
+regexes = _everywhere("envoy.type.matcher.v3.RegexMatcher")
+string_matchers = _everywhere("envoy.type.matcher.v3.StringMatcher")
 
 
 def empty_string_matchers(snap: Snapshot) -> list[str]:
     """Paths of StringMatchers with no pattern ("match_pattern: is required", Envoy 1.40)."""
-    return [
-        path
-        for path, m in string_matchers(snap)
-        if not betterproto2.which_one_of(m, "match_pattern")[0]
-    ]
+    return [path for path, m in string_matchers(snap) if not read.one_of(m, "match_pattern")[0]]

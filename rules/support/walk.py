@@ -11,30 +11,31 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
-
-import betterproto2
-from envoy_data_plane.envoy.config.listener.v3 import Listener
-from envoy_data_plane.envoy.config.route.v3 import (
-    Route,
-    RouteAction,
-    RouteActionRequestMirrorPolicy,
-    RouteConfiguration,
-    VirtualHost,
-)
-from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
-    HttpConnectionManager,
-)
-from envoy_data_plane.google.protobuf import Any as PbAny
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from verifier.check import Context
 from verifier.gatewayapi.load import Location
-from verifier.xds.codec import XdsLoadError, unpack_any
+from verifier.xds import read
+from verifier.xds.layout import XdsLoadError
 from verifier.xds.snapshot import Snapshot
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.listener.v3 import Listener
+    from envoy_data_plane.envoy.config.route.v3 import (
+        Route,
+        RouteAction,
+        RouteActionRequestMirrorPolicy,
+        RouteConfiguration,
+        VirtualHost,
+    )
+    from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+        HttpConnectionManager,
+    )
+    from envoy_data_plane.google.protobuf import Any as PbAny
 
 ROUTE_METADATA = "aether.io/route"
 MEMO_SIZE = 8  # snapshots remembered by ``PerSnapshot``
-M = TypeVar("M", bound=betterproto2.Message)
+HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 T = TypeVar("T")
 
 
@@ -73,11 +74,12 @@ class PerSnapshot(Generic[T]):
         return result
 
 
-def unpack(value: PbAny | None) -> betterproto2.Message | None:
+def unpack(value: PbAny | None) -> Any:
+    """The message or record an ``Any`` holds; None if it holds nothing readable."""
     if value is None or not value.type_url:
         return None
     try:
-        return unpack_any(value)
+        return read.unpack(value)
     except (XdsLoadError, ValueError):
         return None
 
@@ -91,7 +93,7 @@ def hcms(listener: Listener) -> Iterator[tuple[str, HttpConnectionManager]]:
     for path, chain in chains:
         for j, f in enumerate(chain.filters):
             hcm = unpack(f.typed_config)
-            if isinstance(hcm, HttpConnectionManager):
+            if read.is_a(hcm, HCM):
                 yield f"{path}.filters[{j}]", hcm
 
 
@@ -100,7 +102,7 @@ def route_configs(snap: Snapshot) -> list[tuple[str, RouteConfiguration]]:
     out = [(f"routes[{rc.name}]", rc) for rc in snap.routes]
     for listener in snap.listeners:
         for path, hcm in hcms(listener):
-            inline = betterproto2.which_one_of(hcm, "route_specifier")[0] == "route_config"
+            inline = read.one_of(hcm, "route_specifier")[0] == "route_config"
             if inline and hcm.route_config is not None:
                 out.append((f"{path}.route_config", hcm.route_config))
     return out
@@ -114,13 +116,13 @@ def routes(snap: Snapshot) -> Iterator[RouteRef]:
 
 
 def action(route: Route) -> RouteAction | None:
-    kind, value = betterproto2.which_one_of(route, "action")
-    return value if kind == "route" and isinstance(value, RouteAction) else None
+    kind, value = read.one_of(route, "action")
+    return value if kind == "route" else None
 
 
 def forward_clusters(act: RouteAction) -> list[tuple[str, str]]:
     """(cluster, field) pairs a route action forwards to; mirrors excluded."""
-    kind, _ = betterproto2.which_one_of(act, "cluster_specifier")
+    kind, _ = read.one_of(act, "cluster_specifier")
     if kind == "cluster":
         return [(act.cluster or "", "route.cluster")]
     if kind == "weighted_clusters" and act.weighted_clusters is not None:
@@ -144,7 +146,7 @@ def dynamic_cluster_choice(snap: Snapshot) -> bool:
         act = action(ref.route)
         if act is None:
             continue
-        kind, _ = betterproto2.which_one_of(act, "cluster_specifier")
+        kind, _ = read.one_of(act, "cluster_specifier")
         weighted = act.weighted_clusters.clusters if act.weighted_clusters is not None else []
         if kind not in ("", "cluster", "weighted_clusters") or any(
             c.cluster_header for c in weighted
@@ -155,91 +157,81 @@ def dynamic_cluster_choice(snap: Snapshot) -> bool:
     return False
 
 
-# How a field holds messages: one, a list of them, or a map to them.
-_ONE, _LIST, _MAP = range(3)
 _Plan = tuple[tuple[str, int], ...]
-_plans: dict[tuple[type, type], _Plan] = {}
+_plans: dict[tuple[str, str], _Plan] = {}
 
 
-def instances(msg: betterproto2.Message, path: str, cls: type[M]) -> list[tuple[str, M]]:
-    """Every ``cls`` message nested in ``msg`` (``Any`` unpacked), depth first, with its path.
+def instances(msg: Any, path: str, target: str) -> list[tuple[str, Any]]:
+    """Every message of type ``target`` (a full proto name) nested in ``msg`` (``Any``
+    unpacked), depth first, with its path; messages and records alike.
 
-    Only fields whose message type can lead to ``cls`` (directly, or through an
+    Only fields whose message type can lead to ``target`` (directly, or through an
     ``Any``) are read; see ``_plan``.
     """
-    found: list[tuple[str, M]] = []
-    _collect(msg, path, cls, found)
+    found: list[tuple[str, Any]] = []
+    _collect(msg, path, target, found)
     return found
 
 
-def _collect(
-    msg: betterproto2.Message, path: str, cls: type[M], found: list[tuple[str, M]]
-) -> None:
-    if isinstance(msg, cls):
+def _collect(msg: Any, path: str, target: str, found: list[tuple[str, Any]]) -> None:
+    name = read.type_name(msg)
+    if name == target:
         found.append((path, msg))
-    plan = _plans.get((type(msg), cls))
+    plan = _plans.get((name, target))
     if plan is None:
-        plan = _plans[type(msg), cls] = _plan(type(msg), cls)
-    for name, shape in plan:
-        value = getattr(msg, name, None)
+        plan = _plans[name, target] = _plan(msg, target)
+    for attr, shape in plan:
+        value = getattr(msg, attr, None)
         if value is None:
             continue
-        if shape == _ONE:
-            _visit(value, f"{path}.{name}", cls, found)
-        elif shape == _LIST:
-            named = name == "virtual_hosts"
+        if shape == read.ONE:
+            _visit(value, f"{path}.{attr}", target, found)
+        elif shape == read.LIST:
+            named = attr == "virtual_hosts"
             for i, item in enumerate(value):
-                _visit(item, f"{path}.{name}[{item.name if named else i}]", cls, found)
+                _visit(item, f"{path}.{attr}[{item.name if named else i}]", target, found)
         else:
             for key, item in value.items():
-                _visit(item, f"{path}.{name}[{key}]", cls, found)
+                _visit(item, f"{path}.{attr}[{key}]", target, found)
 
 
-def _visit(value: object, path: str, cls: type[M], found: list[tuple[str, M]]) -> None:
-    if isinstance(value, PbAny):
+def _visit(value: Any, path: str, target: str, found: list[tuple[str, Any]]) -> None:
+    if read.type_name(value) == read.ANY:
         inner = unpack(value)
         if inner is not None:
-            _collect(inner, path, cls, found)
-    elif isinstance(value, betterproto2.Message):
-        _collect(value, path, cls, found)
+            _collect(inner, path, target, found)
+    else:
+        _collect(value, path, target, found)
 
 
-def _fields(cls: type) -> list[tuple[str, int, type | None]]:
-    """(name, shape, message class or None if unknown) of each message-holding field."""
-    meta = cls._betterproto  # type: ignore[attr-defined]
-    out: list[tuple[str, int, type | None]] = []
-    for name, info in meta.meta_by_field_name.items():
-        if info.proto_type == betterproto2.TYPE_MAP:
-            if info.map_meta[1].proto_type == betterproto2.TYPE_MESSAGE:
-                out.append((name, _MAP, meta.cls_by_field.get(f"{name}.value")))
-        elif info.proto_type == betterproto2.TYPE_MESSAGE:
-            out.append((name, _LIST if info.repeated else _ONE, meta.cls_by_field.get(name)))
-    return out
-
-
-def _plan(cls: type, target: type) -> _Plan:
-    """The fields of ``cls`` worth reading to find ``target``: those whose message type
-    reaches ``target`` or an ``Any`` (which may hold anything) through its fields."""
+def _plan(msg: Any, target: str) -> _Plan:
+    """The fields of ``msg``'s type worth reading to find ``target``: those whose
+    message type reaches ``target`` or an ``Any`` (which may hold anything)."""
     return tuple(
-        (name, shape) for name, shape, sub in _fields(cls) if sub is None or _reaches(sub, target)
+        (attr, shape)
+        for attr, shape, sub in read.fields(msg)
+        if sub is None or _reaches(sub, target)
     )
 
 
 @functools.cache
-def _reaches(cls: type, target: type) -> bool:
-    seen: set[type | None] = set()
-    todo: list[type | None] = [cls]
+def _reaches(name: str, target: str) -> bool:
+    seen: set[str] = set()
+    todo = [name]
     while todo:
         here = todo.pop()
-        if here is target or here is PbAny or not isinstance(here, type):
-            return True  # None: a type we cannot see through, so maybe
-        if here not in seen and issubclass(here, betterproto2.Message):
+        if here in (target, read.ANY):
+            return True
+        if here not in seen:
             seen.add(here)
-            todo.extend(sub for _name, _shape, sub in _fields(here))
+            subs = read.fields_of_type(here)
+            if subs is None:
+                return True  # a type we cannot see through, so maybe
+            todo.extend(sub if sub is not None else read.ANY for _a, _s, sub in subs)
     return False
 
 
-def resources(snap: Snapshot) -> Iterator[tuple[str, betterproto2.Message]]:
+def resources(snap: Snapshot) -> Iterator[tuple[str, Any]]:
     """Every top-level resource with its path root."""
     for c in snap.clusters:
         yield f"clusters[{c.name}]", c
@@ -282,23 +274,33 @@ def route_origin(ctx: Context, route: Route) -> tuple[Location, str] | None:
     meta = route.metadata.filter_metadata.get(ROUTE_METADATA) if route.metadata else None
     if meta is None:
         return None
-    fields = meta.to_dict()
+    fields = read.struct_json(meta)
     key = str(fields.get("httproute", "")).split("/")
     found = ctx.res.httproutes.get((key[0], key[1])) if len(key) == 2 else None
     if found is None:
         return None
-    rule, match = fields.get("rule"), fields.get("match")
-    path = "" if rule is None else f"spec.rules[{int(rule)}]"
+    rule, match = _index(fields.get("rule")), _index(fields.get("match"))
+    path = "" if rule is None else f"spec.rules[{rule}]"
     if path and match is not None:
-        path += f".matches[{int(match)}]"
+        path += f".matches[{match}]"
     return found.meta.where(path), f"HTTPRoute {found.meta.namespace}/{found.meta.name}"
+
+
+def _index(value: object) -> int | None:
+    """A rule or match index from route metadata: a whole number (or its digits); None
+    for anything else, which points the finding at the HTTPRoute itself."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def route_config_of(
     hcm: HttpConnectionManager, rds: dict[str, RouteConfiguration]
 ) -> RouteConfiguration | None:
     """The route configuration an HCM uses: inline, or the RDS one it names."""
-    kind, _ = betterproto2.which_one_of(hcm, "route_specifier")
+    kind, _ = read.one_of(hcm, "route_specifier")
     if kind == "rds" and hcm.rds is not None:
         return rds.get(hcm.rds.route_config_name)
     return hcm.route_config if kind == "route_config" else None

@@ -23,6 +23,7 @@ agree field by field.
 from __future__ import annotations
 
 import json
+import keyword
 import math
 import struct
 import types
@@ -34,12 +35,16 @@ from verifier.xds.layout import Json, Skipped
 from verifier.xds.protojson import (
     INT_RANGES,
     bytes_from_json,
+    bytes_to_json,
     duration_from_json,
+    duration_to_json,
     expect,
     float_from_json,
+    float_to_json,
     int_from_json,
     or_wrapped,
     timestamp_from_json,
+    timestamp_to_json,
     utf8,
 )
 
@@ -57,15 +62,19 @@ class Decline(Exception):
 class Record:
     """A decoded message. Unset fields read as the class's defaults."""
 
-    type_name: ClassVar[str] = ""
-    field_names: ClassVar[tuple[str, ...]] = ()
+    _pb_name: ClassVar[str] = ""
+    _pb_fields: ClassVar[tuple[str, ...]] = ()
+    _pb_groups: ClassVar[Mapping[str, tuple[str, ...]]] = EMPTY_MAP  # oneof -> its fields
+    # (attribute, 0 one / 1 list / 2 map, message type) of fields holding messages
+    _pb_holding: ClassVar[tuple[tuple[str, int, str], ...]] = ()
+    _pb_table: ClassVar[tuple[_Field, ...]] = ()  # every field, in number order
 
     def __repr__(self) -> str:
-        return f"{self.type_name}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+        return f"{self._pb_name}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and all(
-            getattr(self, n) == getattr(other, n) for n in self.field_names
+            getattr(self, n) == getattr(other, n) for n in self._pb_fields
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as messages are
@@ -74,8 +83,8 @@ class Record:
 class AnyRecord(Record):
     """``google.protobuf.Any`` with its payload decoded: ``value`` is the inner record."""
 
-    type_name = "google.protobuf.Any"
-    field_names = ("type_url", "value")
+    _pb_name = "google.protobuf.Any"
+    _pb_fields = ("type_url", "value")
     type_url: str = ""
     value: Record | None = None
 
@@ -83,12 +92,12 @@ class AnyRecord(Record):
 class JsonRecord(Record):
     """``Struct``, ``Value`` or ``ListValue``: the JSON they hold, numbers as floats."""
 
-    field_names = ("json",)
+    _pb_fields = ("json",)
     json: Json = None
 
 
 _JSON_RECORDS: Final[dict[str, type[JsonRecord]]] = {
-    name: type(name.rsplit(".", 1)[-1], (JsonRecord,), {"type_name": name})
+    name: type(name.rsplit(".", 1)[-1], (JsonRecord,), {"_pb_name": name})
     for name in ("google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue")
 }
 
@@ -104,7 +113,23 @@ class _Type:
         self.by_key = {key: fields[attr] for key, attr in spec["keys"].items()}
         self.groups = {f.attr: f.group for f in fields.values() if f.group}
         defaults: dict[str, Any] = {n: f.default() for n, f in fields.items()}
-        defaults.update(type_name=name, field_names=tuple(fields))
+        groups: dict[str, tuple[str, ...]] = {}
+        for f in fields.values():
+            if f.group:
+                groups[f.group] = (*groups.get(f.group, ()), f.attr)
+        declared = [fields[a] for a in spec.get("declared", fields)]  # as messages walk them
+        holding = tuple(
+            (f.attr, 2 if f.key_type else 1 if f.repeated else 0, f.ref)
+            for f in declared
+            if f.kind == "message" and not f.unwrap
+        )
+        defaults.update(
+            _pb_name=name,
+            _pb_fields=tuple(fields),
+            _pb_groups=groups,
+            _pb_holding=holding,
+            _pb_table=tuple(fields.values()),
+        )
         self.record: type[Record] = type(name.rsplit(".", 1)[-1], (Record,), defaults)
 
 
@@ -153,7 +178,7 @@ class Schema:
     def __init__(self, path: Path = SCHEMA_PATH) -> None:
         data = json.loads(path.read_text())
         self._messages: dict[str, Any] = data["messages"]
-        self._enums: dict[str, dict[str, int]] = data["enums"]
+        self._enums: dict[str, dict[str, Any]] = data["enums"]
         self._numbers: dict[str, frozenset[int]] = {}
         self._types: dict[str, _Type] = {}
 
@@ -169,16 +194,21 @@ class Schema:
             found = self._types[name] = _Type(name, spec)
         return found
 
+    def enum_json(self, ref: str, value: int) -> Json:
+        """As the codec writes an enum: its name, or the number it does not define."""
+        name: str | None = self._enums[ref]["json"].get(str(value))
+        return value if name is None else name
+
     def enum(self, ref: str, raw: Json) -> int:
         if isinstance(raw, str):
-            number = self._enums[ref].get(raw)
+            number: int | None = self._enums[ref]["names"].get(raw)
             if number is None:
                 raise Decline(f"unknown enum name {raw!r}")
             return number
         value = int_from_json(raw)
         numbers = self._numbers.get(ref)
         if numbers is None:
-            numbers = self._numbers[ref] = frozenset(self._enums[ref].values())
+            numbers = self._numbers[ref] = frozenset(self._enums[ref]["names"].values())
         if value not in numbers:
             raise Decline(f"unknown enum number {value}")
         return value
@@ -463,3 +493,76 @@ def decode(name: str, raw: Json, path: str = "$") -> tuple[Record, list[Skipped]
     if record is None:
         raise Decline("nothing decoded")
     return record, decoder.notes
+
+
+# --- to JSON, as the codec writes a message ---------------------------------------------
+
+_INT64: Final = frozenset({"int64", "uint64", "sint64", "fixed64", "sfixed64"})
+_UNWRAPPED_TO_JSON: Final[dict[str, Callable[[Any], Json]]] = {
+    "google.protobuf.Duration": duration_to_json,
+    "google.protobuf.Timestamp": timestamp_to_json,
+    "google.protobuf.BytesValue": bytes_to_json,
+    "google.protobuf.Int64Value": str,
+    "google.protobuf.UInt64Value": str,
+    "google.protobuf.FloatValue": float_to_json,
+    "google.protobuf.DoubleValue": float_to_json,
+}
+
+
+def to_json(record: Record) -> Json:
+    """snake_case proto-JSON, exactly as ``codec.to_json_dict`` writes the same message."""
+    if isinstance(record, AnyRecord):
+        inner = record.value
+        body = to_json(inner) if inner is not None else {}
+        if isinstance(inner, JsonRecord):
+            return {"@type": record.type_url, "value": body}
+        return {"@type": record.type_url, **body}
+    if isinstance(record, JsonRecord):
+        return _json_numbers(record.json)
+    out: dict[str, Json] = {}
+    for f in type(record)._pb_table:
+        value = getattr(record, f.attr)
+        key = f.attr[:-1] if f.attr.endswith("_") and keyword.iskeyword(f.attr[:-1]) else f.attr
+        if f.key_type and value:
+            out[key] = {
+                str(k).lower() if isinstance(k, bool) else str(k): _value_json(f, v)
+                for k, v in value.items()
+            }
+        elif f.repeated and value:
+            out[key] = [_value_json(f, v) for v in value]
+        elif f.key_type or f.repeated or value is None:
+            continue
+        elif value or f.optional or f.kind == "message":
+            out[key] = _value_json(f, value)  # set-but-empty messages have meaning
+    return out
+
+
+def _value_json(f: _Field, value: Any) -> Json:
+    if f.unwrap:
+        return _UNWRAPPED_TO_JSON.get(f.unwrap, _same)(value)
+    if f.kind == "message":
+        return to_json(value)
+    if f.kind == "enum":
+        return schema().enum_json(f.ref, value)
+    if f.kind in _INT64:
+        return str(value)
+    if f.kind == "bytes":
+        return bytes_to_json(value)
+    if f.kind in ("float", "double"):
+        return float_to_json(value)
+    return value
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _json_numbers(value: Json) -> Json:
+    """A Struct's numbers as the codec writes them (integral ones without ``.0``)."""
+    if isinstance(value, float):
+        return float_to_json(value)
+    if isinstance(value, dict):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_numbers(v) for v in value]
+    return value

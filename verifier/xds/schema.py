@@ -72,14 +72,16 @@ def _enum_id(cls: type) -> str:
     return f"{cls.__module__.removeprefix('envoy_data_plane.')}.{cls.__qualname__}"
 
 
-def _enum(cls: Any) -> dict[str, int]:
-    """Every name the message decoder takes for a value: member names and renamed ones."""
+def _enum(cls: Any) -> dict[str, Any]:
+    """Every name the message decoder takes for a value (member names and renamed
+    ones), and the name it writes for each number."""
     names = {m.name: int(m.value) for m in cls}
     names.update(cls.betterproto_renamed_proto_names_to_value())
-    return dict(sorted(names.items()))
+    written = {str(int(m.value)): m.proto_name or m.name for m in cls}
+    return {"names": dict(sorted(names.items())), "json": written}
 
 
-def _field(f: Any, enums: dict[str, dict[str, int]]) -> list[Any]:
+def _field(f: Any, enums: dict[str, dict[str, Any]]) -> list[Any]:
     meta = f.meta
     ref = ""
     if meta.unwrap is not None:  # the field holds the wrapper's Python value
@@ -111,11 +113,16 @@ def schema() -> dict[str, Any]:
         if cls.__module__ in MODULES:
             classes[url.rsplit("/", 1)[-1]] = cls
     messages: dict[str, Any] = {}
-    enums: dict[str, dict[str, int]] = {}
+    enums: dict[str, dict[str, Any]] = {}
     for name in sorted(classes):
         ordered, by_key = codec._table(classes[name])
         keys = {key: f.attr for key, f in sorted(by_key.items())}
         messages[name] = {"fields": [_field(f, enums) for f in ordered], "keys": keys}
+        # The order the class declares its fields (betterproto2's metadata walks them
+        # so; verifier.xds.read.fields too), when it is not number order.
+        declared = list(classes[name]._betterproto.meta_by_field_name)  # type: ignore[attr-defined]
+        if declared != [f.attr for f in ordered]:
+            messages[name]["declared"] = declared
     return {
         "envoy-data-plane": importlib.metadata.version("envoy-data-plane"),
         "messages": messages,

@@ -14,23 +14,9 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import betterproto2
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster
-from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
-from envoy_data_plane.envoy.config.listener.v3 import Listener
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
-
-from verifier.xds.codec import (
-    from_json_dict,
-    new,
-    pack_any,
-    preload_types,
-    to_json_dict,
-    unpack_any,
-)
+from verifier.xds import read
 from verifier.xds.layout import (
     CLUSTER_TYPE,
     DUMP_TYPES,
@@ -54,21 +40,44 @@ from verifier.xds.validation import (
 from verifier.xds.validation import REDACTED as REDACTED
 from verifier.xds.validation import find_envoy as find_envoy
 
-R = TypeVar("R", bound=betterproto2.Message)
+# A snapshot holds envoy-data-plane messages, or records (``verifier.xds.records``) where
+# ``check`` decoded the xDS it was given: they are read alike (``verifier.xds.read``), and
+# annotated as messages. This module imports envoy-data-plane only to handle messages.
+if TYPE_CHECKING:
+    import betterproto2
+    from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+    from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
+    from envoy_data_plane.envoy.config.listener.v3 import Listener
+    from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
-_CLASSES: Final[dict[str, type[betterproto2.Message]]] = {
-    CLUSTER_TYPE: Cluster,
-    ENDPOINT_TYPE: ClusterLoadAssignment,
-    LISTENER_TYPE: Listener,
-    ROUTE_TYPE: RouteConfiguration,
-    SECRET_TYPE: Secret,
-}
+R = TypeVar("R")
+ENDPOINTS_NAME: Final = ENDPOINT_TYPE.rsplit("/", 1)[-1]
+ROUTES_NAME: Final = ROUTE_TYPE.rsplit("/", 1)[-1]
 
 
-def resource_name(msg: betterproto2.Message) -> str:
+def _message_class(url: str) -> type[betterproto2.Message]:
+    from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+    from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
+    from envoy_data_plane.envoy.config.listener.v3 import Listener
+    from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
+
+    classes: dict[str, type[betterproto2.Message]] = {
+        CLUSTER_TYPE: Cluster,
+        ENDPOINT_TYPE: ClusterLoadAssignment,
+        LISTENER_TYPE: Listener,
+        ROUTE_TYPE: RouteConfiguration,
+        SECRET_TYPE: Secret,
+    }
+    return classes[url]
+
+
+def resource_name(msg: Any) -> str:
     """The xDS name: ClusterLoadAssignments are named by ``cluster_name``."""
-    if isinstance(msg, ClusterLoadAssignment):
-        return msg.cluster_name
+    if read.is_a(msg, ENDPOINTS_NAME):
+        cluster_name: str = msg.cluster_name
+        return cluster_name
     name: str = getattr(msg, "name", "")
     return name
 
@@ -116,7 +125,7 @@ def json_digest(value: Json) -> bytes:
 
 def _resources(snap: Snapshot, kind: str) -> list[dict[str, Json]]:
     items: tuple[betterproto2.Message, ...] = getattr(snap, kind)
-    return [to_json_dict(m, with_type=True) for m in items]
+    return [read.to_json(m, with_type=True) for m in items]
 
 
 # The fields Envoy marks ``sensitive`` in its TLS secrets (TlsCertificate,
@@ -191,6 +200,8 @@ def to_config_dump(snap: Snapshot) -> dict[str, Json]:
     # Only writing needs the admin dump messages: a config_dump is read as JSON, and
     # their module (with bootstrap.v3 and more) is 0.12 s of every check's imports.
     from envoy_data_plane.envoy.admin import v3 as admin
+
+    from verifier.xds.codec import pack_any, to_json_dict
 
     v = {kind: _version(_resources(snap, kind)) for kind in (*KINDS, "secrets")}
     dumps: list[betterproto2.Message] = [
@@ -278,6 +289,9 @@ class _Loader(Walk):
         default_factory=lambda: {kind: {} for kind in (*KINDS, "secrets")}
     )
     notes: list[Skipped] = field(default_factory=list)
+    # Decode into records (no envoy-data-plane; ``check`` reads them only); a resource
+    # the records decoder declines (verifier.xds.records.Decline) is decoded as messages.
+    records: bool = False
     read_as: dict[int, tuple[betterproto2.Message, bytes]] = field(default_factory=dict)
 
     def snapshot(self) -> Snapshot:
@@ -294,8 +308,23 @@ class _Loader(Walk):
         )
 
     def document(self, doc: Json, root: str) -> None:
-        preload_types(doc, skip=DUMP_TYPES)
+        if not self.records:  # the codec imports these as it meets them anyway
+            from verifier.xds.codec import preload_types
+
+            preload_types(doc, skip=DUMP_TYPES)
         super().document(doc, root)
+
+    def _decoded(self, url: str, doc: Json, path: str) -> tuple[Any, list[Skipped]]:
+        if self.records:
+            from verifier.xds.records import Decline, decode
+
+            try:
+                return decode(url.rsplit("/", 1)[-1], doc, path)
+            except Decline:
+                pass
+        from verifier.xds.codec import from_json_dict
+
+        return from_json_dict(_message_class(url), doc, path)
 
     def resource(self, doc: Json, path: str, expected: str | None) -> None:
         name = self.unwrapped(doc, path, expected)
@@ -303,7 +332,7 @@ class _Loader(Walk):
             return
         url = f"type.googleapis.com/{name}"
         try:
-            msg, notes = from_json_dict(_CLASSES[url], doc, path)
+            msg, notes = self._decoded(url, doc, path)
         except XdsLoadError as exc:
             self.notes.append(Skipped(path, f"unloadable {name}: {exc.message}"))
             return
@@ -314,7 +343,7 @@ class _Loader(Walk):
             self.notes.append(Skipped(path, f"duplicate {name} {key!r}; first one kept"))
         else:
             seen[key] = msg
-            if isinstance(msg, RouteConfiguration):
+            if read.is_a(msg, ROUTES_NAME):
                 self._digest_virtual_hosts(msg, doc)
 
     def _digest_virtual_hosts(self, msg: RouteConfiguration, doc: Json) -> None:
@@ -330,19 +359,25 @@ class _Loader(Walk):
             self.read_as[id(vh)] = (vh, json_digest(written))
 
 
-def from_config_dump(doc: Json, source_name: str = "<input>") -> tuple[Snapshot, list[Skipped]]:
+def from_config_dump(
+    doc: Json, source_name: str = "<input>", *, records: bool = False
+) -> tuple[Snapshot, list[Skipped]]:
     """Load a config_dump (snake or camel case), DiscoveryResponse(s), or resource list.
 
     Only active resources of the four types are taken; everything else is noted as skipped.
+    ``records`` as for ``load_path``.
     """
-    loader = _Loader()
+    loader = _Loader(records=records)
     loader.document(doc, f"{source_name}:$")
     return loader.snapshot(), loader.notes
 
 
-def load_path(path: str | os.PathLike[str]) -> tuple[Snapshot, list[Skipped]]:
-    """Load a config_dump file, or a directory of ``xds.<type>[.golden].json`` files."""
-    loader = _Loader()
+def load_path(
+    path: str | os.PathLike[str], *, records: bool = False
+) -> tuple[Snapshot, list[Skipped]]:
+    """Load a config_dump file, or a directory of ``xds.<type>[.golden].json`` files;
+    with ``records``, as records where the records decoder can (``_Loader.records``)."""
+    loader = _Loader(records=records)
     walk_path(loader, path)
     return loader.snapshot(), loader.notes
 
@@ -379,7 +414,7 @@ def bootstrap_for_validation(
     """A static bootstrap equivalent to the snapshot, since ``--mode validate`` has no
     xDS: ``verifier.xds.validation.static_bootstrap`` of its resources."""
     resources = {
-        kind: [to_json_dict(m) for m in getattr(snap, kind)] for kind in (*KINDS, "secrets")
+        kind: [read.to_json(m) for m in getattr(snap, kind)] for kind in (*KINDS, "secrets")
     }
     return static_bootstrap(resources, secrets_path=secrets_path, inline_secrets=inline_secrets)
 
@@ -392,12 +427,16 @@ def binary_bootstrap(snap: Snapshot) -> bytes | None:
     transport sockets (where SDS sources must be rewritten) return None and
     take the JSON path.
     """
+    if any(read.is_record(m) for kind in (*KINDS, "secrets") for m in getattr(snap, kind)):
+        return None  # records have no binary form: the JSON path writes them
     from envoy_data_plane.envoy.config.bootstrap.v3 import Bootstrap, BootstrapStaticResources
     from envoy_data_plane.envoy.config.cluster.v3 import ClusterDiscoveryType
     from envoy_data_plane.envoy.config.listener.v3 import Filter
     from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
         HttpConnectionManager,
     )
+
+    from verifier.xds.codec import new, pack_any, unpack_any
 
     if any(
         c.type == ClusterDiscoveryType.EDS or c.transport_socket or c.transport_socket_matches

@@ -9,10 +9,7 @@ response, and the CORS filter's encoder runs after them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import betterproto2
-from envoy_data_plane.envoy.config.route.v3 import RouteAction
+from typing import TYPE_CHECKING, Any
 
 from verifier.semantics.envoy.clusters import ClusterResolver
 from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
@@ -42,6 +39,10 @@ from verifier.semantics.request import (
     Request,
     normalize_headers,
 )
+from verifier.xds import read
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import RouteAction
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _matched_part(rctx: RouteContext) -> str:
 
 def run_action(rctx: RouteContext, trace: list[str]) -> Outcome:
     route = rctx.route.route
-    kind, _ = betterproto2.which_one_of(route, "action")
+    kind, _ = read.one_of(route, "action")
     levels = rctx.config.levels(rctx.route, rctx.vhost, request=False)
     if kind == "redirect" and route.redirect is not None:
         red = route.redirect
@@ -114,7 +115,7 @@ def run_action(rctx: RouteContext, trace: list[str]) -> Outcome:
             rctx.path, _matched_part(rctx), red.prefix_rewrite or None, red.regex_rewrite
         )
         url = location(red, rctx.request.scheme.lower(), rctx.host, path)
-        status = REDIRECT_STATUS.get(red.response_code or Code.MOVED_PERMANENTLY, 301)
+        status = REDIRECT_STATUS.get(int(red.response_code or Code.MOVED_PERMANENTLY), 301)
         trace.append(f"redirect {status} Location: {url}")
         return _local_reply(status, rctx, levels, redirect=parse_location(url))
     if kind == "direct_response" and route.direct_response is not None:
@@ -263,7 +264,7 @@ def _host_rewrite(
     host = rctx.host
     if weighted_literal:
         host = weighted_literal
-    kind, _ = betterproto2.which_one_of(action, "host_rewrite_specifier")
+    kind, _ = read.one_of(action, "host_rewrite_specifier")
     if kind == "host_rewrite_literal" and action.host_rewrite_literal:
         return action.host_rewrite_literal
     if kind == "auto_host_rewrite" and action.auto_host_rewrite:

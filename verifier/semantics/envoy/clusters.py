@@ -10,16 +10,20 @@ tunnels the SAN identity and SNI the cluster insists on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import betterproto2
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster, ClusterDiscoveryType
-from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
+from typing import TYPE_CHECKING
 
 from verifier.semantics.directory import BackendDirectory
 from verifier.semantics.envoy.strings import compile_regex
 from verifier.semantics.request import Backend
-from verifier.xds.codec import XdsLoadError, unpack_any
+from verifier.xds import read
+from verifier.xds.enums import ClusterDiscoveryType
+from verifier.xds.layout import XdsLoadError
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+    from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
+
+UPSTREAM_TLS = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 
 DNS_TYPES = frozenset({ClusterDiscoveryType.STRICT_DNS, ClusterDiscoveryType.LOGICAL_DNS})
 DNS_EXTENSION = "envoy.cluster.dns"
@@ -44,10 +48,10 @@ def _identity_and_sni(cluster: Cluster) -> tuple[str | None, str | None]:
     if ts is None or ts.typed_config is None:
         return None, None
     try:
-        tls = unpack_any(ts.typed_config)
+        tls = read.unpack(ts.typed_config)
     except XdsLoadError:
         return None, None
-    if not isinstance(tls, UpstreamTlsContext):
+    if not read.is_a(tls, UPSTREAM_TLS):
         return None, None
     namespaces: set[str] = set()
     common = tls.common_tls_context
@@ -114,7 +118,7 @@ class ClusterResolver:
         cluster = self.clusters.get(name)
         if cluster is None:
             return ClusterTarget(None, notes=(f"cluster {name!r} does not exist",))
-        kind, _ = betterproto2.which_one_of(cluster, "cluster_discovery_type")
+        kind, _ = read.one_of(cluster, "cluster_discovery_type")
         dns = False
         modelled = True  # whether "no endpoint" means no host to send to
         notes: list[str] = []

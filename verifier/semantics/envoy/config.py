@@ -7,21 +7,25 @@ in the model's ``__init__``, so evaluation only compares.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from envoy_data_plane.envoy.config.route.v3 import (
-    CorsPolicy as LegacyCorsPolicy,
-)
-from envoy_data_plane.envoy.config.route.v3 import (
-    RouteConfiguration,
-    VirtualHost,
-    VirtualHostTlsRequirementType,
-)
-
-from verifier.semantics.envoy.cors import CorsPolicies, Policy, typed_policy
+from verifier.semantics.envoy.cors import CorsPolicies, typed_policy
 from verifier.semantics.envoy.headers import HeaderParser, header_parser
 from verifier.semantics.envoy.routes import CompiledRoute, RouteTable
 from verifier.semantics.envoy.strings import ModelError, compile_regex, string_matcher
 from verifier.semantics.envoy.vhosts import VirtualHostIndex, build_index
+from verifier.xds.enums import VirtualHostTlsRequirementType
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import (
+        CorsPolicy as LegacyCorsPolicy,
+    )
+    from envoy_data_plane.envoy.config.route.v3 import (
+        RouteConfiguration,
+        VirtualHost,
+    )
+
+    from verifier.semantics.envoy.cors import Policy
 
 
 @dataclass
@@ -40,7 +44,7 @@ class CompiledVhost:
         # VirtualHost.require_tls: EXTERNAL_ONLY / ALL: "All requests must use TLS. If
         # a request is not using TLS, a 301 redirect will be sent telling the client to
         # use HTTPS." Every request of ours is external.
-        return self.vhost.require_tls not in (None, VirtualHostTlsRequirementType.NONE)
+        return int(self.vhost.require_tls or 0) != VirtualHostTlsRequirementType.NONE
 
 
 @dataclass

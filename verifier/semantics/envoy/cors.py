@@ -21,16 +21,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from envoy_data_plane.envoy.config.route.v3 import CorsPolicy as LegacyCorsPolicy
-from envoy_data_plane.envoy.extensions.filters.http.cors.v3 import CorsPolicy
-from envoy_data_plane.google.protobuf import Any
+from typing import TYPE_CHECKING
 
 from verifier.semantics.envoy.match import parts_per_million
 from verifier.semantics.envoy.strings import Match, string_matcher
-from verifier.xds.codec import XdsLoadError, unpack_any
+from verifier.xds import read
+from verifier.xds.layout import XdsLoadError
 
-Policy = CorsPolicy | LegacyCorsPolicy
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import CorsPolicy as LegacyCorsPolicy
+    from envoy_data_plane.envoy.extensions.filters.http.cors.v3 import CorsPolicy
+    from envoy_data_plane.google.protobuf import Any
+
+    Policy = CorsPolicy | LegacyCorsPolicy
+
+CORS_POLICY = "envoy.extensions.filters.http.cors.v3.CorsPolicy"
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,7 @@ def typed_policy(configs: dict[str, Any], filter_name: str | None) -> CorsPolicy
     if found is None:
         return None
     try:
-        msg = unpack_any(found)
+        msg = read.unpack(found)
     except XdsLoadError:
         return None
-    return msg if isinstance(msg, CorsPolicy) else None
+    return msg if read.is_a(msg, CORS_POLICY) else None

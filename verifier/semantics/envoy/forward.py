@@ -9,26 +9,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-
-from envoy_data_plane.envoy.config.route.v3 import (
-    RetryPolicy,
-    RouteAction,
-    RouteActionClusterNotFoundResponseCode,
-    RouteActionRequestMirrorPolicy,
-    RouteConfiguration,
-    VirtualHost,
-)
+from typing import TYPE_CHECKING
 
 from verifier.semantics.envoy.clusters import ClusterResolver
 from verifier.semantics.envoy.headers import HeaderParser, header_parser
 from verifier.semantics.envoy.match import parts_per_million
 from verifier.semantics.request import Backend, evolve
+from verifier.xds.enums import RouteActionClusterNotFoundResponseCode
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import (
+        RetryPolicy,
+        RouteAction,
+        RouteActionRequestMirrorPolicy,
+        RouteConfiguration,
+        VirtualHost,
+    )
 
 NotFound = RouteActionClusterNotFoundResponseCode
 
 # RouteAction.cluster_not_found_response_code: "The HTTP status code to use when
 # configured cluster is not found. The default response code is 503 Service Unavailable."
-CLUSTER_NOT_FOUND_STATUS: dict[NotFound, int] = {
+CLUSTER_NOT_FOUND_STATUS: dict[int, int] = {
     NotFound.SERVICE_UNAVAILABLE: 503,
     NotFound.NOT_FOUND: 404,
     NotFound.INTERNAL_SERVER_ERROR: 500,
@@ -80,7 +82,7 @@ class Upstreams:
 
 def upstream(action: RouteAction, resolver: ClusterResolver, headers: dict[str, str]) -> Upstream:
     code = action.cluster_not_found_response_code or NotFound.SERVICE_UNAVAILABLE
-    missing_status = CLUSTER_NOT_FOUND_STATUS.get(code, 503)
+    missing_status = CLUSTER_NOT_FOUND_STATUS.get(int(code), 503)
     if action.weighted_clusters is not None:
         return _weighted(action, resolver, missing_status)
     name = action.cluster

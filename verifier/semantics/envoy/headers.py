@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from envoy_data_plane.envoy.config.core.v3 import (
-    HeaderValueOption,
-    HeaderValueOptionHeaderAppendAction,
-)
+from verifier.xds.enums import HeaderValueOptionHeaderAppendAction
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.core.v3 import HeaderValueOption
+
 
 Action = HeaderValueOptionHeaderAppendAction
 HeaderList = list[tuple[str, str]]
@@ -153,7 +155,11 @@ def header_parser(
         value, note = _format(option.header.value or option.header.raw_value.decode("utf-8"))
         if note:
             notes.append(f"{level}: {note}")
-        action = LEGACY_APPEND[option.append] if option.append is not None else option.append_action
+        action = (
+            LEGACY_APPEND[option.append]
+            if option.append is not None
+            else Action(int(option.append_action))  # an int in a record
+        )
         ops.append(HeaderOp(name, value, action, bool(option.keep_empty_value)))
     removes = tuple(n.lower() for n in to_remove)
     return HeaderParser(level, tuple(ops), removes, tuple(notes))

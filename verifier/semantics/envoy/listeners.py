@@ -23,18 +23,20 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-
-import betterproto2
-from envoy_data_plane.envoy.config.listener.v3 import FilterChain, FilterChainMatch, Listener
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
-from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
-    HttpConnectionManager,
-    HttpConnectionManagerPathWithEscapedSlashesAction,
-)
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
+from typing import TYPE_CHECKING
 
 from verifier.semantics.envoy.tls import NO_VALIDATION, ClientValidation, client_validation
-from verifier.xds.codec import XdsLoadError, unpack_any
+from verifier.xds import read
+from verifier.xds.enums import HttpConnectionManagerPathWithEscapedSlashesAction
+from verifier.xds.layout import XdsLoadError
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.listener.v3 import FilterChain, FilterChainMatch, Listener
+    from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
+    from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+        HttpConnectionManager,
+    )
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
 Escaped = HttpConnectionManagerPathWithEscapedSlashesAction
 
@@ -47,6 +49,7 @@ ESCAPED_DEFAULT = Escaped.KEEP_UNCHANGED
 # request in our vocabulary says nothing about them, so they are not narrowed on.
 TLS_INSPECTOR_NAME = "envoy.filters.listener.tls_inspector"
 TLS_INSPECTOR_TYPE = "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"
+HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 UNMODELLED_CRITERIA = (
     "prefix_ranges",
     "direct_source_prefix_ranges",
@@ -90,7 +93,7 @@ class Chain:
 
 def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> Hcm:
     notes: list[str] = []
-    kind, _ = betterproto2.which_one_of(msg, "route_specifier")
+    kind, _ = read.one_of(msg, "route_specifier")
     rc: RouteConfiguration | None = None
     rc_name = ""
     if kind == "rds" and msg.rds is not None:
@@ -103,8 +106,8 @@ def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> H
         rc_name = rc.name if rc else ""
     else:
         notes.append(f"route specifier {kind or '<unset>'} not modelled")
-    strip, _ = betterproto2.which_one_of(msg, "strip_port_mode")
-    escaped = msg.path_with_escaped_slashes_action
+    strip, _ = read.one_of(msg, "strip_port_mode")
+    escaped = Escaped(int(msg.path_with_escaped_slashes_action))  # an int in a record
     if escaped == Escaped.IMPLEMENTATION_SPECIFIC_DEFAULT:
         escaped = ESCAPED_DEFAULT
     cors = None
@@ -151,10 +154,10 @@ def _chain(
         if f.typed_config is None:
             continue
         try:
-            msg = unpack_any(f.typed_config)
+            msg = read.unpack(f.typed_config)
         except XdsLoadError as exc:
             return Chain(name, chain.filter_chain_match, tls, None, str(exc), client)
-        if isinstance(msg, HttpConnectionManager):
+        if read.is_a(msg, HCM):
             return Chain(name, chain.filter_chain_match, tls, _hcm(msg, routes), client=client)
     return Chain(name, chain.filter_chain_match, tls, None, "no HttpConnectionManager", client)
 
@@ -220,7 +223,7 @@ def _family(value: str) -> int:
         return 4
 
 
-Bound = tuple[str, Listener, list[Chain], Chain | None]  # (address, listener, chains, default)
+Bound = tuple[str, "Listener", list[Chain], Chain | None]  # (address, listener, chains, default)
 
 
 @dataclass

@@ -9,15 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import betterproto2
-from envoy_data_plane.envoy.config.route.v3 import (
-    HeaderMatcher,
-    QueryParameterMatcher,
-    RouteMatch,
-)
-from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
-from envoy_data_plane.envoy.type.v3 import FractionalPercent, Int64Range
+from typing import TYPE_CHECKING
 
 from verifier.semantics.envoy.paths import first_query_values
 from verifier.semantics.envoy.strings import (
@@ -29,16 +21,27 @@ from verifier.semantics.envoy.strings import (
     string_matcher,
 )
 from verifier.semantics.request import Request
+from verifier.xds import read
+from verifier.xds.enums import FractionalPercentDenominatorType
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import (
+        HeaderMatcher,
+        QueryParameterMatcher,
+        RouteMatch,
+    )
+    from envoy_data_plane.envoy.type.v3 import FractionalPercent
 
 # FractionalPercent.DenominatorType: HUNDRED, TEN_THOUSAND, MILLION.
-DENOMINATORS: dict[str, int] = {"HUNDRED": 100, "TEN_THOUSAND": 10_000, "MILLION": 1_000_000}
+_D = FractionalPercentDenominatorType
+DENOMINATORS: dict[int, int] = {_D.HUNDRED: 100, _D.TEN_THOUSAND: 10_000, _D.MILLION: 1_000_000}
 
 
 def parts_per_million(fraction: FractionalPercent | None) -> int:
     """A FractionalPercent as parts per million, capped at 100%."""
     if fraction is None:
         return 1_000_000
-    denominator = DENOMINATORS.get(fraction.denominator.name or "HUNDRED", 100)
+    denominator = DENOMINATORS.get(int(fraction.denominator), 100)
     return min(1_000_000, fraction.numerator * (1_000_000 // denominator))
 
 
@@ -99,7 +102,7 @@ def _header_check(m: HeaderMatcher) -> tuple[Check, str]:
     """
     name = m.name.lower()
     invert = bool(m.invert_match)
-    kind, value = betterproto2.which_one_of(m, "header_match_specifier")
+    kind, value = read.one_of(m, "header_match_specifier")
     if kind == "present_match" or not kind:
         want = True if not kind else bool(value)
 
@@ -110,13 +113,13 @@ def _header_check(m: HeaderMatcher) -> tuple[Check, str]:
             " (inverted)" if invert else ""
         )
     test: Match
-    if isinstance(value, StringMatcher):
+    if kind == "string_match":
         test = string_matcher(value)
         what = describe_string_matcher(value)
-    elif isinstance(value, RegexMatcher):
+    elif kind == "safe_regex_match":
         test = compile_regex(value.regex).matches
         what = f"safe_regex {value.regex!r}"
-    elif isinstance(value, Int64Range):
+    elif kind == "range_match":
         start, end = value.start, value.end
         test = lambda v: v.lstrip("+-").isdigit() and start <= int(v) < end  # noqa: E731
         what = f"range [{start},{end})"
@@ -168,9 +171,9 @@ class CompiledMatch:
 
     def __init__(self, match: RouteMatch) -> None:
         self.notes: list[str] = []
-        kind, value = betterproto2.which_one_of(match, "path_specifier")
+        kind, value = read.one_of(match, "path_specifier")
         self.kind = kind or "none"
-        self.value = value.regex if isinstance(value, RegexMatcher) else value
+        self.value = value.regex if kind == "safe_regex" else value
         self.case_sensitive = match.case_sensitive is not False
         self.never = False
         # Parts per million of matching requests when below 100% (runtime_fraction).
@@ -182,7 +185,7 @@ class CompiledMatch:
         self.checks += [_query_check(q) for q in match.query_parameters]
         for extra in ("grpc", "tls_context", "dynamic_metadata", "filter_state", "cookies"):
             value = getattr(match, extra)  # an empty message is falsy, yet set
-            if value if isinstance(value, list) else value is not None:
+            if read.is_set(value):
                 self.notes.append(f"{extra} matcher not modelled; assumed to match")
 
     def _path_check(self, kind: str, value: object) -> Callable[[str], bool]:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-
-import betterproto2
-from envoy_data_plane.envoy.config.route.v3 import RouteAction, RouteConfiguration, VirtualHost
+from typing import TYPE_CHECKING
 
 from verifier.semantics.directory import BackendDirectory
 from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
@@ -47,7 +45,11 @@ from verifier.semantics.request import (
     evolve,
     wire_problem,
 )
+from verifier.xds import read
 from verifier.xds.snapshot import Snapshot
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
 
 NO_RESPONSE = 0
 
@@ -248,8 +250,8 @@ class EnvoyModel:
         the answer to such a request reads (the resolver is asked nothing else)."""
         names = {p.cluster for p in (*vhost.request_mirror_policies, *rc.request_mirror_policies)}
         for route in vhost.routes:
-            kind, action = betterproto2.which_one_of(route, "action")
-            if kind != "route" or not isinstance(action, RouteAction):
+            kind, action = read.one_of(route, "action")
+            if kind != "route" or action is None:
                 continue
             found = clusters_named(action)
             if found is None:

@@ -18,21 +18,22 @@ has its own; ``strip_query`` drops the query (not one given by ``path_redirect``
 
 from __future__ import annotations
 
-from envoy_data_plane.envoy.config.route.v3 import (
-    RedirectAction,
-    RedirectActionRedirectResponseCode,
-)
-from envoy_data_plane.envoy.type.matcher.v3 import RegexMatchAndSubstitute
+from typing import TYPE_CHECKING
 
 from verifier.semantics.envoy.paths import split_target
 from verifier.semantics.envoy.strings import global_replace
 from verifier.semantics.request import RedirectTarget
+from verifier.xds.enums import RedirectActionRedirectResponseCode
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import RedirectAction
+    from envoy_data_plane.envoy.type.matcher.v3 import RegexMatchAndSubstitute
 
 Code = RedirectActionRedirectResponseCode
 
 # RedirectAction.response_code: "The HTTP status code to use in the redirect response.
 # The default response code is MOVED_PERMANENTLY (301)."
-REDIRECT_STATUS: dict[Code, int] = {
+REDIRECT_STATUS: dict[int, int] = {
     Code.MOVED_PERMANENTLY: 301,
     Code.FOUND: 302,
     Code.SEE_OTHER: 303,

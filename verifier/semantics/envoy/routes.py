@@ -17,35 +17,37 @@ import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-from envoy_data_plane.envoy.config.route.v3 import Route, RouteMatch
-from envoy_data_plane.google.protobuf import Value
+from typing import TYPE_CHECKING
 
 from verifier.semantics.envoy.headers import HeaderParser, header_parser
 from verifier.semantics.envoy.match import CompiledMatch, MatchContext
 from verifier.semantics.envoy.strings import ModelError
 from verifier.semantics.request import RouteRef
+from verifier.xds import read
 
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.route.v3 import Route
+
+ROUTE_MATCH = "envoy.config.route.v3.RouteMatch"
 ROUTE_METADATA_KEY = "aether.io/route"  # informational only: RouteRef, never decisions
 TRACE_LIMIT = 20
 
 
 def _route_ref(route: Route) -> RouteRef:
-    fields: dict[str, Value] = {}
+    fields: dict[str, object] = {}
     if route.metadata is not None:
         struct = route.metadata.filter_metadata.get(ROUTE_METADATA_KEY)
         if struct is not None:
-            fields = dict(struct.fields)
+            fields = read.struct_json(struct)
 
     def text(key: str) -> str | None:
         v = fields.get(key)
-        return v.string_value if v is not None and v.string_value is not None else None
+        return v if isinstance(v, str) else None
 
     def number(key: str) -> int | None:
         """A whole number; None for any other (JSON's 1e400 reads as infinity)."""
         v = fields.get(key)
-        n = v.number_value if v is not None else None
-        return int(n) if n is not None and math.isfinite(n) else None
+        return int(v) if isinstance(v, float) and math.isfinite(v) else None
 
     return RouteRef(route.name or None, text("httproute"), number("rule"), number("match"))
 
@@ -65,7 +67,7 @@ class CompiledRoute:
         return cls(
             index,
             route,
-            CompiledMatch(route.match or RouteMatch()),
+            CompiledMatch(route.match or read.empty(ROUTE_MATCH)),
             _route_ref(route),
             header_parser(
                 label, route.request_headers_to_add, route.request_headers_to_remove, request=True

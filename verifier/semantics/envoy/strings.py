@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import betterproto2
 import re2
-from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
+
+from verifier.xds import read
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
 
 Match = Callable[[str], bool]
 
@@ -120,8 +124,8 @@ _KINDS: dict[str, Callable[[str, str], bool]] = {
 
 def string_matcher(m: StringMatcher) -> Match:
     """A StringMatcher as a predicate; ``custom`` extensions are not modelled."""
-    kind, value = betterproto2.which_one_of(m, "match_pattern")
-    if kind == "safe_regex" and isinstance(value, RegexMatcher):
+    kind, value = read.one_of(m, "match_pattern")
+    if kind == "safe_regex":
         return regex_matcher(value)
     if kind in _KINDS and isinstance(value, str):
         fn = _KINDS[kind]
@@ -132,8 +136,8 @@ def string_matcher(m: StringMatcher) -> Match:
 
 
 def describe_string_matcher(m: StringMatcher) -> str:
-    kind, value = betterproto2.which_one_of(m, "match_pattern")
-    if isinstance(value, RegexMatcher):
+    kind, value = read.one_of(m, "match_pattern")
+    if kind == "safe_regex":
         value = value.regex
     suffix = " (ignore case)" if m.ignore_case else ""
     return f"{kind} {value!r}{suffix}"

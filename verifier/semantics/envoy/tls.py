@@ -22,21 +22,24 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from envoy_data_plane.envoy.config.core.v3 import DataSource, TransportSocket
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
-    CertificateValidationContext,
-    CertificateValidationContextTrustChainVerification,
-    DownstreamTlsContext,
-    SdsSecretConfig,
-    Secret,
-)
+from typing import TYPE_CHECKING
 
 from verifier.semantics.pem import fingerprints, short
 from verifier.semantics.request import ClientCert
-from verifier.xds.codec import XdsLoadError, unpack_any
+from verifier.xds import read
+from verifier.xds.enums import CertificateValidationContextTrustChainVerification
+from verifier.xds.layout import XdsLoadError
+
+if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
+    from envoy_data_plane.envoy.config.core.v3 import DataSource, TransportSocket
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+        CertificateValidationContext,
+        SdsSecretConfig,
+        Secret,
+    )
 
 ACCEPT_UNTRUSTED = CertificateValidationContextTrustChainVerification.ACCEPT_UNTRUSTED
+DOWNSTREAM_TLS = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 _PINS = (
     "verify_certificate_spki",
     "verify_certificate_hash",
@@ -124,10 +127,10 @@ def client_validation(
     if socket is None or socket.typed_config is None:
         return NO_VALIDATION
     try:
-        msg = unpack_any(socket.typed_config)
+        msg = read.unpack(socket.typed_config)
     except XdsLoadError:
         return NO_VALIDATION  # the chain's own problem is reported where it is read
-    if not isinstance(msg, DownstreamTlsContext):
+    if not read.is_a(msg, DOWNSTREAM_TLS):
         return NO_VALIDATION
     require = bool(msg.require_client_certificate)
     common = msg.common_tls_context
@@ -164,6 +167,6 @@ def client_validation(
         require,
         asks=True,
         trusted=trusted,
-        accept_untrusted=ctx is not None and ctx.trust_chain_verification == ACCEPT_UNTRUSTED,
+        accept_untrusted=ctx is not None and int(ctx.trust_chain_verification) == ACCEPT_UNTRUSTED,
         notes=tuple(notes),
     )
