@@ -33,7 +33,7 @@ from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule
 from verifier.xds import read
-from verifier.xds.enums import SubjectAltNameMatcherSanType
+from verifier.xds.enums import SubjectAltNameMatcherSanType, name_of
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
     from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
@@ -59,7 +59,7 @@ def _sans(common: CommonTlsContext) -> list[tuple[str, StringMatcher]]:
     out: list[tuple[str, StringMatcher]] = []
     for vc in contexts:
         out += [
-            (SubjectAltNameMatcherSanType(s.san_type or 0).name, s.matcher)
+            (name_of(SubjectAltNameMatcherSanType, s.san_type or 0), s.matcher)
             for s in vc.match_typed_subject_alt_names
             if s.matcher is not None
         ]

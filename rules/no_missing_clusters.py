@@ -27,7 +27,11 @@ from verifier.xds.enums import RouteActionClusterNotFoundResponseCode as Cnf
 
 NAME = "no-missing-clusters"
 CODE = "EV102"
-STATUS = {Cnf.SERVICE_UNAVAILABLE: "503", Cnf.NOT_FOUND: "404", Cnf.INTERNAL_SERVER_ERROR: "500"}
+STATUS: dict[int, str] = {
+    Cnf.SERVICE_UNAVAILABLE: "503",
+    Cnf.NOT_FOUND: "404",
+    Cnf.INTERNAL_SERVER_ERROR: "500",
+}
 MIRROR = "the request without mirroring it"
 
 
@@ -37,7 +41,7 @@ def _references(ref: walk.RouteRef) -> list[tuple[str, str, str]]:
     if act is None:
         return []
     out: list[tuple[str, str, str]] = []
-    code = Cnf(act.cluster_not_found_response_code or 0)
+    code = int(act.cluster_not_found_response_code or 0)  # any number: enums are open
     if code != Cnf.INTERNAL_SERVER_ERROR:
         out += [(c, f, STATUS.get(code, "503")) for c, f in walk.forward_clusters(act)]
     mirrors = walk.mirror_clusters(act.request_mirror_policies, "route.request_mirror_policies")

@@ -18,7 +18,7 @@ from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.xds import read
-from verifier.xds.enums import ClusterClusterProtocolSelection, ClusterDiscoveryType
+from verifier.xds.enums import ClusterClusterProtocolSelection, ClusterDiscoveryType, name_of
 from verifier.xds.snapshot import Snapshot
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
@@ -52,7 +52,7 @@ def kind(cluster: Cluster) -> str:
     """
     which, _ = read.one_of(cluster, "cluster_discovery_type")
     if which != "cluster_type":
-        return ClusterDiscoveryType(cluster.type or 0).name
+        return name_of(ClusterDiscoveryType, cluster.type or 0)
     ext = cluster.cluster_type
     config = walk.unpack(ext.typed_config) if ext is not None else None
     if read.is_a(config, "envoy.extensions.clusters.dns.v3.DnsCluster"):

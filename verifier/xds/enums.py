@@ -11,6 +11,15 @@ from __future__ import annotations
 from enum import IntEnum
 
 
+def name_of(cls: type[IntEnum], value: int) -> str:
+    """The member's name; "" for a number the enum does not define, as envoy-data-plane
+    names one (its enums are open: a message may hold any number)."""
+    try:
+        return cls(int(value)).name
+    except ValueError:
+        return ""
+
+
 class ClusterDiscoveryType(IntEnum):
     STATIC = 0
     STRICT_DNS = 1

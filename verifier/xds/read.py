@@ -103,11 +103,6 @@ def unpack(any_msg: Any) -> Any:
     return unpack_any(any_msg)
 
 
-def any_type_url(any_msg: Any) -> str:
-    url: str = any_msg.type_url
-    return url
-
-
 def struct_json(struct: Any) -> dict[str, Any]:
     """A ``google.protobuf.Struct`` as the JSON object it holds."""
     if isinstance(struct, JsonRecord):

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from verifier.semantics.envoy.strings import ModelError
 from verifier.xds.enums import HeaderValueOptionHeaderAppendAction
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
@@ -96,6 +97,7 @@ OP_NAMES: dict[Action, str] = {
     Action.ADD_IF_ABSENT: "add-if-absent",
 }
 _OVERWRITES = frozenset({Action.OVERWRITE_IF_EXISTS_OR_ADD, Action.OVERWRITE_IF_EXISTS})
+_ACTIONS = frozenset(int(a) for a in Action)
 
 
 def sequential_ops(parsers: Iterable[HeaderParser]) -> tuple[tuple[str, str, str], ...]:
@@ -158,9 +160,11 @@ def header_parser(
         action = (
             LEGACY_APPEND[option.append]
             if option.append is not None
-            else Action(int(option.append_action))  # an int in a record
+            else int(option.append_action)  # an enum member in a message, an int in a record
         )
-        ops.append(HeaderOp(name, value, action, bool(option.keep_empty_value)))
+        if action not in _ACTIONS:  # HeaderValueOption.append_action: defined_only
+            raise ModelError(f"{level}: header append_action {action} is not a defined value")
+        ops.append(HeaderOp(name, value, Action(action), bool(option.keep_empty_value)))
     removes = tuple(n.lower() for n in to_remove)
     return HeaderParser(level, tuple(ops), removes, tuple(notes))
 

@@ -70,7 +70,7 @@ class Hcm:
     route_config_name: str
     normalize_path: bool
     merge_slashes: bool
-    escaped_slashes: Escaped
+    escaped_slashes: int  # an Escaped, or a number Envoy's enum does not define
     strip_port: str  # "" | "any" | "matching"
     strip_trailing_dot: bool
     upgrades: dict[str, bool]  # lower-cased upgrade type -> allowed
@@ -107,7 +107,7 @@ def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> H
     else:
         notes.append(f"route specifier {kind or '<unset>'} not modelled")
     strip, _ = read.one_of(msg, "strip_port_mode")
-    escaped = Escaped(int(msg.path_with_escaped_slashes_action))  # an int in a record
+    escaped = int(msg.path_with_escaped_slashes_action)  # an enum member or (record) an int
     if escaped == Escaped.IMPLEMENTATION_SPECIFIC_DEFAULT:
         escaped = ESCAPED_DEFAULT
     cors = None

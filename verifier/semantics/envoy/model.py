@@ -46,6 +46,7 @@ from verifier.semantics.request import (
     wire_problem,
 )
 from verifier.xds import read
+from verifier.xds.enums import name_of
 from verifier.xds.snapshot import Snapshot
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
@@ -133,7 +134,8 @@ def _transport(request: Request) -> tuple[bool, str]:
 def _hcm_summary(hcm: Hcm, rc: CompiledRouteConfig) -> str:
     return (
         f"HCM: route configuration {rc.config.name!r}; normalize_path={hcm.normalize_path}, "
-        f"merge_slashes={hcm.merge_slashes}, escaped slashes {hcm.escaped_slashes.name}, "
+        f"merge_slashes={hcm.merge_slashes}, "
+        f"escaped slashes {name_of(Escaped, hcm.escaped_slashes)}, "
         f"strip port {hcm.strip_port or 'no'}, ignore_port_in_host_matching={rc.ignore_port}, "
         f"upgrades {sorted(k for k, v in hcm.upgrades.items() if v) or 'none'}, "
         f"CORS filter {'yes' if hcm.cors_filter else 'no'}"
