@@ -30,6 +30,7 @@ import yaml
 from conftest import (
     BASE,
     FIXTURES,
+    as_records,
     load_scenario,
     scenario_params,
     translate_scenario,
@@ -92,8 +93,9 @@ from verifier.semantics.directory import (
     SliceSpec,
     backend_directory_from,
 )
-from verifier.semantics.envoy.model import NO_RESPONSE, EnvoyModel
+from verifier.semantics.envoy.model import NO_RESPONSE, EnvoyModel, compiled, precompile
 from verifier.semantics.envoy.routes import RouteTable
+from verifier.semantics.envoy.strings import ModelError
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     Backend,
@@ -104,6 +106,7 @@ from verifier.semantics.request import (
     headers_from_mapping,
     sent_to,
 )
+from verifier.xds import read
 from verifier.xds.snapshot import Snapshot
 
 CONTROLLER = "gateway.aether.io/edge"
@@ -1550,3 +1553,21 @@ def test_real_envoy_agrees_on_client_certificates(tmp_path: Path) -> None:
                 )
                 seen.add(got)
     assert seen == {0, 200}  # both answers occur: the test can tell them apart
+
+
+def test_the_model_uses_what_check_compiled_while_the_yaml_loaded() -> None:
+    """check compiles the snapshot-only part of the model (listeners, route tables)
+    while a child reads the YAML; the model built afterwards uses exactly that, and a
+    snapshot that cannot be compiled fails where the model is built, not before."""
+    snap = translate_scenario(FIXTURES / "httproute-header-matching")
+    precompile(snap)
+    done = compiled(snap)
+    model = EnvoyModel(snap, DIRECTORY)
+    assert model.listeners is done.listeners and model._configs is done.configs
+    assert done.configs  # the listeners' route configurations, compiled
+    broken = as_records(snap)
+    route = next(r for rc in broken.routes for vh in rc.virtual_hosts for r in vh.routes)
+    route.__dict__["match"] = read.empty("envoy.config.route.v3.RouteMatch")
+    precompile(broken)
+    with pytest.raises(ModelError, match="without a path specifier"):
+        EnvoyModel(broken, DIRECTORY)

@@ -33,6 +33,7 @@ from verifier.heap import loaded_objects_frozen
 from verifier.inputs import load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
+from verifier.semantics.envoy.model import precompile
 from verifier.xds import validation
 from verifier.xds.layout import XdsLoadError
 from verifier.xds.snapshot import (
@@ -459,6 +460,7 @@ def prepare(
         if loading is not None and opts.xds:
             try:  # while the child reads the YAML
                 xds = file_snapshot(opts.xds, records=records)
+                precompile(xds[0])
             except InputErrors as exc:
                 xds = exc  # reported only if the resources load, as without the child
             except Exception:
