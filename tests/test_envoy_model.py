@@ -93,7 +93,7 @@ from verifier.semantics.directory import (
     SliceSpec,
     backend_directory_from,
 )
-from verifier.semantics.envoy.model import NO_RESPONSE, EnvoyModel, compiled, precompile
+from verifier.semantics.envoy.model import _COMPILED, NO_RESPONSE, EnvoyModel, precompile
 from verifier.semantics.envoy.routes import RouteTable
 from verifier.semantics.envoy.strings import ModelError
 from verifier.semantics.pem import fingerprints
@@ -1557,14 +1557,16 @@ def test_real_envoy_agrees_on_client_certificates(tmp_path: Path) -> None:
 
 def test_the_model_uses_what_check_compiled_while_the_yaml_loaded() -> None:
     """check compiles the snapshot-only part of the model (listeners, route tables)
-    while a child reads the YAML; the model built afterwards uses exactly that, and a
-    snapshot that cannot be compiled fails where the model is built, not before."""
+    while a child reads the YAML; the model built next uses exactly that (a later one
+    compiles afresh), and a snapshot that cannot be compiled fails where the model is
+    built, not before."""
     snap = translate_scenario(FIXTURES / "httproute-header-matching")
     precompile(snap)
-    done = compiled(snap)
+    done = _COMPILED[id(snap)][1]
     model = EnvoyModel(snap, DIRECTORY)
     assert model.listeners is done.listeners and model._configs is done.configs
     assert done.configs  # the listeners' route configurations, compiled
+    assert EnvoyModel(snap, DIRECTORY).listeners is not done.listeners  # handed over once
     broken = as_records(snap)
     route = next(r for rc in broken.routes for vh in rc.virtual_hosts for r in vh.routes)
     route.__dict__["match"] = read.empty("envoy.config.route.v3.RouteMatch")
