@@ -357,10 +357,13 @@ def test_the_baseline_file_holds_digests_only(cli: CLI, tmp_path: Path) -> None:
 
 
 def test_fixture_suite_baseline_run_matches(tmp_path: Path) -> None:
-    """The whole fixture suite: saved, then checked again with the baseline."""
+    """The whole fixture suite: saved, then checked again with the baseline. What
+    ``--baseline DIR|REF`` works out for a configuration (``pipeline.agreements``,
+    only the models asked) is exactly what ``--save-baseline`` writes for it."""
     opts = pipeline.CheckOptions(save_baseline=True)
     full = pipeline.check_all([str(FIXTURES)], opts, RULES)
     agreed = frozenset().union(*(r.agreed for r in full))
+    assert pipeline.agreements([str(FIXTURES)], pipeline.CheckOptions()) == (agreed, [])
     again = pipeline.check_all(
         [str(FIXTURES)], pipeline.CheckOptions(baseline=baseline.Baseline(agreed)), RULES
     )

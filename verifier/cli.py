@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -399,11 +400,6 @@ def _check(args: argparse.Namespace) -> int:
             raise InputErrors([InputError("-o", 0, "", "not-applicable", message)])
     if args.save_baseline:
         baseline.check_writable(args.save_baseline)
-    before = None
-    if args.baseline:
-        before, notes = baseline.load(args.baseline)
-        for note in notes:
-            print(f"warning: {note}", file=sys.stderr)
     opts = pipeline.CheckOptions(
         xds=args.xds,
         translator=args.translator,
@@ -414,9 +410,19 @@ def _check(args: argparse.Namespace) -> int:
         cases=tuple(args.cases or ()),
         addressing=_addressing(args),
         cluster=_cluster_source(args),
-        baseline=before,
         save_baseline=bool(args.save_baseline),
     )
+    before = None
+    if args.baseline:
+        from verifier import previous
+
+        if previous.is_previous(args.baseline):
+            before, notes = previous.load(args.baseline, opts, args.paths)
+        else:
+            before, notes = baseline.load(args.baseline)
+        for note in notes:
+            print(f"warning: {note}", file=sys.stderr)
+        opts = replace(opts, baseline=before)
     show_progress = sys.stderr.isatty()  # rich only then: 30 ms of every small check
 
     def progress(i: int, n: int, r: pipeline.ScenarioResult) -> None:
@@ -1019,9 +1025,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ck.add_argument(
         "--baseline",
-        metavar="FILE",
+        metavar="FILE|DIR|REF",
         help="ask the models again only about requests whose inputs changed since the "
-        "check that wrote FILE (--save-baseline); the findings are a full check's",
+        "check that wrote FILE (--save-baseline), or since the inputs as DIR or the git "
+        "ref REF holds them (worked out once, then cached); the findings are a full check's",
     )
     ck.add_argument(
         "--save-baseline",

@@ -602,6 +602,31 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
     return result
 
 
+def agreements(paths: Sequence[str], opts: CheckOptions) -> tuple[frozenset[bytes], list[str]]:
+    """The digests of the requests both models agree on, in every scenario of
+    ``paths`` (``check --baseline DIR|REF``: what agreed in the previous
+    configuration). Only the models are asked: no other rule, no Envoy. A scenario
+    that does not load adds nothing (its requests are asked again) and says why."""
+    opts = replace(opts, baseline=None, save_baseline=True)
+    agreed: set[bytes] = set()
+    problems: list[str] = []
+    for scn in discover(paths, opts):
+        ctx, result = prepare(scn, opts, records=True)
+        if ctx is None:
+            if result.input_errors and not scn.expected_errors:
+                first = result.input_errors[0]
+                more = len(result.input_errors) - 1
+                problems.append(
+                    f"{scn.name} does not load ({first}{f', and {more} more' if more else ''}): "
+                    "its requests are asked again"
+                )
+            continue
+        with loaded_objects_frozen():
+            ctx.comparisons  # noqa: B018 (asks the models; sets ctx.agreed)
+        agreed |= ctx.agreed
+    return frozenset(agreed), problems
+
+
 def check_all(
     paths: Sequence[str],
     opts: CheckOptions,
