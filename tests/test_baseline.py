@@ -315,6 +315,7 @@ def test_a_baseline_from_another_build_is_a_full_check(cli: CLI, tmp_path: Path)
     ("text", "field"),
     [
         ("{not json", ""),
+        ('{"format": "edge-verify baseline", "format": "edge-verify baseline"}', "format"),
         ('{"format": "something else"}', "format"),
         (
             '{"format": "edge-verify baseline", "version": 1, "tool": "TOOL", "agreed": ["zz"]}',

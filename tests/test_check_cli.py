@@ -691,8 +691,11 @@ def test_failing_translator_is_one_clear_error(tmp_path: Path) -> None:
         # Bytes that are not UTF-8 on stdout (and stderr) used to end in a traceback.
         ("printf '\\377\\376'", "bad-xds"),
         ("sh -c 'printf \"\\377\" >&2; exit 4'", "translator-failed"),
+        ("echo '{not json'", "bad-xds"),
+        # Protobuf's JSON parsers refuse a field set twice; json would keep the last.
+        ("""echo '{"configs": [], "configs": []}'""", "bad-xds"),
     ],
-    ids=["not-found", "no-output", "not-utf8", "not-utf8-stderr"],
+    ids=["not-found", "no-output", "not-utf8", "not-utf8-stderr", "not-json", "duplicate-key"],
 )
 def test_unusable_translator_is_bad_input(command: str, code: str, cli: CLI) -> None:
     r = cli("check", *scenario_args("httproute-path-prefix-matching"), "--translator", command)
@@ -798,6 +801,14 @@ def _bad_inputs(tmp: Path) -> Iterator[tuple[str, list[str], str]]:
         [*scenario_args("httproute-path-prefix-matching"), "--xds", str(garbage)],
         rf"{re.escape(str(garbage))}:2: --xds: .*invalid JSON.*\[bad-xds\]",
     )
+    # A field twice: Envoy's Protobuf JSON parser refuses it, json keeps the last.
+    twice = tmp / "twice.json"
+    twice.write_text('{"configs": [\n  {"@type": "x",\n   "@type": "y"}]}\n')
+    yield (
+        "duplicate-key-xds",
+        [*scenario_args("httproute-path-prefix-matching"), "--xds", str(twice)],
+        rf"{re.escape(str(twice))}:2: --xds: key '@type' appears twice .*\[bad-xds\]",
+    )
     wrong_shape = tmp / "wrong-shape.json"
     wrong_shape.write_text('{"configs": 3}\n')
     yield (
@@ -812,6 +823,7 @@ BAD_INPUT_IDS = [
     "case-without-name",
     "missing-xds",
     "garbage-xds",
+    "duplicate-key-xds",
     "wrong-shape-xds",
 ]
 

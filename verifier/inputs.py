@@ -9,7 +9,10 @@ thousands of digits. Each becomes one ``file:line: message [code]`` input error
 
 from __future__ import annotations
 
+import contextlib
 import json
+import json.decoder
+import json.scanner
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -335,13 +338,57 @@ def check_json_shape(doc: Any, path: str) -> None:
             raise _over(path, 1, "too-long", f"{len(value):,} items in one list", "max_items")
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _duplicate_line(text: str) -> int:
+    """The line of the object that holds a key twice: parsed again (only then) by the
+    pure-Python scanner, whose object parser is told where each object starts."""
+    found = [1]
+
+    def parse_object(s_and_end: tuple[str, int], *args: Any) -> Any:
+        try:
+            return json.decoder.JSONObject(s_and_end, *args)  # type: ignore[attr-defined]
+        except _DuplicateKey:
+            if found[0] == 1:  # the innermost object: its parser raises first
+                found[0] = text.count("\n", 0, s_and_end[1]) + 1
+            raise
+
+    decoder = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    decoder.parse_object = parse_object  # type: ignore[attr-defined]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    with contextlib.suppress(_DuplicateKey, ValueError, RecursionError):
+        decoder.decode(text)
+    return found[0]
+
+
 def load_json(text: str, path: str) -> Any:
-    """JSON, with the failures ``json`` raises for hostile input turned into messages."""
+    """JSON, with the failures ``json`` raises for hostile input turned into messages.
+    A key twice in one object is refused, as Protobuf's JSON parsers (the one in Envoy
+    among them) refuse a field set twice: ``json`` would silently keep the last."""
     check_size(text, path)
     try:
-        doc = json.loads(text, parse_constant=_no_constant)
+        doc = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
         check_json_shape(doc, path)
         return doc
+    except _DuplicateKey as exc:
+        message = f"key {exc.key!r} appears twice in the object that starts here"
+        line = _duplicate_line(text)
+        raise InputErrors([InputError(path, line, exc.key, "duplicate-key", message)]) from None
     except json.JSONDecodeError as exc:
         raise InputErrors(
             [InputError(path, exc.lineno, "", "bad-json", f"invalid JSON: {exc.msg}")]

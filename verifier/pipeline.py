@@ -9,7 +9,6 @@ translator command (``--translator``).
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import subprocess
@@ -30,7 +29,7 @@ from verifier.gatewayapi.cluster import ClusterSource, load_cluster_resources
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, load_resources, skip_warning
 from verifier.heap import loaded_objects_frozen
-from verifier.inputs import load_yaml, load_yaml_file, read_text
+from verifier.inputs import load_json, load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.semantics.envoy.model import precompile
@@ -285,16 +284,26 @@ def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, lis
             [InputError(command, 0, "--translator", "bad-xds", "printed nothing on stdout")]
         )
     try:
-        doc = json.loads(stdout)
+        doc = load_json(stdout, command)  # under the input limits, as a file is
+    except InputErrors as exc:
+        raise InputErrors(
+            [
+                InputError(command, 0, "--translator", "bad-xds", _output_problem(e))
+                for e in exc.errors
+            ]
+        ) from None
+    try:
         snap, skipped = from_config_dump(doc, command)
-    except json.JSONDecodeError as exc:
-        message = f"output is not JSON: {exc.msg} at line {exc.lineno}"
-        raise InputErrors([InputError(command, 0, "--translator", "bad-xds", message)]) from None
     except XdsLoadError as exc:
         raise InputErrors(
             [InputError(command, 0, "--translator", "bad-xds", exc.message)]
         ) from None
     return snap, [f"{s.path}: skipped: {s.reason}" for s in skipped]
+
+
+def _output_problem(e: InputError) -> str:
+    field = f"{e.field}: " if e.field else ""
+    return f"output line {e.line}: {field}{e.message}" if e.line else f"output: {e.message}"
 
 
 def _xds_input_error(exc: XdsLoadError, path: str) -> InputError:
