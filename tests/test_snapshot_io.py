@@ -568,6 +568,26 @@ def test_warming_and_draining_states_are_not_taken() -> None:
     assert "warming" in reasons["d:$.configs[1].dynamic_warming_clusters[0]"]
 
 
+def test_keys_the_dumps_do_not_have_are_noted_not_passed_over() -> None:
+    """A typo (``dynamic_active_cluster``) or a field this tool does not know is not
+    read: a warning says so, in either spelling, rather than a silently emptier xDS."""
+    doc = json.loads(ENVOY_CONFIG_DUMP)
+    doc["surprise"] = 1
+    clusters = doc["configs"][1]
+    clusters["dynamicActiveCluster"] = clusters.pop("dynamic_active_clusters")
+    doc["configs"][3]["dynamic_listeners"][0]["stateOfTheArt"] = {}
+    snap, notes = from_config_dump(doc, "d")
+    reasons = {n.path: n.reason for n in notes}
+    assert reasons["d:$.surprise"] == "not a field of ConfigDump, not read"
+    assert "ClustersConfigDump" in reasons["d:$.configs[1].dynamicActiveCluster"]
+    assert "not read" in reasons["d:$.configs[3].dynamic_listeners[0].stateOfTheArt"]
+    assert [c.name for c in snap.clusters] == []
+    url = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+    response = {"type_url": url, "resources": [], "nonce": "1", "extra": 2}
+    _, notes = from_config_dump(response, "r")
+    assert [str(n) for n in notes] == ["r:$.extra: not a field of DiscoveryResponse, not read"]
+
+
 # --- lossy input -------------------------------------------------------------------------------
 
 

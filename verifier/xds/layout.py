@@ -84,6 +84,45 @@ SECTIONS: Final[dict[str, tuple[str, str]]] = {
 }
 DUMP_TYPES: Final = frozenset(SECTIONS)  # read section by section, as JSON
 
+# The fields of the admin dumps (envoy.admin.v3) and of a DiscoveryResponse: a key
+# outside these (a typo such as ``dynamic_active_cluster``, a newer Envoy's field)
+# is not read, and a warning says so rather than the run passing it over in silence.
+_ENTRY: Final = frozenset({"version_info", "last_updated", "error_state", "client_status", "name"})
+KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
+    "ConfigDump": frozenset({"configs"}),
+    "DiscoveryResponse": frozenset(
+        {"version_info", "resources", "canary", "type_url", "nonce", "control_plane"}
+    ),
+    "envoy.admin.v3.ClustersConfigDump": frozenset(
+        {"version_info", "static_clusters", "dynamic_active_clusters", "dynamic_warming_clusters"}
+    ),
+    "envoy.admin.v3.EndpointsConfigDump": frozenset(
+        {"static_endpoint_configs", "dynamic_endpoint_configs"}
+    ),
+    "envoy.admin.v3.ListenersConfigDump": frozenset(
+        {"version_info", "static_listeners", "dynamic_listeners"}
+    ),
+    "envoy.admin.v3.RoutesConfigDump": frozenset({"static_route_configs", "dynamic_route_configs"}),
+    "envoy.admin.v3.SecretsConfigDump": frozenset(
+        {"static_secrets", "dynamic_active_secrets", "dynamic_warming_secrets"}
+    ),
+    # The entries of the sections: each holds its resource under the section's step.
+    "cluster": _ENTRY | {"cluster"},
+    "endpoint_config": _ENTRY | {"endpoint_config"},
+    "listener": _ENTRY | {"listener", "active_state", "warming_state", "draining_state"},
+    "route_config": _ENTRY | {"route_config"},
+    "secret": _ENTRY | {"secret"},
+}
+
+
+def snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def unknown_keys(doc: Mapping[str, Json], known: frozenset[str]) -> list[str]:
+    """The keys of ``doc`` that are none of ``known`` (in snake_case or camelCase)."""
+    return sorted(k for k in doc if k != "@type" and snake(k) not in known)
+
 
 class Walk:
     """Finds each resource of a config_dump, DiscoveryResponse(s) or resource list and
@@ -104,6 +143,7 @@ class Walk:
                 else:
                     self.resource(item, here, None)
         elif isinstance(doc, Mapping) and "configs" in doc:
+            self.unknown(doc, "ConfigDump", root)
             for i, config in enumerate(_list(doc, "configs", root)):
                 self.config(config, f"{root}.configs[{i}]")
         elif isinstance(doc, Mapping) and "resources" in doc:
@@ -117,7 +157,12 @@ class Walk:
                 "{resources: [...]}, or a list of those or of resources",
             )
 
+    def unknown(self, doc: Mapping[str, Json], known: str, path: str) -> None:
+        for key in unknown_keys(doc, KNOWN_KEYS[known]):
+            self.notes.append(Skipped(f"{path}.{key}", f"not a field of {known}, not read"))
+
     def discovery_response(self, doc: Mapping[str, Json], path: str) -> None:
+        self.unknown(doc, "DiscoveryResponse", path)
         expected = get(doc, "type_url", path, str)
         for i, item in enumerate(_list(doc, "resources", path)):
             self.resource(item, f"{path}.resources[{i}]", expected or None)
@@ -127,6 +172,8 @@ class Walk:
         if kind not in SECTIONS:
             self.notes.append(Skipped(path, f"config of type {kind} ignored"))
             return
+        assert isinstance(config, Mapping)  # type_name saw to it
+        self.unknown(config, kind, path)
         for spec in SECTIONS[kind]:
             section, *steps = spec.split(".")
             for i, entry in enumerate(_list(config, section, path)):
@@ -137,6 +184,8 @@ class Walk:
 
     def entry(self, entry: Json, path: str, steps: list[str]) -> None:
         node: Json = entry
+        if isinstance(entry, Mapping):
+            self.unknown(entry, steps[-1], path)
         for step in steps:
             if not isinstance(node, Mapping):
                 raise XdsLoadError(path, "expected a JSON object")
