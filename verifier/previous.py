@@ -160,6 +160,7 @@ class Previous:
 def _previous(tree: _Tree, given: str, opts: CheckOptions, paths: list[str]) -> Previous:
     """Each input's place in the previous tree (written there first, under REF)."""
     left_out: list[str] = []
+    wanted: list[str] = []
 
     def then(path: str | None) -> str | None:
         if path is None:
@@ -171,7 +172,6 @@ def _previous(tree: _Tree, given: str, opts: CheckOptions, paths: list[str]) -> 
         wanted.append(rel)
         return str(tree.then / rel)
 
-    wanted: list[str] = []
     old_paths = tuple(p for p in map(then, paths) if p is not None)
     old_xds = then(opts.xds)
     old_cases = tuple(c for c in map(then, opts.cases) if c is not None)
@@ -286,5 +286,6 @@ def load(
     except (OSError, InputErrors) as exc:
         why = exc.errors[0].message if isinstance(exc, InputErrors) else str(exc)
         notes.append(f"baseline not cached in {cached.parent}: {why}")
-    print(f"edge-verify: baseline {given}: cached as {cached}", file=sys.stderr)
+    else:
+        print(f"edge-verify: baseline {given}: cached as {cached}", file=sys.stderr)
     return baseline.Baseline(agreed), notes
