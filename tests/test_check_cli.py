@@ -919,6 +919,28 @@ def test_message_forms_envoy_reads_are_read(tmp_path: Path, cli: CLI) -> None:
     assert (r.rc, r.err.count("warning")) == (0, 0), r.out + r.err
 
 
+def test_a_weight_finding_shows_the_weights(tmp_path: Path, cli: CLI) -> None:
+    """EV218 on a split whose names agree but whose weights do not: the message must
+    show the weights on both sides, or it reads as two identical answers."""
+    doc = translated(tmp_path / "w.json", "httproute-weighted-backends")
+    split = next(
+        cw
+        for entry in section(doc, "Routes")["dynamic_route_configs"]
+        for vh in entry["route_config"].get("virtual_hosts", [])
+        for route in vh.get("routes", [])
+        for cw in [route.get("route", {}).get("weighted_clusters", {}).get("clusters", [])]
+        if len(cw) > 1 and cw[0].get("weight") == 1
+    )
+    split[0]["weight"] = 3
+    tripled = tmp_path / "tripled.json"
+    tripled.write_text(json.dumps(doc))
+    r = cli("check", *scenario_args("httproute-weighted-backends"), "--xds", str(tripled))
+    line = next(x for x in r.out.splitlines() if "EV218" in x)
+    spec, _, envoy = line.partition("; Envoy ")
+    assert "(weight 1)" in spec and "(weight 3)" not in spec, line
+    assert "(weight 3)" in envoy, line
+
+
 def r_json(cli: CLI, xds: Path, scenario: str) -> list[dict[str, Any]]:
     r = cli("check", *scenario_args(scenario), "--xds", str(xds), "--format", "json")
     found: list[dict[str, Any]] = r.json()["findings"]

@@ -205,8 +205,13 @@ def brief(o: Outcome) -> str:
         r = o.redirect
         return f"{o.status} -> {r.scheme}://{r.host}:{r.port}{r.path}"
     if o.request is not None and o.backends:
-        names = ",".join(f"{b.namespace}/{b.name}:{b.port}" for b in o.backends)
-        extra = f" +500 share {o.invalid_weight}" if o.invalid_weight else ""
+        # Weights only when traffic is split: they are what EV218 is about.
+        split = len(o.backends) > 1 or bool(o.invalid_weight)
+        names = ",".join(
+            f"{b.namespace}/{b.name}:{b.port}" + (f" (weight {b.weight})" if split else "")
+            for b in o.backends
+        )
+        extra = f" +500 share (weight {o.invalid_weight})" if o.invalid_weight else ""
         return f"{o.status} {names}{extra} path {o.request.path} host {o.request.host}"
     return str(o.status)
 
