@@ -9,6 +9,7 @@ small for the Gateways. They all go through verifier/inputs.py now.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BASE, FIXTURES, REPO_ROOT, rel
-from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
+from test_check_cli import CLI, cli, translated  # noqa: F401  (the fixture)
 
 SCENARIO = FIXTURES / "httproute-exact-path-matching"
 MANY = FIXTURES / "gateway-multiple-gateways-same-port"
@@ -118,7 +119,7 @@ CASES: dict[str, tuple[Make, str]] = {
     ),
     "xds nested 100,000 deep": (
         _xds(b'{"configs":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
-        "nested too deep",
+        "(--max-depth) [too-deep]",
     ),
     "xds integer of 5,000 digits": (
         _xds(
@@ -283,6 +284,62 @@ def test_every_limit_names_its_flag_and_the_flag_raises_it(
     again = cli(*args, *raise_it)
     assert "Traceback" not in again.err
     assert code not in again.err, again.err
+
+
+# The value past each limit is on its own line (the fixtures are within both).
+PAST_LIMITS = (
+    '{\n  "configs": [\n    ['
+    + ", ".join(["1"] * 120)
+    + "],\n    "
+    + "[" * 30
+    + "\n      [7]\n    "
+    + "]" * 30
+    + "\n  ]\n}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [(["--max-depth", "25"], 4), (["--max-list-length", "100"], 3), ([], 0)],
+)
+def test_a_json_value_past_a_limit_is_found_at_its_line(
+    extra: list[str],
+    line: int,
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """The line of the first value past --max-depth or --max-list-length, not line 1:
+    the file is read again, only on that error, to find it."""
+    xds = tmp_path / "x.json"
+    xds.write_text(PAST_LIMITS, encoding="utf-8")
+    lines = cli("check", rel(BASE), rel(SCENARIO), "--xds", str(xds), *extra).error_lines()
+    if line:
+        assert lines[0].startswith(f"{xds}:{line}: "), lines
+    else:  # within every limit: the shape is what is wrong, not a limit
+        assert not any("[too-" in ln for ln in lines), lines
+
+
+def test_a_megabyte_regex_is_named_not_printed(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    """A 1 MB safe_regex RE2 refuses: Envoy's error (EV101), the RE2 check (EV604) and
+    the model's warning each quote it, clipped to its start and end with how much was
+    left out, not a megabyte each (5 MB of output before)."""
+    doc = translated(tmp_path / "w.json", "httproute-weighted-backends")
+    regex = "(" + "a" * 1_000_000
+    routes = [
+        route
+        for c in doc["configs"]
+        for entry in c.get("dynamic_route_configs", [])
+        for vh in entry["route_config"].get("virtual_hosts", [])
+        for route in vh.get("routes", [])
+    ]
+    routes[0]["match"] = {"safe_regex": {"regex": regex}}
+    xds = tmp_path / "regex.json"
+    xds.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", rel(BASE), rel(FIXTURES / "httproute-weighted-backends"), "--xds", str(xds))
+    assert r.rc == 1 and len(r.out) + len(r.err) < 10_000, (len(r.out), len(r.err))
+    codes = {code for code in ("EV101", "EV604") if code in r.out}
+    assert codes == {"EV101", "EV604"}, r.out
+    assert r.out.count("...[999,80") == 3 and "characters]" in r.err, r.out + r.err
 
 
 def test_limits_apply_to_standard_input(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811

@@ -47,6 +47,29 @@ def test_the_quick_pass_decides_as_the_walk(doc: Any, lim: Limits) -> None:
     assert quick == walked
 
 
+@settings(max_examples=300, deadline=None)
+@given(doc=documents, lim=limits)
+def test_the_line_finder_agrees_on_whether_a_limit_is_passed(doc: Any, lim: Limits) -> None:
+    """Re-read for the line of the value past a limit, the text finds one exactly
+    when the walk does, of a kind the walk finds somewhere, on a line of the text."""
+    doc = json.loads(json.dumps(doc))
+    text = json.dumps(doc, indent=1)
+    with limited(lim):
+        found = inputs._shape_line(text)
+        walked = {
+            "too-deep" if level > lim.max_depth else "too-long"
+            for value, level in inputs._values(doc)
+            if level > lim.max_depth
+            or (isinstance(value, dict | list) and len(value) > lim.max_items)
+        }
+    if lim.max_depth < 1:  # the document itself is too deep: the walk says line 1
+        return
+    assert (found is not None) == bool(walked), (found, walked)
+    if found is not None:
+        code, _, line = found
+        assert code in walked and 1 <= line <= text.count("\n") + 1
+
+
 @pytest.mark.parametrize(
     ("text", "code"),
     [

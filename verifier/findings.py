@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from verifier.errors import clip_message
+
 SEVERITIES = ("error", "warning", "info")
 
 
@@ -98,7 +100,7 @@ def new(
         code=code,
         rule=rule,
         severity=msg.level,
-        message=msg.template.format(**params),
+        message=clip_message(msg.template.format(**params)),
         resource=resource,
         xds_path=xds_path,
         request=request,

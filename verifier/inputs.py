@@ -326,16 +326,73 @@ def _json_fits(doc: Any) -> bool:
     return True
 
 
-def check_json_shape(doc: Any, path: str) -> None:
+def check_json_shape(doc: Any, path: str, text: str | None = None) -> None:
     """The depth and list-length limits, on parsed JSON (which has no aliases). The
-    quick pass decides; only a document past a limit is walked, for its error."""
+    quick pass decides; only a document past a limit is walked, for its error, and
+    its ``text`` (when given) parsed again for the line."""
     if _json_fits(doc):
         return
-    for value, level in _values(doc):
-        if level > _limits.max_depth:
-            raise _over(path, 1, "too-deep", f"nested {level} levels", "max_depth")
-        if isinstance(value, dict | list) and len(value) > _limits.max_items:
-            raise _over(path, 1, "too-long", f"{len(value):,} items in one list", "max_items")
+    found = _shape_line(text) if text is not None else None
+    if found is None:
+        found = next(
+            (
+                ("too-deep", level, 1) if level > _limits.max_depth else ("too-long", len(value), 1)
+                for value, level in _values(doc)
+                if level > _limits.max_depth
+                or (isinstance(value, dict | list) and len(value) > _limits.max_items)
+            ),
+            None,
+        )
+    if found is None:
+        return
+    code, amount, line = found
+    if code == "too-deep":
+        raise _over(path, line, code, f"nested {amount} levels", "max_depth")
+    raise _over(path, line, code, f"{amount:,} items in one list", "max_items")
+
+
+class _PastLimit(Exception):
+    def __init__(self, code: str, amount: int, at: int) -> None:
+        super().__init__(code)
+        self.found = code, amount, at
+
+
+def _shape_line(text: str) -> tuple[str, int, int] | None:
+    """(code, levels or items, line) of the first value past a limit, in reading
+    order: ``text`` parsed again (only then) by the pure-Python scanner, whose object
+    and array parsers are told where each one starts. None if it cannot say."""
+    lim = _limits
+    depth = [0]
+
+    def nested(parse: Any) -> Any:
+        def hooked(s_and_end: tuple[str, int], *args: Any) -> Any:
+            depth[0] += 1
+            start = s_and_end[1]
+            at = json.decoder.WHITESPACE.match(text, start).end()  # type: ignore[attr-defined]
+            if depth[0] > lim.max_depth:  # the container itself is a value too deep
+                raise _PastLimit("too-deep", depth[0], start - 1)
+            if depth[0] == lim.max_depth and text[at : at + 1] not in ("]", "}"):
+                raise _PastLimit("too-deep", depth[0] + 1, at)
+            value, end = parse(s_and_end, *args)
+            depth[0] -= 1
+            if len(value) > lim.max_items:
+                raise _PastLimit("too-long", len(value), start - 1)
+            return value, end
+
+        return hooked
+
+    decoder = json.JSONDecoder(object_pairs_hook=dict, parse_constant=_no_constant)
+    decoder.parse_object = nested(json.decoder.JSONObject)  # type: ignore[attr-defined]
+    decoder.parse_array = nested(decoder.parse_array)  # type: ignore[attr-defined]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    try:
+        decoder.decode(text)
+    except _PastLimit as past:
+        code, amount, at = past.found
+        return code, amount, text.count("\n", 0, at) + 1
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 class _DuplicateKey(ValueError):
@@ -383,7 +440,7 @@ def load_json(text: str, path: str) -> Any:
     check_size(text, path)
     try:
         doc = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
-        check_json_shape(doc, path)
+        check_json_shape(doc, path, text)
         return doc
     except _DuplicateKey as exc:
         message = f"key {exc.key!r} appears twice in the object that starts here"
@@ -393,8 +450,12 @@ def load_json(text: str, path: str) -> Any:
         raise InputErrors(
             [InputError(path, exc.lineno, "", "bad-json", f"invalid JSON: {exc.msg}")]
         ) from None
-    except RecursionError:
-        raise InputErrors([InputError(path, 1, "", "bad-json", "nested too deep")]) from None
+    except RecursionError:  # Python's parser gives up near its recursion limit
+        why = (
+            f"nested too deep to parse (about {sys.getrecursionlimit():,} levels or more), "
+            f"over the limit of {_limits.max_depth:,} ({LIMIT_FLAGS['max_depth']})"
+        )
+        raise InputErrors([InputError(path, 1, "", "too-deep", why)]) from None
     except ValueError as exc:  # an integer of thousands of digits, among others
         raise InputErrors([InputError(path, 1, "", "bad-json", str(exc))]) from None
 

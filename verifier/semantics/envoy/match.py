@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from verifier.errors import clip
 from verifier.semantics.envoy.paths import first_query_values
 from verifier.semantics.envoy.strings import (
     Match,
@@ -118,7 +119,7 @@ def _header_check(m: HeaderMatcher) -> tuple[Check, str]:
         what = describe_string_matcher(value)
     elif kind == "safe_regex_match":
         test = compile_regex(value.regex).matches
-        what = f"safe_regex {value.regex!r}"
+        what = f"safe_regex {clip(repr(value.regex))}"
     elif kind == "range_match":
         start, end = value.start, value.end
         test = lambda v: v.lstrip("+-").isdigit() and start <= int(v) < end  # noqa: E731

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import re2
 
+from verifier.errors import clip, clip_message
 from verifier.xds import read
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
@@ -38,7 +39,7 @@ class RegexError(ModelError):
     """A pattern RE2 refuses as Envoy compiles it; ``detail`` is RE2's own words."""
 
     def __init__(self, pattern: str, detail: str) -> None:
-        super().__init__(f"invalid RE2 regex {pattern!r}: {detail}")
+        super().__init__(f"invalid RE2 regex {clip(repr(pattern))}: {clip_message(detail)}")
         self.detail = detail
 
 
@@ -140,7 +141,7 @@ def describe_string_matcher(m: StringMatcher) -> str:
     if kind == "safe_regex":
         value = value.regex
     suffix = " (ignore case)" if m.ignore_case else ""
-    return f"{kind} {value!r}{suffix}"
+    return f"{kind} {clip(repr(value))}{suffix}"
 
 
 def _re2_template(substitution: str) -> str:
