@@ -251,9 +251,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     seeded = sys.modules.get("test_fuzz_seeded_bugs")
     if seeded is not None and seeded.FIGURES:
         terminalreporter.section("edge-verify fuzz: seeded translator bugs")
-        for bug, (examples, seconds, steps) in sorted(seeded.FIGURES.items()):
+        for bug, (examples, seconds, steps, routes) in sorted(seeded.FIGURES.items()):
             terminalreporter.write_line(
-                f"{bug}: found after {examples} worlds in {seconds:.1f}s, shrunk in {steps} steps"
+                f"{bug}: found after {examples} worlds in {seconds:.1f}s, "
+                f"shrunk in {steps} steps to {routes} route(s)"
             )
 
 

@@ -27,6 +27,7 @@ from test_parallel_check import FIXTURES, all_contexts
 from verifier.rules import RULES
 
 from verifier import check
+from verifier.forked import map_forked
 from verifier.mutate.catalog import mutants
 from verifier.registry import Rule, run
 from verifier.xds import read
@@ -58,40 +59,48 @@ def _records_only(ctx: check.Context) -> int:
     return len(resources)
 
 
-def test_every_fixture_is_judged_alike(contexts: list[check.Context]) -> None:
+def _fixture_judged_alike(ctx: check.Context) -> int:
     judged = 0
-    for ctx in contexts:
-        for messages in (ctx, _on(ctx, reencode(ctx.snapshot, ctx.res))):
-            records = _on(messages, as_records(messages.snapshot))
-            _records_only(records)
-            assert _findings(records) == _findings(messages), ctx.res
-            for w in messages.witnesses:
-                want, got = messages.envoy.evaluate(w.request), records.envoy.evaluate(w.request)
-                assert (got.outcome, got.trace) == (want.outcome, want.trace), w
-                judged += 1
-    assert judged > 4000
+    for messages in (ctx, _on(ctx, reencode(ctx.snapshot, ctx.res))):
+        records = _on(messages, as_records(messages.snapshot))
+        _records_only(records)
+        assert _findings(records) == _findings(messages), ctx.res
+        for w in messages.witnesses:
+            want, got = messages.envoy.evaluate(w.request), records.envoy.evaluate(w.request)
+            assert (got.outcome, got.trace) == (want.outcome, want.trace), w
+            judged += 1
+    return judged
+
+
+def test_every_fixture_is_judged_alike(contexts: list[check.Context]) -> None:
+    # One fixture per forked worker: a failure is raised here again, as in a loop.
+    assert sum(map_forked(_fixture_judged_alike, contexts, min_items=2)) > 4000
+
+
+def _mutants_judged_alike(ctx: check.Context) -> tuple[int, int]:
+    mutated = ruled = 0
+    for i, mutant in enumerate(mutants(ctx.snapshot)):
+        messages = _on(ctx, mutant.snapshot)
+        records = _on(ctx, as_records(mutant.snapshot))
+        if (messages.models_problem is None) != (records.models_problem is None):
+            raise AssertionError((mutant.operator, messages.models_problem))
+        if messages.models_problem is None and i % 2 == 0:  # half of them: the time
+            for w in ctx.witnesses:
+                want = messages.envoy.evaluate(w.request, trace=False).outcome
+                assert records.envoy.evaluate(w.request, trace=False).outcome == want
+        if i % 5 == 0:  # every rule on a fifth of them, every operator: the suite's time
+            assert _findings(records, WITHOUT_ENVOY) == _findings(messages, WITHOUT_ENVOY)
+            want = bootstrap_for_validation(messages.snapshot)
+            assert bootstrap_for_validation(records.snapshot) == want, mutant.operator
+            ruled += 1
+        mutated += 1
+    return mutated, ruled
 
 
 def test_every_mutant_is_judged_alike(contexts: list[check.Context]) -> None:
-    mutated = ruled = 0
-    for ctx in contexts:
-        for i, mutant in enumerate(mutants(ctx.snapshot)):
-            messages = _on(ctx, mutant.snapshot)
-            records = _on(ctx, as_records(mutant.snapshot))
-            if (messages.models_problem is None) != (records.models_problem is None):
-                raise AssertionError((mutant.operator, messages.models_problem))
-            if messages.models_problem is None and i % 2 == 0:  # half of them: the time
-                for w in ctx.witnesses:
-                    want = messages.envoy.evaluate(w.request, trace=False).outcome
-                    assert records.envoy.evaluate(w.request, trace=False).outcome == want
-            if i % 5 == 0:  # every rule on a fifth of them, every operator: the suite's time
-                assert _findings(records, WITHOUT_ENVOY) == _findings(messages, WITHOUT_ENVOY)
-                want = bootstrap_for_validation(messages.snapshot)
-                assert bootstrap_for_validation(records.snapshot) == want, mutant.operator
-                ruled += 1
-            mutated += 1
-    assert mutated > 3000
-    assert ruled > 600
+    counts = list(map_forked(_mutants_judged_alike, contexts, min_items=2))
+    assert sum(m for m, _ in counts) > 3000
+    assert sum(r for _, r in counts) > 600
 
 
 def _first(doc: Any, pred: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:

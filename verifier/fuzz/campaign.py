@@ -93,6 +93,7 @@ def run_property(
     database: ExampleDatabase | None,
     shrink_seconds: float = 60.0,
     max_examples: int = 1_000_000,
+    shrink_steps: int | None = None,
     campaign: Campaign,
     progress: Progress | None = None,
 ) -> PropertyRun:
@@ -109,7 +110,10 @@ def run_property(
         if run.found is None and now - start > budget:
             spent[0] = True
             raise _BudgetSpent
-        if run.found is not None and now - start - run.found.seconds > shrink_seconds:
+        if run.found is not None and (
+            now - start - run.found.seconds > shrink_seconds
+            or (shrink_steps is not None and run.found.shrink_steps >= shrink_steps)
+        ):  # seconds bound a user's wait; steps give the same result however loaded
             spent[0] = True
             raise _BudgetSpent
         world: World = data.draw(worlds(), label="world")
@@ -181,6 +185,7 @@ def run_campaign(
     database_dir: Path | None,
     shrink_seconds: float = 60.0,
     max_examples: int = 1_000_000,
+    shrink_steps: int | None = None,
     progress: Progress | None = None,
     plane: PlaneRunner[Any] | None = None,
 ) -> Campaign:
@@ -201,6 +206,7 @@ def run_campaign(
             database=database,
             shrink_seconds=shrink_seconds,
             max_examples=max_examples,
+            shrink_steps=shrink_steps,
             campaign=part,
             progress=progress,
         )
