@@ -166,12 +166,17 @@ class PathIndex:
                 self.any_path.append(i)
             elif kind in ("prefix", "path", "path_separated_prefix"):
                 self.by_value.setdefault(value.lower(), []).append(i)
+        # Only prefixes of these lengths can be keys: one lookup per length, not per
+        # character of the later path (a 1 MB regex took 5 minutes, quadratic slicing).
+        self.lengths = sorted({len(value) for value in self.by_value})
 
     def candidates(self, late: PathInfo, before: int) -> list[int]:
         """Indices below ``before`` whose route may cover ``late``, ascending."""
         found = self.any_path[: bisect.bisect_left(self.any_path, before)]
         text = late[1].lower()
-        for k in range(len(text) + 1):
+        for k in self.lengths:
+            if k > len(text):
+                break
             same = self.by_value.get(text[:k])
             if same:
                 found = found + same[: bisect.bisect_left(same, before)]
