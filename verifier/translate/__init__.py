@@ -40,6 +40,7 @@ from verifier.translate.order import (
     route_key,
 )
 from verifier.translate.routes import RouteSource, build_route, cors_preflight_guard
+from verifier.xds.codec import new
 from verifier.xds.snapshot import Snapshot
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
@@ -147,14 +148,16 @@ def _vhost_routes(
 def _misdirected(domain: str) -> VirtualHost:
     """Listener.hostname: if another Listener matches the Host better than the
     one the SNI chose, "the Gateway SHOULD return a 421"."""
-    return VirtualHost(
+    return new(
+        VirtualHost,
         name=f"misdirected/{domain}",
         domains=[domain],
         routes=[
-            Route(
+            new(
+                Route,
                 name=f"misdirected/{domain}",
-                match=RouteMatch(prefix="/"),
-                direct_response=DirectResponseAction(status=421),
+                match=new(RouteMatch, prefix="/"),
+                direct_response=new(DirectResponseAction, status=421),
             )
         ],
     )
@@ -179,7 +182,7 @@ def _route_config(
         routes = _vhost_routes(domain, owners[domain], attached, graph, collector)
         if routes or domain == (owners[domain][1].hostname or "").lower():
             # No routes: Envoy answers 404 for the listener's own hostname.
-            vhosts.append(VirtualHost(name=domain, domains=[domain], routes=routes))
+            vhosts.append(new(VirtualHost, name=domain, domains=[domain], routes=routes))
     if serve is not None:
         taken = {d for vh in vhosts for d in vh.domains}
         others = sorted({lst.hostname or "*" for gl in listeners if gl != serve for lst in [gl[1]]})
@@ -190,7 +193,8 @@ def _route_config(
     # specified in the HTTP Host header while performing a match and ... MUST
     # forward this header unmodified to the backend." strip_any_host_port would
     # rewrite the forwarded Host; ignore_port_in_host_matching does not.
-    return RouteConfiguration(
+    return new(
+        RouteConfiguration,
         name=name,
         virtual_hosts=vhosts,
         validate_clusters=False,

@@ -53,6 +53,7 @@ from envoy_data_plane.google.protobuf import Any, Struct
 
 from verifier.gatewayapi.attach import ResolvedBackend
 from verifier.gatewayapi.resources import Resources
+from verifier.xds.codec import new
 
 MESH_PORT = 15008
 MESH_LABEL = ("aether.io/managed", "true")
@@ -81,7 +82,7 @@ class BackendKey:
 
 
 def ads() -> ConfigSource:
-    return ConfigSource(ads=AggregatedConfigSource(), resource_api_version=ApiVersion.V3)
+    return new(ConfigSource, ads=new(AggregatedConfigSource), resource_api_version=ApiVersion.V3)
 
 
 def fqdn(namespace: str, service: str) -> str:
@@ -127,39 +128,49 @@ def _metadata(key: BackendKey, identity: str | None) -> Metadata:
     }
     if identity is not None:
         fields["identity"] = identity
-    return Metadata(filter_metadata={METADATA_KEY: Struct.from_dict(fields)})
+    return new(Metadata, filter_metadata={METADATA_KEY: Struct.from_dict(fields)})
 
 
 def _protocol_options(protocol: str) -> dict[str, Any]:
     explicit = (
-        HttpProtocolOptionsExplicitHttpConfig(http2_protocol_options=Http2ProtocolOptions())
+        new(HttpProtocolOptionsExplicitHttpConfig, http2_protocol_options=new(Http2ProtocolOptions))
         if protocol == "h2c"
-        else HttpProtocolOptionsExplicitHttpConfig(http_protocol_options=Http1ProtocolOptions())
+        else new(
+            HttpProtocolOptionsExplicitHttpConfig, http_protocol_options=new(Http1ProtocolOptions)
+        )
     )
-    return {HTTP_OPTIONS_KEY: Any.pack(HttpProtocolOptions(explicit_http_config=explicit))}
+    return {HTTP_OPTIONS_KEY: Any.pack(new(HttpProtocolOptions, explicit_http_config=explicit))}
 
 
 def dns_cluster(key: BackendKey) -> Cluster:
     host = fqdn(key.namespace, key.service)
-    return Cluster(
+    return new(
+        Cluster,
         name=key.cluster_name,
         type=ClusterDiscoveryType.STRICT_DNS,
         connect_timeout=timedelta(seconds=5),
         dns_lookup_family=ClusterDnsLookupFamily.V4_ONLY,
-        load_assignment=ClusterLoadAssignment(
+        load_assignment=new(
+            ClusterLoadAssignment,
             cluster_name=key.cluster_name,
             endpoints=[
-                LocalityLbEndpoints(
+                new(
+                    LocalityLbEndpoints,
                     lb_endpoints=[
-                        LbEndpoint(
-                            endpoint=Endpoint(
-                                address=Address(
-                                    socket_address=SocketAddress(address=host, port_value=key.port)
+                        new(
+                            LbEndpoint,
+                            endpoint=new(
+                                Endpoint,
+                                address=new(
+                                    Address,
+                                    socket_address=new(
+                                        SocketAddress, address=host, port_value=key.port
+                                    ),
                                 ),
                                 hostname=host,
-                            )
+                            ),
                         )
-                    ]
+                    ],
                 )
             ],
         ),
@@ -173,34 +184,40 @@ def spiffe_id(trust_domain: str, namespace: str, sa: str) -> str:
 
 
 def mesh_cluster(key: BackendKey, identity: str) -> Cluster:
-    tls = UpstreamTlsContext(
-        common_tls_context=CommonTlsContext(
+    tls = new(
+        UpstreamTlsContext,
+        common_tls_context=new(
+            CommonTlsContext,
             tls_certificate_sds_secret_configs=[
-                SdsSecretConfig(name=SDS_IDENTITY, sds_config=ads())
+                new(SdsSecretConfig, name=SDS_IDENTITY, sds_config=ads())
             ],
-            combined_validation_context=CommonTlsContextCombinedCertificateValidationContext(
-                default_validation_context=CertificateValidationContext(
+            combined_validation_context=new(
+                CommonTlsContextCombinedCertificateValidationContext,
+                default_validation_context=new(
+                    CertificateValidationContext,
                     match_typed_subject_alt_names=[
-                        SubjectAltNameMatcher(
+                        new(
+                            SubjectAltNameMatcher,
                             san_type=SubjectAltNameMatcherSanType.URI,
-                            matcher=StringMatcher(exact=identity),
+                            matcher=new(StringMatcher, exact=identity),
                         )
-                    ]
+                    ],
                 ),
-                validation_context_sds_secret_config=SdsSecretConfig(
-                    name=SDS_ROOT, sds_config=ads()
+                validation_context_sds_secret_config=new(
+                    SdsSecretConfig, name=SDS_ROOT, sds_config=ads()
                 ),
             ),
         ),
         sni=fqdn(key.namespace, key.service),
     )
-    return Cluster(
+    return new(
+        Cluster,
         name=key.cluster_name,
         type=ClusterDiscoveryType.EDS,
         eds_cluster_config=_eds_config(),
         connect_timeout=timedelta(seconds=5),
-        transport_socket=TransportSocket(
-            name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
+        transport_socket=new(
+            TransportSocket, name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
         ),
         typed_extension_protocol_options=_protocol_options(key.protocol),
         metadata=_metadata(key, identity),
@@ -208,7 +225,7 @@ def mesh_cluster(key: BackendKey, identity: str) -> Cluster:
 
 
 def _eds_config() -> ClusterEdsClusterConfig:
-    return ClusterEdsClusterConfig(eds_config=ads())
+    return new(ClusterEdsClusterConfig, eds_config=ads())
 
 
 def mesh_endpoints(res: Resources, key: BackendKey) -> ClusterLoadAssignment:
@@ -222,14 +239,19 @@ def mesh_endpoints(res: Resources, key: BackendKey) -> ClusterLoadAssignment:
         }
     )
     lb = [
-        LbEndpoint(
-            endpoint=Endpoint(
-                address=Address(socket_address=SocketAddress(address=a, port_value=MESH_PORT))
-            )
+        new(
+            LbEndpoint,
+            endpoint=new(
+                Endpoint,
+                address=new(
+                    Address, socket_address=new(SocketAddress, address=a, port_value=MESH_PORT)
+                ),
+            ),
         )
         for a in addresses
     ]
-    return ClusterLoadAssignment(
+    return new(
+        ClusterLoadAssignment,
         cluster_name=key.cluster_name,
-        endpoints=[LocalityLbEndpoints(lb_endpoints=lb)] if lb else [],
+        endpoints=[new(LocalityLbEndpoints, lb_endpoints=lb)] if lb else [],
     )

@@ -60,6 +60,7 @@ from verifier.translate.names import (
     listener_owner,
 )
 from verifier.translate.routes import CORS_FILTER
+from verifier.xds.codec import new
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 GATEWAY_METADATA_KEY = "aether.io/gateway"
@@ -67,25 +68,26 @@ TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
 
 
 def _hcm(port: int, route_config: str) -> HttpConnectionManager:
-    return HttpConnectionManager(
+    return new(
+        HttpConnectionManager,
         stat_prefix=route_config,
         codec_type=HttpConnectionManagerCodecType.AUTO,
-        rds=Rds(config_source=ads(), route_config_name=route_config),
+        rds=new(Rds, config_source=ads(), route_config_name=route_config),
         http_filters=[
-            HttpFilter(name=CORS_FILTER, typed_config=Any.pack(Cors())),
-            HttpFilter(name="envoy.filters.http.router", typed_config=Any.pack(Router())),
+            new(HttpFilter, name=CORS_FILTER, typed_config=Any.pack(new(Cors))),
+            new(HttpFilter, name="envoy.filters.http.router", typed_config=Any.pack(new(Router))),
         ],
         normalize_path=True,
         use_remote_address=True,
         # WebSocket upgrades only where a route's backend speaks it (appProtocol).
         upgrade_configs=[
-            HttpConnectionManagerUpgradeConfig(upgrade_type="websocket", enabled=False)
+            new(HttpConnectionManagerUpgradeConfig, upgrade_type="websocket", enabled=False)
         ],
     )
 
 
 def _hcm_filter(port: int, route_config: str) -> Filter:
-    return Filter(name=HCM_FILTER, typed_config=Any.pack(_hcm(port, route_config)))
+    return new(Filter, name=HCM_FILTER, typed_config=Any.pack(_hcm(port, route_config)))
 
 
 def _certificates(
@@ -113,11 +115,13 @@ def listener_secrets(
         if lst.protocol != "HTTPS":
             continue
         for name, secret in _certificates(res, gw, lst):
-            out[name] = Secret(
+            out[name] = new(
+                Secret,
                 name=name,
-                tls_certificate=TlsCertificate(
-                    certificate_chain=DataSource(inline_string=secret.cert_pem),
-                    private_key=DataSource(inline_string=secret.key_pem),
+                tls_certificate=new(
+                    TlsCertificate,
+                    certificate_chain=new(DataSource, inline_string=secret.cert_pem),
+                    private_key=new(DataSource, inline_string=secret.key_pem),
                 ),
             )
     return out
@@ -127,23 +131,26 @@ def _tls_context(
     res: Resources, gw: m.Gateway, lst: m.GatewayListener, ca: ClientCa | None
 ) -> DownstreamTlsContext:
     certs = [
-        SdsSecretConfig(name=name, sds_config=ads()) for name, _ in _certificates(res, gw, lst)
+        new(SdsSecretConfig, name=name, sds_config=ads()) for name, _ in _certificates(res, gw, lst)
     ]
     validation = None
     if ca is not None:
         # AllowValidOnly: a certificate is required and must verify;
         # AllowInsecureFallback: one is asked for, and neither its absence nor
         # a failed verification refuses the connection.
-        validation = CertificateValidationContext(
-            trusted_ca=DataSource(inline_string=ca.pem),
+        validation = new(
+            CertificateValidationContext,
+            trusted_ca=new(DataSource, inline_string=ca.pem),
             trust_chain_verification=(
                 CertificateValidationContextTrustChainVerification.ACCEPT_UNTRUSTED
                 if ca.insecure_fallback
                 else CertificateValidationContextTrustChainVerification.VERIFY_TRUST_CHAIN
             ),
         )
-    return DownstreamTlsContext(
-        common_tls_context=CommonTlsContext(
+    return new(
+        DownstreamTlsContext,
+        common_tls_context=new(
+            CommonTlsContext,
             tls_certificate_sds_secret_configs=certs,
             alpn_protocols=["h2", "http/1.1"],
             validation_context=validation,
@@ -167,7 +174,7 @@ def _metadata(place: ListenerPlace) -> Metadata | None:
     if place.gateway is None:
         return None
     fields = {"namespace": place.gateway[0], "name": place.gateway[1]}
-    return Metadata(filter_metadata={GATEWAY_METADATA_KEY: Struct.from_dict(fields)})
+    return new(Metadata, filter_metadata={GATEWAY_METADATA_KEY: Struct.from_dict(fields)})
 
 
 def build_listener(
@@ -180,7 +187,7 @@ def build_listener(
     chains: list[FilterChain] = []
     if any(lst.protocol == "HTTP" for _, lst in listeners):
         chains.append(
-            FilterChain(name=f"{place.name}-http", filters=[_hcm_filter(port, place.name)])
+            new(FilterChain, name=f"{place.name}-http", filters=[_hcm_filter(port, place.name)])
         )
     seen_sni: set[str | None] = set()
     for gw, lst in listeners:
@@ -190,25 +197,31 @@ def build_listener(
         ca = (client_ca or {}).get((gw.meta.namespace, gw.meta.name, port))
         tls = _tls_context(res, gw, lst, ca)
         chains.append(
-            FilterChain(
+            new(
+                FilterChain,
                 name=f"{listener_owner(gw, lst)}/{lst.name}",
-                filter_chain_match=FilterChainMatch(server_names=[lst.hostname])
+                filter_chain_match=new(FilterChainMatch, server_names=[lst.hostname])
                 if lst.hostname
                 else None,
-                transport_socket=TransportSocket(
-                    name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
+                transport_socket=new(
+                    TransportSocket, name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
                 ),
                 filters=[_hcm_filter(port, https_route_config_name(port, gw, lst))],
             )
         )
     terminates_tls = any(c.transport_socket is not None for c in chains)
-    return Listener(
+    return new(
+        Listener,
         name=place.name,
-        address=Address(socket_address=SocketAddress(address=place.address, port_value=port)),
+        address=new(
+            Address, socket_address=new(SocketAddress, address=place.address, port_value=port)
+        ),
         filter_chains=chains,
         # SNI is only known to filter chain matching once the TLS inspector has
         # read the ClientHello; without it `server_names` never match.
-        listener_filters=[ListenerFilter(name=TLS_INSPECTOR, typed_config=Any.pack(TlsInspector()))]
+        listener_filters=[
+            new(ListenerFilter, name=TLS_INSPECTOR, typed_config=Any.pack(new(TlsInspector)))
+        ]
         if terminates_tls
         else [],
         metadata=_metadata(place),

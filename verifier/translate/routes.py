@@ -48,6 +48,7 @@ from envoy_data_plane.google.protobuf import Any, Struct
 
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.attach import ResolvedBackend
+from verifier.xds.codec import new
 
 ROUTE_METADATA_KEY = "aether.io/route"
 CORS_FILTER = "envoy.filters.http.cors"
@@ -87,8 +88,8 @@ def duration(value: str) -> timedelta:
 
 def _string_match(kind: str, value: str) -> StringMatcher:
     if kind == "RegularExpression":
-        return StringMatcher(safe_regex=RegexMatcher(regex=value))
-    return StringMatcher(exact=value)
+        return new(StringMatcher, safe_regex=new(RegexMatcher, regex=value))
+    return new(StringMatcher, exact=value)
 
 
 def _prefix_base(value: str) -> str:
@@ -121,28 +122,28 @@ def effective_query_params(match: m.RouteMatch) -> tuple[m.ValueMatch, ...]:
 
 
 def route_match(match: m.RouteMatch) -> RouteMatch:
-    out = RouteMatch()
+    out = new(RouteMatch)
     p = match.path
     if p.type == "Exact":
         out.path = p.value
     elif p.type == "RegularExpression":
-        out.safe_regex = RegexMatcher(regex=p.value)
+        out.safe_regex = new(RegexMatcher, regex=p.value)
     elif _prefix_base(p.value) == "/":
         out.prefix = "/"
     else:
         # Element-wise: /foo matches /foo, /foo/ and /foo/bar but never /foobar.
         out.path_separated_prefix = _prefix_base(p.value)
     headers = [
-        HeaderMatcher(name=h.name.lower(), string_match=_string_match(h.type, h.value))
+        new(HeaderMatcher, name=h.name.lower(), string_match=_string_match(h.type, h.value))
         for h in effective_headers(match)
     ]
     if match.method is not None:
         headers.append(
-            HeaderMatcher(name=":method", string_match=StringMatcher(exact=match.method))
+            new(HeaderMatcher, name=":method", string_match=new(StringMatcher, exact=match.method))
         )
     out.headers = headers
     out.query_parameters = [
-        QueryParameterMatcher(name=q.name, string_match=_string_match(q.type, q.value))
+        new(QueryParameterMatcher, name=q.name, string_match=_string_match(q.type, q.value))
         for q in effective_query_params(match)
     ]
     return out
@@ -153,10 +154,10 @@ def header_options(mod: m.HeaderModifier) -> list[HeaderValueOption]:
     overwrite = HeaderValueOptionHeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
     append = HeaderValueOptionHeaderAppendAction.APPEND_IF_EXISTS_OR_ADD
     return [
-        HeaderValueOption(header=HeaderValue(key=n, value=v), append_action=overwrite)
+        new(HeaderValueOption, header=new(HeaderValue, key=n, value=v), append_action=overwrite)
         for n, v in mod.set
     ] + [
-        HeaderValueOption(header=HeaderValue(key=n, value=v), append_action=append)
+        new(HeaderValueOption, header=new(HeaderValue, key=n, value=v), append_action=append)
         for n, v in mod.add
     ]
 
@@ -172,24 +173,30 @@ def _path_rewrite(
     # both without a trailing slash, path P+rest becomes R+rest, or "/" when
     # that is empty (/foo/bar -> /xyz/bar; /foo/ -> /xyz/; /foo -> /xyz;
     # R empty: /foo/bar -> /bar, /foo -> /).
-    new = (modifier.replace_prefix_match or "").rstrip("/")
+    target = (modifier.replace_prefix_match or "").rstrip("/")
     prefix = _prefix_base(match.path.value)
     if prefix == "/":
         # Every path starts with "/": keep it as the separator after R.
-        if not new:
+        if not target:
             return None, None, None
-        rewrite = RegexMatchAndSubstitute(pattern=RegexMatcher(regex="^/"), substitution=new + "/")
+        rewrite = new(
+            RegexMatchAndSubstitute,
+            pattern=new(RegexMatcher, regex="^/"),
+            substitution=target + "/",
+        )
         return None, None, rewrite
-    if not new:
+    if not target:
         pattern = "^" + re2.escape(prefix) + "/?"
-        rewrite = RegexMatchAndSubstitute(pattern=RegexMatcher(regex=pattern), substitution="/")
+        rewrite = new(
+            RegexMatchAndSubstitute, pattern=new(RegexMatcher, regex=pattern), substitution="/"
+        )
         return None, None, rewrite
     # path_separated_prefix guarantees P is followed by "/" or the end.
-    return None, new, None
+    return None, target, None
 
 
 def _redirect(redirect: m.Redirect, src: RouteSource) -> RedirectAction:
-    action = RedirectAction(response_code=REDIRECT_CODES[redirect.status_code])
+    action = new(RedirectAction, response_code=REDIRECT_CODES[redirect.status_code])
     scheme = redirect.scheme or src.listener_scheme
     if redirect.scheme:
         action.scheme_redirect = redirect.scheme
@@ -221,16 +228,20 @@ def _fraction(mirror: m.Mirror) -> RuntimeFractionalPercent | None:
     if mirror.fraction is not None:
         num, den = mirror.fraction
         millionths = num * 1_000_000 // den if den else 0
-        pct = FractionalPercent(
-            numerator=millionths, denominator=FractionalPercentDenominatorType.MILLION
+        pct = new(
+            FractionalPercent,
+            numerator=millionths,
+            denominator=FractionalPercentDenominatorType.MILLION,
         )
     elif mirror.percent is not None:
-        pct = FractionalPercent(
-            numerator=mirror.percent, denominator=FractionalPercentDenominatorType.HUNDRED
+        pct = new(
+            FractionalPercent,
+            numerator=mirror.percent,
+            denominator=FractionalPercentDenominatorType.HUNDRED,
         )
     else:
         return None
-    return RuntimeFractionalPercent(default_value=pct)
+    return new(RuntimeFractionalPercent, default_value=pct)
 
 
 def _origin_pattern(origin: str) -> str:
@@ -240,12 +251,13 @@ def _origin_pattern(origin: str) -> str:
 
 def _cors(cors: m.Cors) -> CorsPolicy:
     origins = [
-        StringMatcher(exact=o)
+        new(StringMatcher, exact=o)
         if "*" not in o
-        else StringMatcher(safe_regex=RegexMatcher(regex=_origin_pattern(o)))
+        else new(StringMatcher, safe_regex=new(RegexMatcher, regex=_origin_pattern(o)))
         for o in cors.allow_origins
     ]
-    policy = CorsPolicy(
+    policy = new(
+        CorsPolicy,
         allow_origin_string_match=origins,
         allow_methods=",".join(cors.allow_methods),
         allow_headers=",".join(cors.allow_headers),
@@ -266,14 +278,16 @@ def _backend_action(
     live = [b for b in backends if b.weight > 0]
     if not live:
         # No backends, or all with weight 0: nothing can serve the request.
-        return DirectResponseAction(status=500)
+        return new(DirectResponseAction, status=500)
     if len(live) == 1 and live[0].problem is None and not live[0].filters:
-        action = RouteAction(cluster=cluster_for(live[0]))
+        action = new(RouteAction, cluster=cluster_for(live[0]))
     else:
         weights = []
         for b in live:
-            cw = WeightedClusterClusterWeight(
-                name=INVALID_BACKEND if b.problem else cluster_for(b), weight=b.weight
+            cw = new(
+                WeightedClusterClusterWeight,
+                name=INVALID_BACKEND if b.problem else cluster_for(b),
+                weight=b.weight,
             )
             for f in b.filters:
                 if f.request_header_modifier is not None:
@@ -283,12 +297,14 @@ def _backend_action(
                     cw.response_headers_to_add = header_options(f.response_header_modifier)
                     cw.response_headers_to_remove = list(f.response_header_modifier.remove)
             weights.append(cw)
-        action = RouteAction(weighted_clusters=WeightedCluster(clusters=weights))
+        action = new(RouteAction, weighted_clusters=new(WeightedCluster, clusters=weights))
     action.cluster_not_found_response_code = (
         RouteActionClusterNotFoundResponseCode.INTERNAL_SERVER_ERROR
     )
     if any(b.protocol == "ws" for b in live if b.problem is None):
-        action.upgrade_configs = [RouteActionUpgradeConfig(upgrade_type="websocket", enabled=True)]
+        action.upgrade_configs = [
+            new(RouteActionUpgradeConfig, upgrade_type="websocket", enabled=True)
+        ]
     return action
 
 
@@ -300,7 +316,7 @@ def _metadata(src: RouteSource) -> Metadata:
     }
     if src.rule.name:
         fields["rule_name"] = src.rule.name
-    return Metadata(filter_metadata={ROUTE_METADATA_KEY: Struct.from_dict(fields)})
+    return new(Metadata, filter_metadata={ROUTE_METADATA_KEY: Struct.from_dict(fields)})
 
 
 def route_name(src: RouteSource) -> str:
@@ -315,7 +331,7 @@ def build_route(
     cluster_for: ClusterFor,
 ) -> Route:
     rule = src.rule
-    route = Route(name=route_name(src), match=route_match(src.match), metadata=_metadata(src))
+    route = new(Route, name=route_name(src), match=route_match(src.match), metadata=_metadata(src))
     redirect = next((f.request_redirect for f in rule.filters if f.request_redirect), None)
     if redirect is not None:
         route.redirect = _redirect(redirect, src)
@@ -352,8 +368,10 @@ def _apply_rule_to_action(
             if f.url_rewrite.path is not None:
                 full, prefix, regex = _path_rewrite(f.url_rewrite.path, src.match)
                 if full is not None:
-                    action.regex_rewrite = RegexMatchAndSubstitute(
-                        pattern=RegexMatcher(regex="^/.*$"), substitution=full
+                    action.regex_rewrite = new(
+                        RegexMatchAndSubstitute,
+                        pattern=new(RegexMatcher, regex="^/.*$"),
+                        substitution=full,
                     )
                 elif prefix is not None:
                     action.prefix_rewrite = prefix
@@ -363,7 +381,7 @@ def _apply_rule_to_action(
             target = mirrors.get(f.path)
             if target is None or target.problem:
                 continue  # an unresolved mirror is dropped; status says why
-            policy = RouteActionRequestMirrorPolicy(cluster=cluster_for(target))
+            policy = new(RouteActionRequestMirrorPolicy, cluster=cluster_for(target))
             fraction = _fraction(f.request_mirror)
             if fraction is not None:
                 policy.runtime_fraction = fraction
@@ -371,8 +389,8 @@ def _apply_rule_to_action(
     if rule.request_timeout is not None:
         action.timeout = duration(rule.request_timeout)
     if rule.backend_request_timeout is not None:
-        action.retry_policy = RetryPolicy(
-            num_retries=0, per_try_timeout=duration(rule.backend_request_timeout)
+        action.retry_policy = new(
+            RetryPolicy, num_retries=0, per_try_timeout=duration(rule.backend_request_timeout)
         )
         if rule.request_timeout is None:
             action.timeout = duration(rule.backend_request_timeout)
@@ -395,29 +413,32 @@ def cors_preflight_guard(route: Route, rule: m.RouteRule) -> Route | None:
     guard = copy.deepcopy(route)
     guard.name = f"{route.name}/cors-preflight-denied"
     origin = (
-        HeaderMatcher(
+        new(
+            HeaderMatcher,
             name="origin",
-            string_match=StringMatcher(
-                safe_regex=RegexMatcher(
-                    regex="|".join(f"(?:{_origin_pattern(o)})" for o in cors.allow_origins)
-                )
+            string_match=new(
+                StringMatcher,
+                safe_regex=new(
+                    RegexMatcher,
+                    regex="|".join(f"(?:{_origin_pattern(o)})" for o in cors.allow_origins),
+                ),
             ),
             invert_match=True,
         )
         if cors.allow_origins
-        else HeaderMatcher(name="origin", present_match=True)
+        else new(HeaderMatcher, name="origin", present_match=True)
     )
-    match = guard.match or RouteMatch()
+    match = guard.match or new(RouteMatch)
     guard.match = match
     match.headers = [
         *match.headers,
-        HeaderMatcher(name=":method", string_match=StringMatcher(exact="OPTIONS")),
-        HeaderMatcher(name="access-control-request-method", present_match=True),
+        new(HeaderMatcher, name=":method", string_match=new(StringMatcher, exact="OPTIONS")),
+        new(HeaderMatcher, name="access-control-request-method", present_match=True),
         origin,
     ]
     guard.route = None
     guard.redirect = None
-    guard.direct_response = DirectResponseAction(status=200)
+    guard.direct_response = new(DirectResponseAction, status=200)
     guard.typed_per_filter_config = {}
     guard.request_headers_to_add = []
     guard.request_headers_to_remove = []

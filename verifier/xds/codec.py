@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import binascii
 import contextlib
+import copy
 import dataclasses
 import datetime
 import enum
@@ -341,7 +342,35 @@ def _trusted() -> Iterator[None]:
         _TRUSTED = before
 
 
+def _fields_of(msg: Any) -> dict[str, Any]:
+    """Every field's value, as ``Message.__copy__`` reads them, without the unset ones
+    whose default is None (``new`` takes them as unset, the same message)."""
+    plan = _plan_of(type(msg))
+    unset = plan.nullable if plan is not None else frozenset()
+    fields = ((name, msg.__getattribute__(name)) for name in msg._betterproto.sorted_field_names)
+    return {name: value for name, value in fields if value is not None or name not in unset}
+
+
+def _fast_copy(self: betterproto2.Message, _memo: Any = None) -> Any:
+    """``Message.__copy__`` builds the copy with ``cls(**fields)``, so copying a message
+    (the bootstrap Envoy validates inlines copied listeners) built pydantic schemas that
+    constructing it had avoided: a third of a small check's CPU. The same copy, made
+    as ``new`` makes a message."""
+    fields = _fields_of(self)
+    for name, value in fields.items():  # pydantic's validator gives a copy its own lists
+        if type(value) is list or type(value) is dict:
+            fields[name] = value.copy()
+    return new(type(self), **fields)
+
+
+def _fast_deepcopy(self: betterproto2.Message, memo: Any = None) -> Any:
+    fields = {name: copy.deepcopy(value, memo) for name, value in _fields_of(self).items()}
+    return new(type(self), **fields)
+
+
 PATCHES: Final[dict[str, Callable[..., Any]]] = {
+    "__copy__": _fast_copy,
+    "__deepcopy__": _fast_deepcopy,
     "_validate": _cached_validate,
     "_get_field_default": _cached_field_default,
     "_validate_field_groups": _checked_field_groups,
