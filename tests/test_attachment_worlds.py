@@ -18,7 +18,7 @@ from worlds import assert_fuzz_world_checks_clean, world_settings
 from verifier.fuzz.worlds import World, worlds
 
 
-@world_settings(80)
+@world_settings(50)
 @given(world=worlds())
 def test_translator_and_spec_model_agree_on_attachment(world: World) -> None:
     assert_fuzz_world_checks_clean(world)

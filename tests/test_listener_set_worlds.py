@@ -124,7 +124,7 @@ def worlds(draw: st.DrawFn) -> list[dict[str, Any]]:
     return docs
 
 
-@world_settings(60)
+@world_settings(40)
 @given(docs=worlds())
 def test_translator_and_spec_model_agree_on_listener_sets(docs: list[dict[str, Any]]) -> None:
     assert_check_finds_nothing(docs)
