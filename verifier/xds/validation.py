@@ -212,7 +212,7 @@ def _removed(path: str) -> Iterator[None]:
     try:
         yield
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
 
 
 def envoy_validate_with(write: Callable[[Path, Path], Path], *, timeout: float = 120.0) -> Verdict:
