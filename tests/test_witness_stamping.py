@@ -47,3 +47,12 @@ def test_evolve_on_slotted_dataclasses_is_replace(changes: dict[str, object]) ->
     moved = evolve(w, request=evolve(request, **changes))
     assert moved == dataclasses.replace(w, request=dataclasses.replace(request, **changes))  # type: ignore[arg-type]
     assert w.request is request  # the original is untouched
+
+
+def test_evolve_refuses_a_field_the_class_does_not_have() -> None:
+    """As ``dataclasses.replace`` does: a misspelt field must not be dropped silently."""
+    request = Request(host="b.example")
+    with pytest.raises(TypeError, match="adress"):
+        evolve(request, adress="10.0.0.1")
+    with pytest.raises(TypeError, match="adress"):
+        dataclasses.replace(request, adress="10.0.0.1")  # type: ignore[call-arg]

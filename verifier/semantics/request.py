@@ -8,7 +8,7 @@ Pure data: no I/O, no decisions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -224,25 +224,42 @@ def evolve(obj: T, **changes: Any) -> T:
     """``dataclasses.replace`` for the frozen, validator-free dataclasses here, without
     re-running ``__init__``: check stamps a destination on every witness (~140,000 at
     10,000 rules), where ``replace`` alone cost seconds on a loaded 2-core machine."""
-    new = object.__new__(type(obj))
     state = getattr(obj, "__dict__", None)
     if state is None:  # slotted
-        for name in _slots(type(obj)):
-            object.__setattr__(new, name, changes[name] if name in changes else getattr(obj, name))
-        return new
+        copier = _COPIERS.get(type(obj))
+        if copier is None:
+            copier = _COPIERS[type(obj)] = _copier(type(obj))
+        return copier(obj, changes)  # type: ignore[no-any-return]
+    new = object.__new__(type(obj))
     new.__dict__.update(state)
     new.__dict__.update(changes)
     return new
 
 
-_SLOTS: dict[type, tuple[str, ...]] = {}
+_COPIERS: dict[type, Callable[[Any, dict[str, Any]], Any]] = {}
 
 
-def _slots(cls: type) -> tuple[str, ...]:
-    found = _SLOTS.get(cls)
-    if found is None:
-        found = _SLOTS[cls] = tuple(f.name for f in fields(cls))
-    return found
+def _copier(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
+    """A copy function written for ``cls``'s fields, as ``dataclasses`` writes
+    ``__init__``: a loop over the field names (with a lookup per name) took 5.2 us a
+    Request, this 2.4 us, and the model evolves outcomes on every witness too."""
+    names = [f.name for f in fields(cls)]
+    lines = [
+        "def copy(obj, changes):",
+        "    if not changes.keys() <= NAMES:",
+        "        raise TypeError(f'{CLS.__name__} has no field {sorted(changes.keys() - NAMES)}')",
+        "    new = NEW(CLS)",
+        *(f"    SET(new, {n!r}, changes[{n!r}] if {n!r} in changes else obj.{n})" for n in names),
+        "    return new",
+    ]
+    scope: dict[str, Any] = {
+        "NEW": object.__new__,
+        "SET": object.__setattr__,
+        "CLS": cls,
+        "NAMES": frozenset(names),
+    }
+    exec("\n".join(lines), scope)  # the field names of our own dataclasses
+    return scope["copy"]  # type: ignore[no-any-return]
 
 
 def sent_to(request: Request, address: str) -> Request:
