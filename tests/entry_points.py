@@ -304,6 +304,15 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
             **JSON_DOC,
         ),
         EntryPoint(
+            "check --xds - (stdin)",
+            _read("xds.json"),
+            lambda ws, _d: ["check", str(ws / W), "--xds", "-", *OUT],
+            60,
+            stdin=True,
+            option=("<stdin>",),
+            **JSON_DOC,
+        ),
+        EntryPoint(
             "check --baseline",
             _read("baseline.json"),
             lambda ws, d: ["check", str(ws / W), "--baseline", d, *OUT],

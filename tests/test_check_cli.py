@@ -14,6 +14,7 @@ tests run the real command.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import re
@@ -454,6 +455,59 @@ def test_camel_case_xds_gives_the_same_findings(
     good = bx.camel.with_name("good-camel.json")
     good.write_text(json.dumps(camel_case(json.loads(bx.good.read_text()))), encoding="utf-8")
     assert check_json(cli, breakage.scenario, "--xds", str(good))[1]["findings"] == []
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> io.TextIOWrapper:
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stream)
+    return stream
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES, ids=lambda b: b.id)
+def test_xds_on_standard_input_gives_the_same_findings(
+    breakage: Breakage, broken: dict[str, BrokenXds], cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--xds -``: what ``edge-verify pull ... | edge-verify check --xds -`` sends."""
+    bx = broken[breakage.id]
+    from_file = check_json(cli, breakage.scenario, "--xds", str(bx.file))
+    _stdin(monkeypatch, bx.file.read_bytes())
+    from_stdin = check_json(cli, breakage.scenario, "--xds", "-")
+    assert from_stdin == from_file
+    assert from_stdin[1]["findings"]  # the broken route was read, and found
+
+
+def test_bad_xds_on_standard_input_is_named_stdin(
+    cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stdin(monkeypatch, b'{"configs": [\n  {"@type": 5\n')
+    r = cli("check", *scenario_args("httproute-simple-same-namespace"), "--xds", "-")
+    assert r.error_lines() == ["<stdin>:3: --xds: invalid JSON: Expecting ',' delimiter [bad-xds]"]
+
+
+def test_standard_input_is_read_once_per_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--xds -`` is read by each scenario of a run: the second read is the first's text,
+    not the empty rest of the stream; a new stream (the next in-process run) is read anew."""
+    from verifier.inputs import read_stdin_once
+
+    _stdin(monkeypatch, b"one")
+    assert read_stdin_once() == read_stdin_once() == "one"
+    _stdin(monkeypatch, b"two")
+    assert read_stdin_once() == "two"
+
+
+@pytest.mark.parametrize("second", [["--xds", "-"], ["--baseline", "-"]])
+def test_standard_input_is_given_to_one_input(
+    second: list[str], cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resources and the xDS (or a baseline) on standard input: refused before either is
+    read, where the first would have taken it all and the second been "empty"."""
+    stream = _stdin(monkeypatch, (BASE / "gateways.yaml").read_bytes())
+    r = cli("check", "-", *second)
+    assert r.error_lines() == [
+        f"-: {second[0]}: standard input can be read once: PATH - and {second[0]} - both "
+        "ask for it [stdin-twice]"
+    ]
+    assert stream.read() == (BASE / "gateways.yaml").read_text()  # nothing was read
 
 
 def test_text_report_leads_with_the_yaml_line(broken: dict[str, BrokenXds], cli: CLI) -> None:

@@ -56,6 +56,7 @@ MEASURED_S = {
     "check --cases": 6.6,
     "check": 6.4,
     "check --xds (per-type directory)": 4.4,
+    "check --xds - (stdin)": 3.0,  # estimated (new on 2026-12-03)
     "check --baseline": 3.9,  # estimated (new on 2026-12-02)
     "mutate --xds": 1.5,
 }

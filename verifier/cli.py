@@ -1294,12 +1294,23 @@ def _report(errors: Sequence[InputError]) -> int:
     return EXIT_BAD_INPUT
 
 
+def _stdin_read_once(args: argparse.Namespace) -> None:
+    """Refuse two inputs on standard input before reading either: the first would take
+    it all, and the second would be reported as empty or as the wrong kind of file."""
+    readers = ["PATH -"] if "-" in (getattr(args, "paths", None) or ()) else []
+    readers += [f"--{n} -" for n in ("xds", "baseline") if getattr(args, n, None) == "-"]
+    if len(readers) > 1:
+        message = f"standard input can be read once: {' and '.join(readers)} both ask for it"
+        raise InputErrors([InputError("-", 0, readers[1].split()[0], "stdin-twice", message)])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run: Command = args.run
     before = limits()  # restored after: main may run in a process that goes on (tests)
     set_limits(_limits_of(args))
     try:
+        _stdin_read_once(args)
         with fewer_collections():
             return run(args)
     except InputErrors as exc:

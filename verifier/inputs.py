@@ -135,6 +135,19 @@ def read_stdin() -> str:
     return text
 
 
+_stdin_read: tuple[object, str] | None = None
+
+
+def read_stdin_once() -> str:
+    """Standard input's text, the same on every call while ``sys.stdin`` is the same
+    stream: ``--xds -`` is read once per scenario, and a run may have several."""
+    global _stdin_read
+    if _stdin_read is None or _stdin_read[0] is not sys.stdin:
+        stream = sys.stdin
+        _stdin_read = (stream, read_stdin())
+    return _stdin_read[1]
+
+
 def yaml_problem(exc: BaseException, path: str) -> InputError:
     """The input error for whatever the YAML loader raised."""
     if isinstance(exc, yaml.YAMLError):

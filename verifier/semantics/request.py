@@ -246,7 +246,7 @@ def _copier(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
     names = [f.name for f in fields(cls)]
     lines = [
         "def copy(obj, changes):",
-        "    if not changes.keys() <= NAMES:",
+        "    if not NAMES.issuperset(changes):",
         "        raise TypeError(f'{CLS.__name__} has no field {sorted(changes.keys() - NAMES)}')",
         "    new = NEW(CLS)",
         *(f"    SET(new, {n!r}, changes[{n!r}] if {n!r} in changes else obj.{n})" for n in names),

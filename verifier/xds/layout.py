@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from verifier.errors import InputErrors
-from verifier.inputs import LIMIT_CODES, load_json, read_text
+from verifier.inputs import LIMIT_CODES, STDIN, load_json, read_stdin_once, read_text
 
 Json = Any  # a decoded JSON value: recursive and untyped
 
@@ -255,15 +255,23 @@ def type_name(doc: Json, path: str) -> str:
 
 
 def read_json(path: Path) -> Json:
-    """Through the one input layer, so xDS gets the same limits as every other file."""
+    """Through the one input layer, so xDS gets the same limits as every other file
+    (``-``: standard input, as for the resources)."""
+    name = label(path)
     try:
-        return load_json(read_text(str(path)), str(path))
+        text = read_stdin_once() if name == STDIN else read_text(name)
+        return load_json(text, name)
     except InputErrors as exc:
         first = exc.errors[0]
         code = first.code if first.code in LIMIT_CODES else "bad-xds"
-        raise XdsLoadError(str(path), first.message, line=first.line, code=code) from None
+        raise XdsLoadError(name, first.message, line=first.line, code=code) from None
     except ValueError as exc:  # an integer of thousands of digits, among others
-        raise XdsLoadError(str(path), f"invalid JSON: {exc}") from None
+        raise XdsLoadError(name, f"invalid JSON: {exc}") from None
+
+
+def label(path: str | os.PathLike[str]) -> str:
+    """How findings and errors name an xDS source: ``-`` is standard input."""
+    return STDIN if str(path) == "-" else str(path)
 
 
 def xds_files(p: Path) -> list[Path]:
@@ -285,8 +293,8 @@ def walk_path(walk: Walk, path: str | os.PathLike[str]) -> None:
     """Walk a config_dump file, or every file of a per-type directory (reporting every
     bad file, not the first)."""
     p = Path(path)
-    if not p.is_dir():
-        walk.document(read_json(p), f"{p}:$")
+    if str(path) == "-" or not p.is_dir():
+        walk.document(read_json(p), f"{label(path)}:$")
         return
     problems: list[XdsLoadError] = []
     for f in xds_files(p):

@@ -310,9 +310,9 @@ def start_early(path: str) -> None:
 
     if str(path) in _early or not can_fork() or find_envoy() is None:
         return
-    if "://" in path or not (Path(path).is_file() or Path(path).is_dir()):
+    if "://" in path or path == "-" or not (Path(path).is_file() or Path(path).is_dir()):
         # A live source, nothing to read (the check says so itself), or a stream
-        # (``--xds /dev/stdin``), which only one process can read.
+        # (``--xds -``, ``--xds /dev/stdin``), which only one process can read.
         return
     _early[str(path)] = (os.getpid(), ForkedCall(lambda: _ask_about_file(path)))
 
