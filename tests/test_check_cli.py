@@ -722,6 +722,26 @@ def test_translator_gets_the_paths_and_its_output_is_checked(
         assert (r.rc, r.json()["findings"]) == (0, [])
 
 
+def test_a_translators_output_is_read_as_a_files_is(
+    broken: dict[str, BrokenXds], tmp_path: Path
+) -> None:
+    """As records where check only reads it (no Envoy API message built), as messages
+    where the command serves or mutates it: the same two readers as ``--xds FILE``."""
+    import betterproto2
+
+    from verifier.pipeline import external_snapshot, file_snapshot
+
+    bx = broken["path_separated_prefix-to-prefix"]
+    command, _ = _translator(tmp_path, str(bx.file))
+    paths = scenario_args(bx.breakage.scenario)
+    for records in (True, False):
+        got, _notes = external_snapshot(command, paths, records=records)
+        want, _notes = file_snapshot(str(bx.file), records=records)
+        assert got == want
+        assert all(isinstance(rc, betterproto2.Message) is not records for rc in got.routes)
+        assert got.routes
+
+
 def test_failing_translator_is_one_clear_error(tmp_path: Path) -> None:
     script = tmp_path / "fail.py"
     script.write_text(

@@ -251,8 +251,11 @@ def reference_snapshot(res: Resources, opts: CheckOptions, registry_file: str | 
     )
 
 
-def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, list[str]]:
-    """Run ``command PATH...``; it must print a config_dump or DiscoveryResponses."""
+def external_snapshot(
+    command: str, paths: Sequence[str], *, records: bool = False
+) -> tuple[Snapshot, list[str]]:
+    """Run ``command PATH...``; it must print a config_dump or DiscoveryResponses.
+    ``records`` as for ``file_snapshot``: its JSON is read as a file's is."""
     argv = shlex.split(command)
     argv = [a for a in argv if a != "{paths}"] + list(paths)
     try:
@@ -294,7 +297,7 @@ def external_snapshot(command: str, paths: Sequence[str]) -> tuple[Snapshot, lis
             ]
         ) from None
     try:
-        snap, skipped = from_config_dump(doc, command)
+        snap, skipped = from_config_dump(doc, command, records=records)
     except XdsLoadError as exc:
         raise InputErrors(
             [InputError(command, 0, "--translator", "bad-xds", exc.message)]
@@ -316,21 +319,22 @@ def _xds_input_error(exc: XdsLoadError, path: str) -> InputError:
     return InputError(file, line, fld, exc.code, exc.message)
 
 
-_REMOTE: dict[str, tuple[Snapshot, list[str]]] = {}
+_REMOTE: dict[tuple[str, bool], tuple[Snapshot, list[str]]] = {}
 
 
-def remote_snapshot(source: str) -> tuple[Snapshot, list[str]]:
+def remote_snapshot(source: str, *, records: bool = False) -> tuple[Snapshot, list[str]]:
     """The xDS a control plane (``ads://``) serves or an Envoy (``http(s)://``) holds.
 
     Pulled once per run (a directory of scenarios judges the same edge each time);
     anything short of a complete snapshot is an input error, never a partial check.
+    ``records``: an admin endpoint's JSON is read as a file's is (ADS sends messages).
     """
     import asyncio
 
     from verifier.xds import admin, ads_client
 
-    if source in _REMOTE:
-        return _REMOTE[source]
+    if (source, records) in _REMOTE:
+        return _REMOTE[(source, records)]
     notes: list[str] = []
     try:
         if source.startswith("ads://"):
@@ -341,13 +345,13 @@ def remote_snapshot(source: str) -> tuple[Snapshot, list[str]]:
         else:
             doc = asyncio.run(admin.fetch(source, ads_client.DEFAULT_TIMEOUT))
             notes += [o.line().removeprefix("edge-verify: ") for o in admin.observe(doc)]
-            snap, skipped = from_config_dump(doc, source)
+            snap, skipped = from_config_dump(doc, source, records=records)
             notes += [f"{s.path}: skipped: {s.reason}" for s in skipped]
     except (ads_client.PullError, admin.AdminError) as exc:
         raise InputErrors([InputError(source, 0, "--xds", "unreachable", str(exc))]) from None
     except XdsLoadError as exc:
         raise InputErrors([_xds_input_error(exc, source)]) from None
-    _REMOTE[source] = (snap, notes)
+    _REMOTE[(source, records)] = (snap, notes)
     return snap, notes
 
 
@@ -356,7 +360,7 @@ def file_snapshot(path: str, *, records: bool = False) -> tuple[Snapshot, list[s
     ``records``: a file is decoded into records where it can be (``check`` and
     ``explain`` only read it; ``serve`` sends messages)."""
     if re.match(r"^(ads|https?)://", path):
-        return remote_snapshot(path)
+        return remote_snapshot(path, records=records)
     if re.match(r"^[a-z][a-z0-9+.-]*://", path):
         raise InputErrors(
             [
@@ -492,7 +496,7 @@ def prepare(
             snapshot, notes = xds if xds is not None else file_snapshot(opts.xds, records=records)
             warnings += notes
         elif opts.translator:
-            snapshot, notes = external_snapshot(opts.translator, scn.paths)
+            snapshot, notes = external_snapshot(opts.translator, scn.paths, records=records)
             warnings += notes
         else:
             snapshot = reference_snapshot(res, opts, scn.mesh_registry)
