@@ -12,7 +12,9 @@ the early one.
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -142,15 +144,23 @@ def test_envoy_gives_the_same_verdict_both_ways(case: str, tmp_path: Path) -> No
 
 
 @needs_envoy
+@pytest.mark.parametrize("source", ["file", "stdin"])
 def test_check_xds_reports_the_early_verdict(
     cli: CLI,  # noqa: F811
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    source: str,
 ) -> None:
-    """The rule reads the answer about the file: asking about the snapshot would fail."""
+    """The rule reads the answer about the file (or standard input, read at the start
+    for it): asking about the snapshot would fail."""
     monkeypatch.chdir(REPO_ROOT)
     path = tmp_path / "xds.json"
     path.write_text(json.dumps(_unredacted(REJECTED["EV601"]())), encoding="utf-8")
+    given, location = str(path), f"{path}:1"
+    if source == "stdin":
+        stdin = io.TextIOWrapper(io.BytesIO(path.read_bytes()), encoding="utf-8")
+        monkeypatch.setattr(sys, "stdin", stdin)
+        given, location = "-", "<stdin>:1"
 
     def not_asked(_snap: Snapshot) -> tuple[bool, str]:
         raise AssertionError("the snapshot was validated again")
@@ -161,14 +171,14 @@ def test_check_xds_reports_the_early_verdict(
         str(BASE),
         str(FIXTURES / "httproute-mesh-backend"),
         "--xds",
-        str(path),
+        given,
         "--format",
         "json",
     )
     found = [f for f in json.loads(done.out)["findings"] if f["code"] == "EV101"]
     assert done.rc == 1
     assert len(found) == 1 and "RE2 program size" in found[0]["message"]
-    assert found[0]["location"] == f"{path}:1"  # the file Envoy was asked about
+    assert found[0]["location"] == location  # the file Envoy was asked about
     assert validation._early == {} and validation._adopted == {}  # nothing left running
 
 

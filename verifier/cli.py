@@ -9,6 +9,7 @@ and keeps its traceback so it can be reported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -376,6 +377,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     from verifier.xds import validation
 
     if args.xds:
+        if args.xds == "-":
+            from verifier.inputs import read_stdin_once
+
+            # Now, so that Envoy can be given it at once (the child inherits the text);
+            # an error is kept, and raised where the xDS is read, as for a file.
+            with contextlib.suppress(InputErrors):
+                read_stdin_once()
         # Envoy's validate on the file as written, while the rest imports and decodes.
         validation.start_early(args.xds)
     try:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import json.decoder
 import json.scanner
+import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -135,17 +136,41 @@ def read_stdin() -> str:
     return text
 
 
-_stdin_read: tuple[object, str] | None = None
+# (the stream, the process that read it, its text or the error reading it)
+_stdin_read: tuple[object, int, str | InputErrors] | None = None
+
+
+def _stdin_memo() -> str | InputErrors | None:
+    """What ``read_stdin_once`` read from this standard input. A forked child holds its
+    parent's memo though multiprocessing gave it /dev/null as ``sys.stdin``: the stream
+    it inherited is the parent's, and the parent has read it."""
+    if _stdin_read is None:
+        return None
+    stream, pid, found = _stdin_read
+    return found if stream is sys.stdin or pid != os.getpid() else None
 
 
 def read_stdin_once() -> str:
-    """Standard input's text, the same on every call while ``sys.stdin`` is the same
-    stream: ``--xds -`` is read once per scenario, and a run may have several."""
+    """Standard input's text (or the error reading it), the same on every call while
+    ``sys.stdin`` is the same stream: ``--xds -`` is read once per scenario, and a run
+    may have several; ``check`` reads it at the start, to hand it to Envoy at once."""
     global _stdin_read
-    if _stdin_read is None or _stdin_read[0] is not sys.stdin:
+    found = _stdin_memo()
+    if found is None:
         stream = sys.stdin
-        _stdin_read = (stream, read_stdin())
-    return _stdin_read[1]
+        try:
+            found = read_stdin()
+        except InputErrors as exc:
+            found = exc
+        _stdin_read = (stream, os.getpid(), found)
+    if isinstance(found, InputErrors):
+        raise InputErrors(list(found.errors))
+    return found
+
+
+def stdin_text_read() -> bool:
+    """Whether this process holds standard input's text (``read_stdin_once``)."""
+    return isinstance(_stdin_memo(), str)
 
 
 def yaml_problem(exc: BaseException, path: str) -> InputError:

@@ -22,8 +22,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from verifier.inputs import stdin_text_read
 from verifier.orphans import die_with_parent, private_dir
-from verifier.xds.layout import Json, RawResources, camel, walk_path
+from verifier.xds.layout import Json, RawResources, camel, label, walk_path
 
 if TYPE_CHECKING:
     from verifier.forked import ForkedCall
@@ -310,9 +311,12 @@ def start_early(path: str) -> None:
 
     if str(path) in _early or not can_fork() or find_envoy() is None:
         return
-    if "://" in path or path == "-" or not (Path(path).is_file() or Path(path).is_dir()):
+    if path == "-":
+        if not stdin_text_read():
+            return  # not read yet: a child reading it would leave nothing for the check
+    elif "://" in path or not (Path(path).is_file() or Path(path).is_dir()):
         # A live source, nothing to read (the check says so itself), or a stream
-        # (``--xds -``, ``--xds /dev/stdin``), which only one process can read.
+        # (``--xds /dev/stdin``), which only one process can read.
         return
     _early[str(path)] = (os.getpid(), ForkedCall(lambda: _ask_about_file(path)))
 
@@ -323,7 +327,7 @@ def adopt(snapshot: object, path: str) -> None:
     asked = _early.get(str(path))
     if asked is not None and asked[0] == os.getpid():
         del _early[str(path)]
-        _adopted[id(snapshot)] = (snapshot, asked[1], str(path))
+        _adopted[id(snapshot)] = (snapshot, asked[1], label(path))
 
 
 def adopted(snapshot: object) -> ForkedCall[Verdict | None] | None:
