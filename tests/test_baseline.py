@@ -27,6 +27,7 @@ from test_parallel_check import FIXTURES, all_contexts
 from verifier.rules import RULES
 
 from verifier import baseline, check, pipeline
+from verifier.gatewayapi.addresses import PER_GATEWAY, SHARED, Addressing
 from verifier.mutate.catalog import mutants
 from verifier.mutate.operators import clusters as cluster_operators
 from verifier.xds.snapshot import Snapshot, from_config_dump, to_config_dump
@@ -179,17 +180,19 @@ def _edited(
     scenarios: tuple[str, ...],
     files: Callable[[Path], list[Path]],
     edits: Callable[[str], list[str]],
+    options: pipeline.CheckOptions | None = None,
 ) -> tuple[int, int]:
     """Each scenario saved (what agreed), then each edit of each of its ``files``: every
     request a baseline run would skip is asked and agrees, against the edited YAML's
     own translation and against the unedited YAML's xDS, as a translator that missed
     the change would serve. (edits made, edits that left some requests unasked)"""
+    options = options or OPTIONS
     shutil.copytree(FIXTURES / "base", tmp_path / "base")
     made = partial = 0
     for name in scenarios:
         shutil.copytree(FIXTURES / name, tmp_path / name)
-        (scn,) = [s for s in pipeline.discover([str(tmp_path)], OPTIONS) if s.name == name]
-        original, _ = pipeline.prepare(scn, OPTIONS)
+        (scn,) = [s for s in pipeline.discover([str(tmp_path)], options) if s.name == name]
+        original, _ = pipeline.prepare(scn, options)
         assert original is not None
         agreed = _agreed(original)
         for path in files(tmp_path / name):
@@ -197,7 +200,7 @@ def _edited(
             for edited in edits(text):
                 path.write_text(edited)
                 try:
-                    ctx, _result = pipeline.prepare(scn, OPTIONS)
+                    ctx, _result = pipeline.prepare(scn, options)
                 finally:
                     path.write_text(text)
                 if ctx is None:
@@ -251,6 +254,46 @@ def test_every_skipped_witness_agrees_after_a_backend_edit(tmp_path: Path) -> No
     # Most fixtures send every host to the same few backends: an edit of one asks
     # again nearly everything; where hosts have backends of their own, not.
     assert partial > 5
+
+
+_GATEWAY_EDITS = (
+    # (a line of a Gateway, how to change it)
+    (re.compile(r"^(\s+port: )(\d+)\s*$"), r"\g<1>9393"),
+    (re.compile(r"^(\s+hostname: )(\"?)([a-z0-9.*-]+)(\"?)\s*$"), r"\1\2edited.\3\4"),
+    (re.compile(r"^(\s+from: )Same\s*$"), r"\g<1>All"),
+    (re.compile(r"^(\s+from: )All\s*$"), r"\g<1>Same"),
+    (re.compile(r"^(\s+- name: )([a-z][a-z0-9-]*)\s*$"), r"\1\2-edited"),
+)
+GATEWAY_SCENARIOS = (
+    "gateway-multiple-gateways-same-port",
+    "gateway-multiple-gateways-same-hostname",
+    "gateway-http-listener-isolation",
+    "httproute-multiple-parent-refs",
+    "gateway-allowed-routes-namespace-selector",
+    "listener-set",
+)
+
+
+@pytest.mark.parametrize("mode", [PER_GATEWAY, SHARED])
+def test_every_skipped_witness_agrees_after_a_gateway_edit(tmp_path: Path, mode: str) -> None:
+    """Gateways are digested per request (the one it is sent to, and those sharing its
+    address) and listeners per port: line-for-line edits of Gateways (a port, a
+    hostname, allowedRoutes, a listener's name), in base/ and in the scenarios, with
+    an address per Gateway and with one address for all."""
+    options = pipeline.CheckOptions(addressing=Addressing(mode=mode))
+    edits, partial = _edited(
+        tmp_path,
+        GATEWAY_SCENARIOS,
+        lambda scenario: [scenario.parent / "base" / "gateways.yaml", scenario / "resources.yaml"],
+        lambda text: _line_edits(text, 6, ("Gateway",), _GATEWAY_EDITS),
+        options,
+    )
+    assert edits > 30
+    # An address each: an edit of one Gateway leaves the requests to the others alone
+    # (64 edits, 24 asking some of a scenario's requests again, not all; the rest are
+    # of a Gateway that every request or no request is sent to). One address: every
+    # Gateway may answer for another, so every request is asked again.
+    assert partial > edits // 3 if mode == PER_GATEWAY else partial == 0
 
 
 def _report(run: CLI, *args: str) -> tuple[int, dict[str, object]]:

@@ -2,11 +2,12 @@
 
 A full check asks both models about every witness request and keeps the ones they
 disagree on. Each answer is a function of the request and of a small part of the
-inputs: the spec's of the Gateway-side resources, of the HTTPRoutes whose
-hostnames can match the request's Host (no other Route can take part in choosing
-the rule that answers it) and of the Services they name; Envoy's of the listeners,
-of the one virtual host (and its route configuration's own fields) the Host
-selects, of the clusters that virtual host reaches and of the Services their
+inputs: the spec's of the Gateway it is sent to (and those sharing its address), of the
+other Gateway-side resources, of the HTTPRoutes whose hostnames can match the
+request's Host (no other Route can take part in choosing the rule that answers it)
+and of the Services they name; Envoy's of the listeners that can take its
+connection, of the one virtual host (and its route configuration's own fields) the
+Host selects, of the clusters that virtual host reaches and of the Services their
 endpoints resolve to. A
 witness's *digest* covers the request and exactly those inputs, plus the tool's
 own source. ``check --save-baseline FILE`` writes the digests of the witnesses the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import ipaddress
 import json
 import os
 import re
@@ -107,6 +109,8 @@ class Digests:
         self._hosts: dict[str, set[str]] = {}  # cluster -> the endpoint hosts it may read
         unnamed = self._clusters()
         self.common = self._common(unnamed)
+        self._gateways()
+        self._listeners()
         self._services()
         self._routes: dict[tuple[str, str], bytes] = {}
         self._exact: dict[str, list[tuple[str, str]]] = {}
@@ -224,8 +228,8 @@ class Digests:
 
     def _common(self, unnamed: list[bytes]) -> bytes:
         """What every answer may read: the tool, the options, every resource but the
-        HTTPRoutes, and every xDS resource but the route configurations and the
-        clusters some virtual host names."""
+        HTTPRoutes, the Gateways and the backends, and every xDS resource but the
+        listeners, the route configurations and the clusters some virtual host names."""
         ctx = self.ctx
         parts = [
             tool_digest().encode(),
@@ -235,7 +239,6 @@ class Digests:
         res = ctx.res
         tables: list[dict[Any, Any]] = [
             res.gateway_classes,
-            res.gateways,
             res.listener_sets,
             res.reference_grants,
             res.namespaces,
@@ -251,12 +254,91 @@ class Digests:
                     self.usable = False
                     found = b""
                 parts += [repr(key).encode(), found]
-        snap = ctx.snapshot
-        for kind in (snap.listeners, snap.secrets):
-            parts.append(str(len(kind)).encode())
-            parts += [_message_digest(m) for m in kind]
+        secrets = ctx.snapshot.secrets
+        parts += [str(len(secrets)).encode(), *(_message_digest(m) for m in secrets)]
         parts += [str(len(unnamed)).encode(), *unnamed]
         return _h(*parts)
+
+    def _gateways(self) -> None:
+        """Each Gateway as written, and which Gateways share an address: a request sent
+        to one may read the others there (shared addressing: conflicts, a port one
+        does not serve answered by another)."""
+        ctx = self.ctx
+        self._gateway: dict[tuple[str, str], bytes] = {}
+        for key, gw in ctx.res.gateways.items():
+            found = _raw_digest(gw.meta.raw)
+            if found is None:
+                self.usable = False
+                found = b""
+            self._gateway[key] = found
+        self._at: dict[str, list[tuple[str, str]]] = {}
+        for key, address in ctx.addresses.items():
+            self._at.setdefault(address, []).append(key)
+        self._by_gateway: dict[tuple[str, str], bytes] = {}
+
+    def _gateway_side(self, gateway: tuple[str, str]) -> bytes:
+        """The Gateways a request to ``gateway`` may read: those on its address (every
+        Gateway when it has none, or is not there)."""
+        found = self._by_gateway.get(gateway)
+        if found is None:
+            address = self.ctx.addresses.get(gateway)
+            keys = self._at.get(address, []) if address is not None else []
+            if gateway not in keys:
+                keys = list(self._gateway)
+            found = self._by_gateway[gateway] = _h(
+                *(p for k in sorted(keys) for p in (repr(k).encode(), self._gateway[k]))
+            )
+        return found
+
+    def _listeners(self) -> None:
+        """The listeners by what they bind: a connection to an address and port is taken
+        by a listener bound to both, else by one on a wildcard address and that port. One
+        that binds no plain address and port, or may hand connections on
+        (``use_original_dst``), is read by every connection."""
+        self._bound: dict[tuple[str, int], list[bytes]] = {}  # (address, port)
+        self._wildcard_on: dict[int, list[bytes]] = {}  # port: any address
+        self._anywhere: list[bytes] = []
+        for li in self.ctx.snapshot.listeners:
+            digest = _message_digest(li)
+            addresses = [li.address, *(x.address for x in li.additional_addresses)]
+            binds: set[tuple[str, int]] = set()
+            plain = li.use_original_dst is None
+            for a in addresses:
+                sa = a.socket_address if a is not None else None
+                if sa is not None and sa.port_value:
+                    binds.add((sa.address or "", sa.port_value))
+                else:
+                    plain = False  # a pipe, an internal listener, no port
+            if not plain:
+                self._anywhere.append(digest)
+            for address, port in binds:
+                ip = _ip(address)
+                if ip is None:  # a wildcard, or a name: on every address
+                    self._wildcard_on.setdefault(port, []).append(digest)
+                else:
+                    self._bound.setdefault((ip, port), []).append(digest)
+        self._by_destination: dict[tuple[str, int], bytes] = {}
+
+    def _listener_side(self, address: str, port: int) -> bytes:
+        """The listeners a connection to ``address``:``port`` may be taken by (all those
+        on the port when the address is not a plain IP)."""
+        key = (address, port)
+        found = self._by_destination.get(key)
+        if found is None:
+            ip = _ip(address)
+            if ip is None:
+                bound = [d for (_, p), ds in sorted(self._bound.items()) if p == port for d in ds]
+            else:
+                bound = self._bound.get((ip, port), [])
+            found = self._by_destination[key] = _h(
+                repr(key).encode(),
+                *bound,
+                b"wildcard",
+                *self._wildcard_on.get(port, []),
+                b"anywhere",
+                *self._anywhere,
+            )
+        return found
 
     def _spec_side(self, hostname: str) -> bytes:
         """The HTTPRoutes a request for ``hostname`` can be answered by, as written."""
@@ -311,7 +393,9 @@ class Digests:
         return _h(
             self.common,
             repr(w).encode(),
+            self._gateway_side(w.gateway),
             self._spec_side(w.request.hostname.lower()),
+            self._listener_side(w.request.address, w.request.listener_port),
             self._envoy_side(w),
         )
 
@@ -336,6 +420,15 @@ def _backend_refs(data: Any, namespace: str) -> set[tuple[str, str]]:
         elif isinstance(node, list):
             stack += [(item, False) for item in node]
     return found
+
+
+def _ip(address: str) -> str | None:
+    """A specific IP address in one spelling, None for a wildcard or anything else."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    return None if ip.is_unspecified else str(ip)
 
 
 def _indexable(hostname: str) -> bool:
