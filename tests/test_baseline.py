@@ -276,16 +276,17 @@ GATEWAY_SCENARIOS = (
 
 @pytest.mark.parametrize("mode", [PER_GATEWAY, SHARED])
 def test_every_skipped_witness_agrees_after_a_gateway_edit(tmp_path: Path, mode: str) -> None:
-    """Gateways are digested per request (the one it is sent to, and those sharing its
-    address) and listeners per port: line-for-line edits of Gateways (a port, a
-    hostname, allowedRoutes, a listener's name), in base/ and in the scenarios, with
-    an address per Gateway and with one address for all."""
+    """Gateways (with their ListenerSets) are digested per request (the one it is sent
+    to, and those sharing its address) and listeners per destination: line-for-line
+    edits of Gateways and ListenerSets (a port, a hostname, allowedRoutes, a
+    listener's name), in base/ and in the scenarios, with an address per Gateway and
+    with one address for all."""
     options = pipeline.CheckOptions(addressing=Addressing(mode=mode))
     edits, partial = _edited(
         tmp_path,
         GATEWAY_SCENARIOS,
         lambda scenario: [scenario.parent / "base" / "gateways.yaml", scenario / "resources.yaml"],
-        lambda text: _line_edits(text, 6, ("Gateway",), _GATEWAY_EDITS),
+        lambda text: _line_edits(text, 6, ("Gateway", "ListenerSet"), _GATEWAY_EDITS),
         options,
     )
     assert edits > 30

@@ -228,7 +228,7 @@ class Digests:
 
     def _common(self, unnamed: list[bytes]) -> bytes:
         """What every answer may read: the tool, the options, every resource but the
-        HTTPRoutes, the Gateways and the backends, and every xDS resource but the
+        HTTPRoutes, the Gateways, the ListenerSets and the backends, and every xDS resource but the
         listeners, the route configurations and the clusters some virtual host names."""
         ctx = self.ctx
         parts = [
@@ -239,7 +239,6 @@ class Digests:
         res = ctx.res
         tables: list[dict[Any, Any]] = [
             res.gateway_classes,
-            res.listener_sets,
             res.reference_grants,
             res.namespaces,
             res.secrets,
@@ -260,17 +259,27 @@ class Digests:
         return _h(*parts)
 
     def _gateways(self) -> None:
-        """Each Gateway as written, and which Gateways share an address: a request sent
-        to one may read the others there (shared addressing: conflicts, a port one
-        does not serve answered by another)."""
+        """Each Gateway as written with the ListenerSets whose parentRef names it, and
+        which Gateways share an address: a request sent to one may read the others
+        there (shared addressing: conflicts, a port one does not serve answered by
+        another). A ListenerSet naming no Gateway here is read by no request."""
         ctx = self.ctx
+        sets: dict[tuple[str, str], list[bytes]] = {}  # parent -> its ListenerSets'
+        for key, ls in sorted(ctx.res.listener_sets.items()):
+            found = _raw_digest(ls.meta.raw)
+            if found is None:
+                self.usable = False
+                found = b""
+            sets.setdefault((ls.parent_namespace, ls.parent_name), []).append(
+                repr(key).encode() + found
+            )
         self._gateway: dict[tuple[str, str], bytes] = {}
         for key, gw in ctx.res.gateways.items():
             found = _raw_digest(gw.meta.raw)
             if found is None:
                 self.usable = False
                 found = b""
-            self._gateway[key] = found
+            self._gateway[key] = _h(found, *sets.get(key, ()))
         self._at: dict[str, list[tuple[str, str]]] = {}
         for key, address in ctx.addresses.items():
             self._at.setdefault(address, []).append(key)
