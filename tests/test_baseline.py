@@ -358,7 +358,7 @@ def test_a_baseline_from_another_build_is_a_full_check(cli: CLI, tmp_path: Path)
 @pytest.mark.parametrize(
     ("text", "field"),
     [
-        ("{not json", ""),
+        ("{not json", "--baseline"),
         ('{"format": "edge-verify baseline", "format": "edge-verify baseline"}', "format"),
         ('{"format": "something else"}', "format"),
         (

@@ -484,6 +484,58 @@ def test_bad_xds_on_standard_input_is_named_stdin(
     assert r.error_lines() == ["<stdin>:3: --xds: invalid JSON: Expecting ',' delimiter [bad-xds]"]
 
 
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["-", "-"], "-: PATH: standard input can be read once: PATH - and PATH - both ask for it"),
+        (
+            ["-", "--xds", "-", "--baseline", "-"],
+            "-: --xds: standard input can be read once: PATH - and --xds - and --baseline - "
+            "all ask for it",
+        ),
+        (
+            [str(BASE), "--cases", "-"],
+            "-: --cases: --cases names a file: - (standard input or output) is read only as "
+            "a PATH, by --xds and by --baseline",
+        ),
+        (
+            [str(BASE), "--save-baseline", "-"],
+            "-: --save-baseline: --save-baseline names a file: - (standard input or output) "
+            "is read only as a PATH, by --xds and by --baseline",
+        ),
+    ],
+)
+def test_standard_input_is_refused_where_it_cannot_be_read(
+    argv: list[str], error: str, cli: CLI, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Refused before anything is read or written: ``--cases -`` said "no such file",
+    ``--save-baseline -`` wrote a file named ``-``, and a second PATH ``-`` read nothing."""
+    monkeypatch.chdir(tmp_path)
+    stream = _stdin(monkeypatch, (BASE / "gateways.yaml").read_bytes())
+    r = cli("check", *argv)
+    assert [ln.rsplit(" [", 1)[0] for ln in r.error_lines()] == [error]
+    assert stream.read() == (BASE / "gateways.yaml").read_text()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "invalid JSON: the input is empty"),
+        ("  \n ", "invalid JSON: the input is empty"),
+        ('{"a": "b', "invalid JSON: Unterminated string starting at column 7"),
+    ],
+)
+def test_a_json_error_says_where_in_words(
+    text: str, message: str, cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """json's own messages end "starting at" where it appends the position elsewhere."""
+    _stdin(monkeypatch, text.encode())
+    r = cli("check", *scenario_args("httproute-simple-same-namespace"), "--xds", "-")
+    (line,) = r.error_lines()
+    assert line.endswith(f": --xds: {message} [bad-xds]"), line
+
+
 def test_standard_input_is_read_once_per_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--xds -`` is read by each scenario of a run: the second read is the first's text,
     not the empty rest of the stream; a new stream (the next in-process run) is read anew."""

@@ -25,6 +25,7 @@ less. The file holds digests only: no configuration, no secret.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import errno
 import ipaddress
 import json
@@ -458,13 +459,18 @@ def load(path: str) -> tuple[Baseline | None, list[str]]:
     written by other code or in another format version: the run is then a full
     check, which is still exactly right. A file that is not a baseline is bad input,
     read under the same limits as every other input (size, nesting)."""
-    from verifier.inputs import load_json, read_stdin, read_text
+    from verifier.inputs import STDIN, load_json, read_stdin, read_text
 
-    text = read_stdin() if path == "-" else read_text(path)
-    doc = load_json(text, path)
+    name = STDIN if path == "-" else path
+    try:
+        doc = load_json(read_stdin() if path == "-" else read_text(path), name)
+    except InputErrors as exc:  # said of --baseline, as an --xds file's are of --xds
+        raise InputErrors(
+            [dataclasses.replace(e, field=e.field or "--baseline") for e in exc.errors]
+        ) from None
 
     def bad(field: str, expected: str) -> InputErrors:
-        return InputErrors([InputError(path, 0, field, "invalid", f"expected {expected}")])
+        return InputErrors([InputError(name, 0, field, "invalid", f"expected {expected}")])
 
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise bad("format", f"{FORMAT!r}: a baseline is a file check --save-baseline writes")

@@ -1303,13 +1303,33 @@ def _report(errors: Sequence[InputError]) -> int:
 
 
 def _stdin_read_once(args: argparse.Namespace) -> None:
-    """Refuse two inputs on standard input before reading either: the first would take
-    it all, and the second would be reported as empty or as the wrong kind of file."""
-    readers = ["PATH -"] if "-" in (getattr(args, "paths", None) or ()) else []
-    readers += [f"--{n} -" for n in ("xds", "baseline") if getattr(args, n, None) == "-"]
+    """Refuse, before reading anything, what would read standard input wrongly: two
+    inputs on it (the first would take it all, and the second be reported as empty or
+    as the wrong kind of file), an option that reads only files given ``-`` (it would
+    say "no such file"), and ``--save-baseline -`` (a file named ``-``)."""
+
+    def given(name: str) -> bool:
+        value = getattr(args, name, None)
+        return value == "-" or (isinstance(value, list) and "-" in value)
+
+    def refuse(flag: str, code: str, message: str) -> NoReturn:
+        raise InputErrors([InputError("-", 0, flag, code, message)])
+
+    for name in ("cases", "mesh_registry", "save_baseline"):
+        if given(name):
+            flag = "--" + name.replace("_", "-")
+            refuse(flag, "not-applicable", f"{flag} names a file: - (standard input or "
+                   "output) is read only as a PATH, by --xds and by --baseline")  # fmt: skip
+    paths = list(getattr(args, "paths", None) or ())
+    readers = ["PATH -"] * paths.count("-")
+    readers += [f"--{n} -" for n in ("xds", "baseline") if given(n)]
     if len(readers) > 1:
-        message = f"standard input can be read once: {' and '.join(readers)} both ask for it"
-        raise InputErrors([InputError("-", 0, readers[1].split()[0], "stdin-twice", message)])
+        everyone = "both" if len(readers) == 2 else "all"
+        refuse(
+            readers[1].split()[0],
+            "stdin-twice",
+            f"standard input can be read once: {' and '.join(readers)} {everyone} ask for it",
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -485,8 +485,12 @@ def load_json(text: str, path: str) -> Any:
         line = _duplicate_line(text)
         raise InputErrors([InputError(path, line, exc.key, "duplicate-key", message)]) from None
     except json.JSONDecodeError as exc:
+        # json's messages end "... at" where it appends the position to str(exc).
+        why = f"{exc.msg} column {exc.colno}" if exc.msg.endswith(" at") else exc.msg
+        if not text.strip():
+            why = "the input is empty"
         raise InputErrors(
-            [InputError(path, exc.lineno, "", "bad-json", f"invalid JSON: {exc.msg}")]
+            [InputError(path, exc.lineno, "", "bad-json", f"invalid JSON: {why}")]
         ) from None
     except RecursionError:  # Python's parser gives up near its recursion limit
         why = (
