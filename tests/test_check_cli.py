@@ -536,6 +536,19 @@ def test_a_json_error_says_where_in_words(
     assert line.endswith(f": --xds: {message} [bad-xds]"), line
 
 
+def test_an_empty_xds_is_judged_and_said_to_be_empty(
+    cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull that returned nothing: every Gateway unserved (exit 1), and a warning
+    that says why before the findings read as routing bugs."""
+    _stdin(monkeypatch, b'{"configs": []}')
+    r = cli("check", *scenario_args("httproute-simple-same-namespace"), "--xds", "-")
+    assert r.rc == 1 and "Traceback" not in r.err
+    assert "warning: <stdin>: no listener and no cluster in the xDS read" in r.err.splitlines()
+    translated = cli("check", *scenario_args("httproute-simple-same-namespace"))
+    assert translated.rc == 0 and "no listener and no cluster" not in translated.err
+
+
 def test_standard_input_is_read_once_per_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--xds -`` is read by each scenario of a run: the second read is the first's text,
     not the empty rest of the stream; a new stream (the next in-process run) is read anew."""

@@ -35,7 +35,7 @@ from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.semantics.envoy.model import precompile
 from verifier.xds import validation
-from verifier.xds.layout import XdsLoadError
+from verifier.xds.layout import XdsLoadError, label
 from verifier.xds.snapshot import (
     WILDCARD_ADDRESSES,
     Snapshot,
@@ -500,6 +500,11 @@ def prepare(
             warnings += notes
         else:
             snapshot = reference_snapshot(res, opts, scn.mesh_registry)
+        if (opts.xds or opts.translator) and not (snapshot.listeners or snapshot.clusters):
+            # Judged as it is (every Gateway unserved), but said first: a pull or a
+            # translator that returned nothing would otherwise read as routing bugs.
+            source = opts.xds or f"--translator {opts.translator}"
+            warnings.append(f"{label(source)}: no listener and no cluster in the xDS read")
         registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
     except InputErrors as exc:
         return None, ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
