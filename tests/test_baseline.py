@@ -515,3 +515,13 @@ def test_a_baseline_from_standard_input(
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(saved.read_bytes())))
     code, out, _err = astuple(cli("check", *SIMPLE, "--baseline", "-"))
     assert code == 0 and "0 of " in out
+
+
+def test_a_listener_address_is_compared_in_one_spelling() -> None:
+    """A listener bound to an address spelt otherwise than the request's (IPv6 zeros,
+    an IPv4-mapped IPv6 address) is still one that can take the connection: missing
+    it would skip a request whose answer the listener changed."""
+    assert baseline._ip("2001:db8:0::1") == baseline._ip("2001:db8::1")
+    assert baseline._ip("::ffff:192.0.2.1") == baseline._ip("192.0.2.1") == "192.0.2.1"
+    assert baseline._ip("0.0.0.0") is None and baseline._ip("::") is None  # wildcards
+    assert baseline._ip("edge.example") is None  # a name: on every address

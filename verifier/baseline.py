@@ -433,11 +433,14 @@ def _backend_refs(data: Any, namespace: str) -> set[tuple[str, str]]:
 
 
 def _ip(address: str) -> str | None:
-    """A specific IP address in one spelling, None for a wildcard or anything else."""
+    """A specific IP address in one spelling (an IPv4-mapped IPv6 address as its IPv4
+    address), None for a wildcard or anything else."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
     return None if ip.is_unspecified else str(ip)
 
 
