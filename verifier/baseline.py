@@ -118,11 +118,7 @@ class Digests:
         self._wildcard: dict[str, list[tuple[str, str]]] = {}  # ".example.com" -> keys
         self._any: list[tuple[str, str]] = []
         for key, route in sorted(ctx.res.httproutes.items()):
-            found = _raw_digest(route.meta.raw)
-            if found is None:
-                self.usable = False
-                found = b""
-            self._routes[key] = found
+            self._routes[key] = self._as_written(route.meta.raw)
             names = [h.lower() for h in route.hostnames]
             if not names or any(not _indexable(n) for n in names):
                 self._any.append(key)
@@ -136,6 +132,15 @@ class Digests:
         self._by_connection: dict[tuple[str, int, str, str, str], bytes] = {}
         self._configs: dict[int, bytes] = {}
         self._vhosts: dict[int, bytes] = {}
+
+    def _as_written(self, raw: RawObject | None) -> bytes:
+        """``_raw_digest``; an object with no source text makes the digests unusable
+        (nothing is skipped), since what it holds cannot be compared."""
+        found = _raw_digest(raw)
+        if found is None:
+            self.usable = False
+            return b""
+        return found
 
     def _clusters(self) -> list[bytes]:
         """Each cluster's digest, with the assignments the resolver would read for it
@@ -197,10 +202,7 @@ class Digests:
             found = self._service.get(key)
             if found is None:
                 svc = self.ctx.res.services.get(key)
-                own = b"missing" if svc is None else _raw_digest(svc.meta.raw)
-                if own is None:
-                    self.usable = False
-                    own = b""
+                own = b"missing" if svc is None else self._as_written(svc.meta.raw)
                 slices = sorted(self._slices.get(key, ()))
                 found = self._service[key] = _h(repr(key).encode(), own, *slices)
             parts.append(found)
@@ -229,8 +231,9 @@ class Digests:
 
     def _common(self, unnamed: list[bytes]) -> bytes:
         """What every answer may read: the tool, the options, every resource but the
-        HTTPRoutes, the Gateways, the ListenerSets and the backends, and every xDS resource but the
-        listeners, the route configurations and the clusters some virtual host names."""
+        HTTPRoutes, the Gateways, the ListenerSets and the backends, and every xDS
+        resource but the listeners, the route configurations and the clusters some
+        virtual host names."""
         ctx = self.ctx
         parts = [
             tool_digest().encode(),
@@ -249,11 +252,7 @@ class Digests:
         for table in tables:
             parts.append(str(len(table)).encode())
             for key in sorted(table, key=repr):
-                found = _raw_digest(table[key].meta.raw)
-                if found is None:
-                    self.usable = False
-                    found = b""
-                parts += [repr(key).encode(), found]
+                parts += [repr(key).encode(), self._as_written(table[key].meta.raw)]
         secrets = ctx.snapshot.secrets
         parts += [str(len(secrets)).encode(), *(_message_digest(m) for m in secrets)]
         parts += [str(len(unnamed)).encode(), *unnamed]
@@ -267,20 +266,12 @@ class Digests:
         ctx = self.ctx
         sets: dict[tuple[str, str], list[bytes]] = {}  # parent -> its ListenerSets'
         for key, ls in sorted(ctx.res.listener_sets.items()):
-            found = _raw_digest(ls.meta.raw)
-            if found is None:
-                self.usable = False
-                found = b""
             sets.setdefault((ls.parent_namespace, ls.parent_name), []).append(
-                repr(key).encode() + found
+                repr(key).encode() + self._as_written(ls.meta.raw)
             )
         self._gateway: dict[tuple[str, str], bytes] = {}
         for key, gw in ctx.res.gateways.items():
-            found = _raw_digest(gw.meta.raw)
-            if found is None:
-                self.usable = False
-                found = b""
-            self._gateway[key] = _h(found, *sets.get(key, ()))
+            self._gateway[key] = _h(self._as_written(gw.meta.raw), *sets.get(key, ()))
         self._at: dict[str, list[tuple[str, str]]] = {}
         for key, address in ctx.addresses.items():
             self._at.setdefault(address, []).append(key)
