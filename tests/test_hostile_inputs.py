@@ -79,6 +79,19 @@ CASES: dict[str, tuple[Make, str]] = {
         ],
         "[yaml-aliases]",
     ),
+    # libyaml refuses past 1,000 levels itself: the same error as the Python parser's.
+    "resources nested 5,000 deep": (
+        lambda tmp: [
+            "check",
+            rel(BASE),
+            str(
+                _file(
+                    "deep.yaml", b"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + DEEP[2:]
+                )(tmp)
+            ),
+        ],
+        "[yaml-depth]",
+    ),
     "resources alias bomb": (
         lambda tmp: ["check", rel(BASE), str(_file("bomb.yaml", BOMB)(tmp))],
         "[yaml-aliases]",

@@ -18,12 +18,17 @@ from typing import Any
 import yaml
 
 from verifier.errors import InputError, InputErrors
-from verifier.inputs import HOSTILE, STDIN, check_yaml_shape, read_stdin, read_text, yaml_problem
+from verifier.inputs import (
+    COMPOSER,
+    HOSTILE,
+    STDIN,
+    check_yaml_shape,
+    read_stdin,
+    read_text,
+    yaml_problem,
+)
 
 YAML_SUFFIXES = (".yaml", ".yml")
-# libyaml's parser when PyYAML was built with it (10x faster on large inputs);
-# it gives the same nodes and marks.
-COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 STR_TAG = "tag:yaml.org,2002:str"
 # Files in a fixture folder that describe expectations, not cluster resources.
 NOT_RESOURCES = frozenset(
