@@ -64,11 +64,13 @@ def check(ctx: Context) -> Iterable[Finding]:
     used = _route_references(snap)
     for li in snap.listeners:
         used |= set(_strings(read.to_json(li)))
-    for cluster in snap.clusters:
+    named_by: list[set[str]] | None = None  # each cluster's strings, once a name is unused
+    for i, cluster in enumerate(snap.clusters):
         if cluster.name in used:
             continue
-        others = (c for c in snap.clusters if c is not cluster)
-        if any(cluster.name in _strings(read.to_json(c)) for c in others):
+        if named_by is None:  # once, not once per unused cluster and other cluster
+            named_by = [set(_strings(read.to_json(c))) for c in snap.clusters]
+        if any(cluster.name in names for j, names in enumerate(named_by) if j != i):
             continue
         yield new(
             CODE,

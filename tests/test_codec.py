@@ -546,3 +546,22 @@ _TYPED_DOCS = st.recursive(
 @given(doc=_TYPED_DOCS, skip=st.sets(st.sampled_from(["envoy.admin.v3.ClustersConfigDump"])))
 def test_preload_types_finds_what_the_full_walk_finds(doc: object, skip: set[str]) -> None:
     assert preload_types(doc, skip=frozenset(skip)) == _preload_reference(doc, frozenset(skip))  # type: ignore[arg-type]
+
+
+def test_readers_share_one_decoded_any_and_editors_get_their_own() -> None:
+    """read.unpack decodes an Any's bytes once for every reader (the rules walk each
+    listener's HCM again and again); unpack_any, which mutation operators edit, gives
+    a fresh message each time, and an Any given other bytes is decoded afresh."""
+    from verifier.xds import read
+
+    hcm = HttpConnectionManager(stat_prefix="shared")
+    packed = pack_any(hcm)
+    first = read.unpack(packed)
+    assert read.unpack(AnyMsg(type_url=packed.type_url, value=bytes(packed.value))) is first
+    assert first.stat_prefix == "shared"
+    edited = unpack_any(packed)
+    assert edited is not first and edited is not unpack_any(packed)
+    edited.stat_prefix = "edited"
+    assert read.unpack(packed).stat_prefix == "shared"
+    packed.value = pack_any(edited).value
+    assert read.unpack(packed).stat_prefix == "edited"

@@ -95,12 +95,13 @@ def one_of(msg: Any, group: str) -> tuple[str, Any]:
 
 
 def unpack(any_msg: Any) -> Any:
-    """The message or record an ``Any`` holds; ``XdsLoadError`` if its type is unknown."""
+    """The message or record an ``Any`` holds; ``XdsLoadError`` if its type is unknown.
+    Read-only: a decoded message is shared by every reader given the same bytes."""
     if isinstance(any_msg, AnyRecord):
         return any_msg.value
-    from verifier.xds.codec import unpack_any
+    from verifier.xds.codec import unpack_shared
 
-    return unpack_any(any_msg)
+    return unpack_shared(any_msg)
 
 
 def struct_json(struct: Any) -> dict[str, Any]:
