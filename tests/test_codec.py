@@ -565,3 +565,34 @@ def test_readers_share_one_decoded_any_and_editors_get_their_own() -> None:
     assert read.unpack(packed).stat_prefix == "shared"
     packed.value = pack_any(edited).value
     assert read.unpack(packed).stat_prefix == "edited"
+
+
+@pytest.mark.parametrize("number", [-(2**63) - 1, -(2**31) - 1, 2**31, 2**64])
+def test_an_enum_number_past_32_bits_is_dropped_with_a_note(number: int) -> None:
+    """An enum is an int32 on the wire. Inside an Any (re-encoded as it is read) a number
+    past that escaped as a ValueError from the varint encoder (found by the entry-point
+    fuzz through ``mutate --xds``: a TLS context's protocol version set to -2**63-1)."""
+    raw = {
+        "name": "c",
+        "transport_socket": {
+            "name": "tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/"
+                "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {"tls_params": {"tls_minimum_protocol_version": number}},
+            },
+        },
+    }
+    msg, notes = from_json_dict(Cluster, raw)
+    assert [n.path for n in notes] == [
+        "$.transport_socket.typed_config.common_tls_context.tls_params.tls_minimum_protocol_version"
+    ]
+    assert "32-bit" in str(notes[0])
+    assert msg.transport_socket is not None and msg.transport_socket.typed_config is not None
+
+
+@pytest.mark.parametrize("number", [-(2**31), 2**31 - 1, 7])
+def test_an_unknown_enum_number_within_32_bits_is_kept(number: int) -> None:
+    """proto3 enums are open: a number the enum does not name is still a value."""
+    msg, notes = from_json_dict(Cluster, {"name": "c", "lb_policy": number})
+    assert notes == [] and int(msg.lb_policy) == number

@@ -649,7 +649,11 @@ def _scalar_from_json(field: _Field, raw: Json) -> Any:
     kind = field.meta.proto_type
     if kind == betterproto2.TYPE_ENUM:
         if not isinstance(raw, str):
-            return field.cls(int_from_json(raw))
+            number = int_from_json(raw)
+            low, high = INT_RANGES["int32"]  # an enum is an int32 on the wire
+            if not low <= number <= high:
+                raise ValueError(f"enum number {number} is outside the 32-bit range")
+            return field.cls(number)
         renamed = field.cls.betterproto_renamed_proto_names_to_value().get(raw)
         return field.cls(renamed) if renamed is not None else field.cls.from_string(raw)
     if kind in betterproto2.ALL_INT_TYPES:
