@@ -68,6 +68,45 @@ os._exit(0)
 """
 
 
+# What judging costs, apart from loading: every witness asked of both models, serially in
+# one process, in CPU seconds. Divided by the workers check uses (one per core, at most
+# check.MAX_WORKERS), it is the least the comparisons can take in a check on this machine
+# however the rest is arranged: with the load floor, a lower bound on `check --xds`.
+MODELS = """
+import gc, json, os, sys, time
+from verifier import check, pipeline
+from verifier.heap import fewer_collections
+with fewer_collections():
+    scenario = pipeline.Scenario("bench", (sys.argv[1], sys.argv[2]))
+    ctx, _ = pipeline.prepare(scenario, pipeline.CheckOptions(xds=sys.argv[3]), records=True)
+    start = time.process_time()
+    witnesses = ctx.witnesses
+    made = time.process_time() - start
+    ctx.compare(witnesses[0])  # both models' indexes, built once before check forks
+    gc.freeze()
+    start = time.process_time()
+    for w in witnesses:
+        ctx.compare(w)
+    asked = time.process_time() - start
+workers = min(os.cpu_count() or 1, check.MAX_WORKERS)
+print(json.dumps({"witnesses": len(witnesses), "witnesses_cpu_s": made, "models_cpu_s": asked,
+                  "workers": workers}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def _models(scenario: Path, xds: Path) -> dict[str, float | int]:
+    out = subprocess.run(
+        [sys.executable, "-c", MODELS, str(BASE), str(scenario), str(xds)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    found: dict[str, float | int] = json.loads(out.strip().splitlines()[-1])
+    return found
+
+
 def measure(n: int, work: Path) -> dict[str, float | int]:
     scenario = work / f"rules-{n}"
     write(n, scenario)
@@ -90,7 +129,9 @@ def measure(n: int, work: Path) -> dict[str, float | int]:
     validate_s, validate_mb = _best(
         [envoy, "--mode", "validate", "-c", str(bootstrap), "--disable-hot-restart", "-l", "error"]
     )
+    models = _models(scenario, xds)
     return {
+        **models,
         "rules": n,
         "check_xds_s": check_s,
         "check_xds_mib": check_mb,
@@ -146,6 +187,20 @@ def main(sizes: list[int]) -> None:
             f"{r['rules']:>7} {r['check_xds_s']:>11.2f}s {r['check_full_s']:>7.2f}s "
             f"{r['translate_s']:>9.2f}s {validate:>14.2f}s {ratio:>5.1f}x "
             f"{r['load_floor_s']:>10.2f}s {floor_ratio:>11.1f}x {peak:>9}"
+        )
+    print(
+        f"\n{'rules':>7} {'witnesses':>10} {'us each':>8} {'models CPU':>11} {'workers':>8}"
+        f" {'models floor':>13} {'+ load floor':>13} {'ratio':>6}"
+    )
+    for r in rows:
+        # the least the comparisons take on this machine, then with the load before them
+        each = float(r["models_cpu_s"]) / int(r["witnesses"]) * 1e6
+        floor = float(r["models_cpu_s"]) / int(r["workers"])
+        least = floor + float(r["load_floor_s"])
+        print(
+            f"{r['rules']:>7} {r['witnesses']:>10,} {each:>8.0f} {r['models_cpu_s']:>10.2f}s"
+            f" {r['workers']:>8} {floor:>12.2f}s {least:>12.2f}s"
+            f" {least / float(r['envoy_validate_s']):>5.1f}x"
         )
     print("growth of check --xds:", "; ".join(growth(rows, "check_xds_s")))
     print(json.dumps(rows, indent=2))
