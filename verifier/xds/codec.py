@@ -944,8 +944,13 @@ def _one_per_group(plan: _NewPlan, state: Mapping[str, Any]) -> bool:
 # built: measured at 10,000 rules, vouching for every message made check 16.8 s -> 19.5 s.
 # So a class is vouched for only until it has been used this many times; then pydantic
 # builds its schema (1 to 3 ms, once) and validates from there on. Rare classes, most of
-# them, are never built; the few a large config repeats are.
-BUILD_AFTER = 64
+# them, are never built; the few a large config repeats are. At 64 uses, every worker of
+# 'check fixtures/' (73 small scenarios, ~36 a worker) built the same schemas, some
+# closures of dozens of classes: 0.65 s of CPU a worker. At 1,000 they are not built
+# there (9.8-10.7 s of CPU instead of 11.1-12.1 s, three alternating pairs), and a
+# 10,000-rule check, whose common classes pass 1,000 uses early, took the same CPU
+# (39.2-39.4 s either way, two pairs).
+BUILD_AFTER = 1_000
 VOUCH_ALWAYS = False  # tests: vouch for every class, built or not, to compare with pydantic
 _USES: dict[type, int] = {}
 
