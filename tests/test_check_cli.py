@@ -1133,7 +1133,8 @@ def test_docs_check_command_lines_parse() -> None:
 
 
 def test_malformed_case_values_are_input_errors(tmp_path: Path, cli: CLI) -> None:
-    """Wrong types inside a cases table are reported at the case, never a traceback."""
+    """Wrong types inside a cases table are reported at the field, never a traceback
+    (the line of the key holding the wrong value, not of the case that holds it)."""
     cases = tmp_path / "cases.yaml"
     cases.write_text(
         "- name: a\n"
@@ -1147,13 +1148,37 @@ def test_malformed_case_values_are_input_errors(tmp_path: Path, cli: CLI) -> Non
     r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
     assert r.rc == 2
     lines = r.error_lines()
-    assert any(f"{cases}:1: [0].expect.status:" in line for line in lines), lines
-    assert any(f"{cases}:4: [1].gateway.port:" in line for line in lines), lines
+    assert any(f"{cases}:3: [0].expect.status:" in line for line in lines), lines
+    assert any(f"{cases}:5: [1].gateway.port:" in line for line in lines), lines
+
+
+def test_a_case_error_names_the_line_of_its_field(tmp_path: Path, cli: CLI) -> None:
+    """An unknown key is reported on its own line (found by a new user: a typo on line 5
+    of a case was reported at line 1, where the case starts); a missing field at the
+    case; a duplicate name at the second name."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(
+        "- name: one\n"
+        "  gateway: {namespace: edge-infra, name: same-namespace}\n"
+        "  request:\n"
+        "    path: /\n"
+        "  expct:\n"
+        "    status: 200\n"
+        "- name: two\n"
+        "  request:\n"
+        "    path: /\n",
+        encoding="utf-8",
+    )
+    r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
+    assert r.rc == 2
+    lines = r.error_lines()
+    assert any(f"{cases}:5: [0].expct: unknown key" in ln for ln in lines), lines
+    assert any(f"{cases}:7: [1].gateway:" in ln for ln in lines), lines
 
 
 def test_unsendable_case_requests_are_input_errors(tmp_path: Path, cli: CLI) -> None:
     """A raw non-ASCII target or a control character in a header cannot cross
-    HTTP/1.1 (Envoy's codec answers 400 before routing): refused at the case."""
+    HTTP/1.1 (Envoy's codec answers 400 before routing): refused at its request."""
     cases = tmp_path / "cases.yaml"
     cases.write_text(
         "- name: raw\n"
@@ -1167,8 +1192,8 @@ def test_unsendable_case_requests_are_input_errors(tmp_path: Path, cli: CLI) -> 
     r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
     assert r.rc == 2
     lines = r.error_lines()
-    assert any(f"{cases}:1: [0].request:" in ln and "%C3%A9" in ln for ln in lines), lines
-    assert any(f"{cases}:4: [1].request:" in ln and "control" in ln for ln in lines), lines
+    assert any(f"{cases}:3: [0].request:" in ln and "%C3%A9" in ln for ln in lines), lines
+    assert any(f"{cases}:6: [1].request:" in ln and "control" in ln for ln in lines), lines
 
 
 def test_backend_client_certificate_is_reported_not_passed(tmp_path: Path, cli: CLI) -> None:

@@ -189,15 +189,14 @@ def load_cases(path: str) -> tuple[list[Case], dict[str, tuple[str, int]]]:
         try:
             case = parse_case(item, i, base_dir=str(Path(path).parent))
         except CaseError as exc:
-            errors.append(
-                InputError(path, item_node.start_mark.line + 1, exc.field, "case", exc.message)
-            )
+            line = line_of_field(node, exc.field)
+            errors.append(InputError(path, line, exc.field, "case", exc.message))
             continue
         if case.name in lines:
             errors.append(
                 InputError(
                     path,
-                    item_node.start_mark.line + 1,
+                    line_of_field(node, f"[{i}].name"),
                     f"[{i}].name",
                     "unique",
                     f"duplicate case name {case.name!r}",
@@ -208,6 +207,30 @@ def load_cases(path: str) -> tuple[list[Case], dict[str, tuple[str, int]]]:
     if errors:
         raise InputErrors(errors)
     return cases, lines
+
+
+_FIELD_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[]+)")
+
+
+def line_of_field(root: yaml.Node, field_path: str) -> int:
+    """The line of ``field_path`` (``[0].request.path``) in a composed document: of the
+    key that holds it, where the mapping has it (an unknown key's own line, which is
+    what a person edits), else of the deepest node on the way that exists."""
+    node, line = root, root.start_mark.line + 1
+    for index, key in _FIELD_STEP.findall(field_path):
+        found: yaml.Node | None = None
+        if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            found = node.value[int(index)]
+            line = found.start_mark.line + 1
+        elif key and isinstance(node, yaml.MappingNode):
+            pair = next((p for p in node.value if p[0].value == key), None)
+            if pair is not None:
+                found = pair[1]
+                line = pair[0].start_mark.line + 1
+        if found is None:
+            break
+        node = found
+    return line
 
 
 def with_ports(res: Resources, cases: list[Case], path: str) -> list[Case]:
