@@ -179,14 +179,17 @@ def yaml_problem(exc: BaseException, path: str) -> InputError:
         # libyaml's own limit (1,000 levels), met before --max-depth is judged
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
-        return InputError(path, line, "", "yaml-depth", "nested too deep for the YAML parser")
+        why = (
+            "nested 1,000 levels deep or more, past what the YAML parser reads (no flag raises it)"
+        )
+        return InputError(path, line, "", "yaml-depth", why)
     if isinstance(exc, yaml.YAMLError):
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc)
         return InputError(path, line, "", "yaml-syntax", f"invalid YAML: {problem}")
     if isinstance(exc, RecursionError):
-        why = "nested too deep, or an alias that contains itself"
+        why = "nested too deep for the parser (no flag raises it), or an alias that contains itself"
         return InputError(path, 1, "", "yaml-depth", why)
     return InputError(path, 1, "", "yaml-value", f"a value the safe loader refuses: {exc}")
 
