@@ -107,7 +107,8 @@ def test_run_passes_every_case_of_every_fixture(fixtures_run: SuiteRun) -> None:
     its report as `--format json` writes it."""
     r = fixtures_run
     assert r.code == 0, r.err[-3000:]
-    assert r.out.splitlines() == [live.summary_line(r.report["summary"])]  # clean: one line
+    assert r.out == ""  # clean: no failure or finding; the summaries are on stderr
+    assert r.err.count(live.summary_line(r.report["summary"])) == 1
     doc = r.report
     assert_report_shape(doc)
     failed = [f"{c['scenario']}::{c['name']}: {c['problems']}" for c in doc["cases"]]
@@ -343,6 +344,18 @@ def test_junit_and_text_reports(cli: CLI) -> None:
     assert r.code == 0, r.err
     assert r.out.splitlines()[-1].startswith("edge-verify live: ")
     assert "(Envoy ran the xDS as checked)" in r.out
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_run_ends_with_one_summary_of_each_pass(cli: CLI) -> None:
+    """``run`` writes check's summary, then the live pass's, once each, on stderr; the
+    text report on stdout holds only failures and findings (empty when clean)."""
+    r = cli("run", *scenario_args("httproute-method-matching"))
+    assert r.code == 0, r.err
+    assert r.out == ""
+    summaries = [ln for ln in (r.out + r.err).splitlines() if ln.startswith("edge-verify ")]
+    assert [s.split(":")[0] for s in summaries] == ["edge-verify check", "edge-verify live"]
 
 
 # ---------------------------------------------------------------- echo-basic's own handlers

@@ -80,7 +80,7 @@ def _warn(res: Resources) -> None:
 
 def _write(text: str, output: str | None) -> None:
     """Write to stdout or to ``output``; the file is only touched once the result exists."""
-    if not text.endswith("\n"):
+    if text and not text.endswith("\n"):
         text += "\n"
     if output is None or output == "-":
         sys.stdout.write(text)
@@ -583,7 +583,9 @@ def _write_live(args: argparse.Namespace, report: LiveReport) -> None:
         )
         out = conformance.render(report, impl, args.gateway_api_channel)
     else:
-        out = live.render_text(report)
+        # ``run`` ends with both passes' summaries on stderr: on a terminal, a summary
+        # in the report too showed the live pass's twice (found by a new user).
+        out = live.render_text(report, summary=args.command != "run")
     _write(out, args.output)
     if args.command == "live" and (args.output or args.format != "text"):
         print(live.summary_line(report.summary()), file=sys.stderr)

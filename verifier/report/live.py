@@ -38,8 +38,9 @@ def summary_line(summary: dict[str, Any]) -> str:
     )
 
 
-def render_text(report: LiveReport) -> str:
-    """Failures and findings only, then one summary line: a clean run is one line."""
+def render_text(report: LiveReport, *, summary: bool = True) -> str:
+    """Failures and findings only, then one summary line: a clean run is one line.
+    ``summary=False``: without it (``run`` writes both passes' summaries to stderr)."""
     out: list[str] = []
     for r in report.results:
         if r.skipped:
@@ -55,8 +56,9 @@ def render_text(report: LiveReport) -> str:
             "note: Envoy ran a rewritten copy of the xDS (listeners and endpoints moved to "
             "loopback addresses); see docs/live.md"
         )
-    out.append(summary_line(report.summary()))
-    return "\n".join(out) + "\n"
+    if summary:
+        out.append(summary_line(report.summary()))
+    return "".join(f"{line}\n" for line in out)
 
 
 def render_junit(report: LiveReport) -> str:
