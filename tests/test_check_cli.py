@@ -1132,22 +1132,28 @@ def test_docs_check_command_lines_parse() -> None:
             pytest.fail(f"docs/check.md: edge-verify {shlex.join(args)} does not parse")
 
 
+def _case_errors(tmp_path: Path, cli: CLI, text: str) -> tuple[Path, list[str]]:
+    """The input errors of a check given ``text`` as its cases table (exit 2)."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(text, encoding="utf-8")
+    r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
+    assert r.rc == 2
+    return cases, r.error_lines()
+
+
 def test_malformed_case_values_are_input_errors(tmp_path: Path, cli: CLI) -> None:
     """Wrong types inside a cases table are reported at the field, never a traceback
     (the line of the key holding the wrong value, not of the case that holds it)."""
-    cases = tmp_path / "cases.yaml"
-    cases.write_text(
+    cases, lines = _case_errors(
+        tmp_path,
+        cli,
         "- name: a\n"
         "  gateway: {namespace: edge-infra, name: same-namespace}\n"
         "  expect: {status: abc}\n"
         "- name: b\n"
         "  gateway: {namespace: edge-infra, name: same-namespace, port: eighty}\n"
         "  expect: {redirect: {port: x}}\n",
-        encoding="utf-8",
     )
-    r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
-    assert r.rc == 2
-    lines = r.error_lines()
     assert any(f"{cases}:3: [0].expect.status:" in line for line in lines), lines
     assert any(f"{cases}:5: [1].gateway.port:" in line for line in lines), lines
 
@@ -1156,8 +1162,10 @@ def test_a_case_error_names_the_line_of_its_field(tmp_path: Path, cli: CLI) -> N
     """An unknown key is reported on its own line (found by a new user: a typo on line 5
     of a case was reported at line 1, where the case starts); a missing field at the
     case; a duplicate name at the second name."""
-    cases = tmp_path / "cases.yaml"
-    cases.write_text(
+    valid = "  gateway: {namespace: edge-infra, name: same-namespace}\n  request: {path: /}\n"
+    cases, lines = _case_errors(
+        tmp_path,
+        cli,
         "- name: one\n"
         "  gateway: {namespace: edge-infra, name: same-namespace}\n"
         "  request:\n"
@@ -1166,32 +1174,28 @@ def test_a_case_error_names_the_line_of_its_field(tmp_path: Path, cli: CLI) -> N
         "    status: 200\n"
         "- name: two\n"
         "  request:\n"
-        "    path: /\n",
-        encoding="utf-8",
+        "    path: /\n"
+        f"- name: dup\n{valid}"
+        f"- {valid.strip()}\n  name: dup\n",
     )
-    r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
-    assert r.rc == 2
-    lines = r.error_lines()
     assert any(f"{cases}:5: [0].expct: unknown key" in ln for ln in lines), lines
     assert any(f"{cases}:7: [1].gateway:" in ln for ln in lines), lines
+    assert any(f"{cases}:15: [3].name: duplicate case name" in ln for ln in lines), lines
 
 
 def test_unsendable_case_requests_are_input_errors(tmp_path: Path, cli: CLI) -> None:
     """A raw non-ASCII target or a control character in a header cannot cross
     HTTP/1.1 (Envoy's codec answers 400 before routing): refused at its request."""
-    cases = tmp_path / "cases.yaml"
-    cases.write_text(
+    cases, lines = _case_errors(
+        tmp_path,
+        cli,
         "- name: raw\n"
         "  gateway: {namespace: edge-infra, name: same-namespace, port: 80}\n"
         "  request: {host: foo.example, path: /café}\n"
         "- name: control\n"
         "  gateway: {namespace: edge-infra, name: same-namespace, port: 80}\n"
         '  request: {host: foo.example, path: /, headers: {x-a: "a\\x01b"}}\n',
-        encoding="utf-8",
     )
-    r = cli("check", *scenario_args("httproute-header-matching"), "--cases", str(cases))
-    assert r.rc == 2
-    lines = r.error_lines()
     assert any(f"{cases}:3: [0].request:" in ln and "%C3%A9" in ln for ln in lines), lines
     assert any(f"{cases}:6: [1].request:" in ln and "control" in ln for ln in lines), lines
 
