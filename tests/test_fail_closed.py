@@ -47,7 +47,9 @@ def test_an_unknown_key_in_a_cases_table_is_an_error(
     path.write_text(broken, encoding="utf-8")
     r = cli("check", rel(BASE), rel(SCENARIO), "--cases", str(path))
     (line,) = r.error_lines()
-    assert line.startswith(f"{path}:1: ") and f".{field}: unknown key" in line, line
+    # at the line of the unknown key itself
+    at = next(i for i, text in enumerate(broken.splitlines(), 1) if field in text)
+    assert line.startswith(f"{path}:{at}: ") and f".{field}: unknown key" in line, line
 
 
 @pytest.mark.parametrize(
