@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from verifier.errors import clip_message
+from verifier.inputs import COMPOSER
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -32,7 +33,7 @@ def _messages_yaml() -> dict[str, Any]:
     """messages.yaml, read once a process, by libyaml where PyYAML has it (2 ms; 29 ms
     in Python, each time a run made its first finding)."""
     text = importlib_resources.files("verifier").joinpath("messages.yaml").read_text("utf-8")
-    data: dict[str, Any] = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data: dict[str, Any] = yaml.load(text, Loader=COMPOSER)
     return data
 
 

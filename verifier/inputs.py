@@ -14,6 +14,7 @@ import json
 import json.decoder
 import json.scanner
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -315,6 +316,30 @@ def load_yaml(text: str, path: str) -> tuple[Any, yaml.Node | None]:
     except (yaml.YAMLError, *HOSTILE) as exc:
         raise InputErrors([yaml_problem(exc, path)]) from None
     return data, node
+
+
+_FIELD_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[]+)")
+
+
+def line_of_field(root: yaml.Node, field_path: str) -> int:
+    """The line of ``field_path`` (``[0].request.path``) in a composed document: of the
+    key that holds it, where the mapping has it (an unknown key's own line, which is
+    what a person edits), else of the deepest node on the way that exists."""
+    node, line = root, root.start_mark.line + 1
+    for index, key in _FIELD_STEP.findall(field_path):
+        found: yaml.Node | None = None
+        if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            found = node.value[int(index)]
+            line = found.start_mark.line + 1
+        elif key and isinstance(node, yaml.MappingNode):
+            pair = next((p for p in node.value if p[0].value == key), None)
+            if pair is not None:
+                found = pair[1]
+                line = pair[0].start_mark.line + 1
+        if found is None:
+            break
+        node = found
+    return line
 
 
 def load_yaml_file(path: str) -> Any:

@@ -30,7 +30,7 @@ from verifier.gatewayapi.load import LoadResult, load_paths
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, build, load_resources, skip_warning
 from verifier.heap import loaded_objects_frozen
-from verifier.inputs import load_json, load_yaml, load_yaml_file, read_text
+from verifier.inputs import line_of_field, load_json, load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.semantics.envoy.model import precompile
@@ -207,30 +207,6 @@ def load_cases(path: str) -> tuple[list[Case], dict[str, tuple[str, int]]]:
     if errors:
         raise InputErrors(errors)
     return cases, lines
-
-
-_FIELD_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[]+)")
-
-
-def line_of_field(root: yaml.Node, field_path: str) -> int:
-    """The line of ``field_path`` (``[0].request.path``) in a composed document: of the
-    key that holds it, where the mapping has it (an unknown key's own line, which is
-    what a person edits), else of the deepest node on the way that exists."""
-    node, line = root, root.start_mark.line + 1
-    for index, key in _FIELD_STEP.findall(field_path):
-        found: yaml.Node | None = None
-        if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
-            found = node.value[int(index)]
-            line = found.start_mark.line + 1
-        elif key and isinstance(node, yaml.MappingNode):
-            pair = next((p for p in node.value if p[0].value == key), None)
-            if pair is not None:
-                found = pair[1]
-                line = pair[0].start_mark.line + 1
-        if found is None:
-            break
-        node = found
-    return line
 
 
 def with_ports(res: Resources, cases: list[Case], path: str) -> list[Case]:
