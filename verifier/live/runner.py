@@ -304,12 +304,14 @@ def _statistical(c: LiveCase) -> bool:
 async def _attempt(
     h: EmbeddedHarness, c: LiveCase, opts: LiveOptions, limit: asyncio.Semaphore
 ) -> CaseRun:
-    """One attempt: every sample of the case, mirrors settled when the case looks for them."""
+    """One attempt: every sample of the case, mirrors settled when the case looks for them.
+    The case's request is the check context's, already aimed at its Gateway
+    (``Context.sent``): Envoy is sent what the models judge."""
 
     async def one() -> LiveResponse:
         async with limit:
             return await h.send(
-                h.for_gateway(c.case.gateway.key, c.case.request),
+                c.case.request,
                 protocol=c.live.protocol,
                 websocket_messages=c.live.websocket_messages or (),
                 timeout=opts.request_timeout,
@@ -418,7 +420,7 @@ async def _judge_witness(
     name = f"witness {index}: {w.note or w.feature}"
     try:
         async with limit:
-            resp = await h.send(h.for_gateway(w.gateway, w.request), timeout=opts.request_timeout)
+            resp = await h.send(w.request, timeout=opts.request_timeout)  # aimed by ctx
     except ValueError as exc:  # a client certificate no case brings files for
         skipped = CaseResult(
             scenario,
