@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import BASE, FIXTURES, load_scenario, rel, translate_scenario
+from live_suite import SuiteRun
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
 from verifier.check import Context
@@ -32,6 +33,7 @@ from verifier.gatewayapi.addresses import (
     gateway_addresses,
     parse_fixed,
 )
+from verifier.live.envoy_process import envoy_available
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy.model import NO_RESPONSE, EnvoyModel
 from verifier.semantics.request import Backend, Request, sent_to
@@ -121,6 +123,92 @@ def test_a_case_without_host_is_sent_with_the_gateway_address(repo_cwd: Path) ->
     assert on_8080.host == f"{ctx.addresses[('edge-infra', 'all-namespaces')]}:8080"
     assert sent_to(Request(host="x.example", port=80), "2001:db8::5").host == "x.example"
     assert sent_to(Request(port=443, scheme="https"), "2001:db8::5").host == "[2001:db8::5]"
+
+
+# ---------------------------------------------------------------- one way to send a case
+
+
+def _answer(outcome: dict[str, Any]) -> tuple[int, list[str]]:
+    """What a case is answered: the status and the Services that served it."""
+    return outcome["status"], sorted(f"{b['namespace']}/{b['name']}" for b in outcome["backends"])
+
+
+def _without_host() -> list[dict[str, Any]]:
+    """The same-port fixture's cases that give no Host: four Gateways on port 80, as in
+    the upstream conformance base, so only the address says which Gateway answers."""
+    items = yaml.safe_load((SAME_PORT / "cases.yaml").read_text(encoding="utf-8"))
+    found = [c for c in items if "host" not in c["request"]]
+    assert {c["gateway"]["name"] for c in found} == {
+        "same-namespace",
+        "gateway-b",
+        "gateway-c",
+        "gateway-d",
+    }
+    return found
+
+
+def _explained(run: CLI) -> dict[str, dict[str, Any]]:
+    r = run(
+        "explain",
+        rel(BASE),
+        rel(SAME_PORT),
+        "--cases",
+        rel(SAME_PORT / "cases.yaml"),
+        "--format",
+        "json",
+    )
+    assert r.rc == 0, r.err
+    return {e["name"]: e for e in r.json()}
+
+
+def _sent(request: dict[str, Any]) -> str:
+    keys = ("method", "scheme", "host", "port", "address", "path")
+    return Request(**{k: request[k] for k in keys}).line()
+
+
+def test_explain_and_check_send_a_case_alike(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """`explain --cases` replayed each case on whichever listener took the port, with an
+    empty Host, and answered 404 where check answers 200. Both now aim through one
+    function (verifier/destinations.py): for each case, check's two models (shown by
+    EV701 when the expectation is one no answer meets) answer as explain's do."""
+    bare = _without_host()
+    unmet = [{**c, "name": f"unmet-{c['name']}", "expect": {"status": 418}} for c in bare]
+    table = tmp_path / "unmet.yaml"
+    table.write_text(yaml.safe_dump(unmet), encoding="utf-8")
+    checked = cli("check", rel(BASE), rel(SAME_PORT), "--cases", str(table), "--format", "json")
+    assert checked.rc == 1, checked.err
+    explained = _explained(cli)
+    where = gateway_addresses(load_scenario(SAME_PORT)[0], CONTROLLER, Addressing())
+    for case in bare:
+        ex = explained[case["name"]]
+        assert ex["spec_meets_expectation"] and ex["envoy_meets_expectation"], ex["differs_in"]
+        address = where[(case["gateway"]["namespace"], case["gateway"]["name"])]
+        assert (ex["request"]["address"], ex["request"]["host"]) == (address, address)
+        answers = [
+            _answer(f["actual"])
+            for f in checked.json()["findings"]
+            if f["resource"] == f"case unmet-{case['name']}"
+        ]
+        assert answers == [_answer(ex["spec"])] * 2 == [_answer(ex["envoy"])] * 2, case["name"]
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_a_case_without_host_gets_one_answer_from_explain_check_and_live(
+    cli: CLI,  # noqa: F811
+    fixtures_run: SuiteRun,
+) -> None:
+    """Done when (issue 31): the same upstream-style multi-Gateway case gives the same
+    answer in `explain --cases`, `check --cases` and `live`. Live is the session's one
+    `run fixtures/` (tests/live_suite.py), which also checked the scenario: its cases
+    passed both ways, and real Envoy was sent the request explain shows."""
+    explained = _explained(cli)
+    for case in _without_host():
+        ex = explained[case["name"]]
+        live = fixtures_run.case(SAME_PORT.name, case["name"])
+        assert live["passed"] and live["spec_agrees"] and live["envoy_model_agrees"], live
+        assert live["request"] == _sent(ex["request"])
+        assert _answer(live["observed"]) == _answer(ex["spec"]) == _answer(ex["envoy"])
 
 
 # ---------------------------------------------------------------- shared addressing

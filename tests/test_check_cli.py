@@ -49,6 +49,7 @@ FINDING_KEYS = {
     "request",
     "expected",
     "actual",
+    "scenario",
 }
 SUMMARY_KEYS = {"errors", "warnings", "rules_run", "rules_skipped"}
 SUITE_SUMMARY_KEYS = SUMMARY_KEYS | {"scenarios"}
@@ -416,16 +417,20 @@ def test_broken_xds_is_reported_at_the_match(
     breakage: Breakage, broken: dict[str, BrokenXds], cli: CLI
 ) -> None:
     bx = broken[breakage.id]
-    assert check_json(cli, breakage.scenario, "--xds", str(bx.good)) == (
+    rc, good = check_json(cli, breakage.scenario, "--xds", str(bx.good))
+    assert (rc, good["findings"], good["summary"]) == (
         0,
-        {
-            "findings": [],
-            "summary": {"errors": 0, "warnings": 0, "rules_run": len(RULES), "rules_skipped": 0},
-        },
+        [],
+        {"errors": 0, "warnings": 0, "rules_run": len(RULES), "rules_skipped": 0},
     )
     rc, doc = check_json(cli, breakage.scenario, "--xds", str(bx.file))
     assert rc == 1
     assert set(doc["summary"]) == SUMMARY_KEYS
+    assert (
+        [s["name"] for s in doc["scenarios"]]
+        == [breakage.scenario]
+        == [good["scenarios"][0]["name"]]
+    )
     assert [f["code"] for f in doc["findings"]] == [breakage.code], doc["findings"]
     finding = doc["findings"][0]
     assert set(finding) == FINDING_KEYS
@@ -435,6 +440,7 @@ def test_broken_xds_is_reported_at_the_match(
     assert finding["location"] == breakage.location()
     assert finding["resource"] == f"HTTPRoute {breakage.httproute}"
     assert finding["xds_path"] == bx.xds_path
+    assert finding["scenario"] == breakage.scenario
     request = finding["request"]
     assert set(request) == REQUEST_KEYS
     assert request["host"].endswith(".example.com") and request["path"].startswith("/")
@@ -693,8 +699,15 @@ def test_gateway_api_profile_skips_the_aether_rules(logical_dns_xds: Path, cli: 
 
     generic = cli(*args, "--profile", "gateway-api", "--format", "json")
     assert generic.rc == 0
+    cases = "fixtures/httproute-path-prefix-matching/cases.yaml"
     assert generic.json() == {
         "findings": [],
+        "scenarios": [
+            {
+                "name": "httproute-path-prefix-matching",
+                "cases": [{"file": cases, "cases": len(yaml.safe_load(Path(cases).read_text()))}],
+            }
+        ],
         "summary": {
             "errors": 0,
             "warnings": 0,

@@ -69,8 +69,13 @@ def test_check_and_status_from_the_cluster_match_the_files(
     files = run(["check", "--format", "json", str(BASE), str(FIXTURES / scenario)], capsys)
     live = run(["check", "--format", "json", "--kubeconfig", kubeconfig, *cases], capsys)
     assert files[0] == live[0] == 0, live[2]
-    assert json.loads(live[1]) == json.loads(files[1])
-    assert json.loads(live[1])["findings"] == []
+    from_cluster, from_files = json.loads(live[1]), json.loads(files[1])
+    # The same check, but for the scenario's name: the files' folder, the cluster's
+    # --context (here none: "cluster").
+    assert [s.pop("name") for s in from_cluster["scenarios"]] == ["cluster"]
+    assert [s.pop("name") for s in from_files["scenarios"]] == [scenario]
+    assert from_cluster == from_files
+    assert from_cluster["findings"] == []
     for fmt in ("text", "yaml"):
         want = run(["status", "--format", fmt, str(BASE), str(FIXTURES / scenario)], capsys)
         got = run(["status", "--format", fmt, "--kubeconfig", kubeconfig], capsys)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from verifier.destinations import Destinations
 from verifier.features import DEFAULT_PROFILE
 from verifier.findings import Finding, new
 from verifier.forked import map_forked
@@ -35,7 +36,6 @@ from verifier.semantics.request import (
     RouteRef,
     apply_response_ops,
     evolve,
-    sent_to,
 )
 from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
@@ -261,18 +261,18 @@ class Context:
         ]
 
     @cached_property
-    def addresses(self) -> dict[tuple[str, str], str]:
+    def destinations(self) -> Destinations:
+        """Where each Gateway's requests go (the one way every command aims them)."""
+        return Destinations.of(self.res, self.controller_name, self.addressing)
+
+    @property
+    def addresses(self) -> Mapping[tuple[str, str], str]:
         """Gateway (namespace, name) -> the address its requests are sent to."""
-        return addr.gateway_addresses(self.res, self.controller_name, self.addressing)
+        return self.destinations.addresses
 
     def sent(self, gateway: tuple[str, str], request: Request) -> Request:
-        """``request`` as it reaches ``gateway``: to its address, which is also the Host
-        when the request names none."""
-        sent = sent_to(request, self.addresses.get(gateway, request.address))
-        if not self.addressing.ports:
-            return sent
-        proxy = self.addressing.proxy_port(gateway, sent.port)
-        return sent if proxy == sent.port else evolve(sent, proxy_port=proxy)
+        """``request`` as it reaches ``gateway`` (``Destinations.sent``)."""
+        return self.destinations.sent(gateway, request)
 
     @cached_property
     def envoy(self) -> EnvoyModel:

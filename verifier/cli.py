@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from verifier.gatewayapi.resources import Resources
     from verifier.live.remote import Remote
     from verifier.live.results import LiveReport
-    from verifier.pipeline import CheckOptions
+    from verifier.pipeline import CheckOptions, ScenarioResult
     from verifier.xds.snapshot import Snapshot
 
 EXIT_OK = 0
@@ -467,19 +467,30 @@ def _check(args: argparse.Namespace) -> int:
     summary = pipeline.summary(results, baseline=before is not None)
     if args.save_baseline:
         baseline.save(args.save_baseline, frozenset().union(*(r.agreed for r in results)))
+    scenarios = [pipeline.reported(r) for r in results]
     if args.format == "json":
-        out = findings_json.render(findings, summary)
+        out = findings_json.render(scenarios, summary)
     elif args.format == "junit":
-        out = junit.render([(r.scenario.name, r.ran, r.skipped, r.findings) for r in results])
+        out = junit.render(scenarios)
     elif args.format == "sarif":
-        out = sarif.render(findings, RULES, _version())
+        out = sarif.render(scenarios, RULES, _version())
     else:
-        out = text.render(findings, summary)
+        out = text.render(findings, summary, _scenario_lines(results))
     _write(out, args.output)
     if args.output:  # the report went to a file: the terminal still hears how it went
         print(f"{text.summary_line(summary)} (report: {args.output})", file=sys.stderr)
     levels = ("error",) if args.fail_on == "error" else ("error", "warning")
     return EXIT_FINDINGS if any(f.severity in levels for f in findings) else EXIT_OK
+
+
+def _scenario_lines(results: Sequence[ScenarioResult]) -> list[str]:
+    """For a run of explicit paths, which scenario it was and the cases tables it ran
+    (a suite's scenarios are its folders, each with its own cases.yaml)."""
+    from verifier import pipeline
+
+    if len(results) != 1 or results[0].scenario.suite:
+        return []
+    return [pipeline.reported(results[0]).line()]
 
 
 def _gateway_key(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -662,6 +673,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _write_live(args, report)
     # One summary at the end: check's line, then the live pass's (on stderr, so
     # stdout holds only the report in whatever format was asked for).
+    for line in _scenario_lines(results):
+        print(line, file=sys.stderr)
     print(text.summary_line(pipeline.summary(results)), file=sys.stderr)
     print(live.summary_line(report.summary()), file=sys.stderr)
     return EXIT_OK if report.ok and not errors else EXIT_FINDINGS

@@ -200,22 +200,25 @@ def explain_request(ctx: Context, gateway: tuple[str, str], request: Request) ->
 
 
 def explain_case(ctx: Context, case: Case) -> Explanation:
-    """Judged as `check` judges cases: both outcomes meet the echo backend first."""
+    """Judged as `check` judges cases: sent as check and live send it (to its
+    Gateway's address, which is its Host when it names none), and both outcomes
+    meet the echo backend first."""
     from dataclasses import replace
 
     from verifier.live.echo_model import echo_reply, spec_client_view
 
     gateway = (case.gateway.namespace, case.gateway.name)
-    spec = ctx.spec(gateway, case.request)
-    spec = replace(spec, outcome=spec_client_view(ctx.res, case.request, spec.outcome))
-    envoy = ctx.envoy.evaluate(case.request, echo_reply(case.request))
-    spec_problems = unmet(case.expect, spec.outcome, case.request)
-    envoy_problems = unmet(case.expect, envoy.outcome, case.request)
+    request = ctx.sent(gateway, case.request)
+    spec = ctx.spec(gateway, request)
+    spec = replace(spec, outcome=spec_client_view(ctx.res, request, spec.outcome))
+    envoy = ctx.envoy.evaluate(request, echo_reply(request))
+    spec_problems = unmet(case.expect, spec.outcome, request)
+    envoy_problems = unmet(case.expect, envoy.outcome, request)
     problems = tuple(f"spec: {p}" for p in spec_problems) + tuple(
         f"Envoy: {p}" for p in envoy_problems
     )
     return Explanation(
-        case.name, case.request, spec, envoy, not spec_problems, not envoy_problems, problems
+        case.name, request, spec, envoy, not spec_problems, not envoy_problems, problems
     )
 
 

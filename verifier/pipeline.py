@@ -32,6 +32,7 @@ from verifier.gatewayapi.resources import Resources, build, load_resources, skip
 from verifier.heap import loaded_objects_frozen
 from verifier.inputs import line_of_field, load_json, load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
+from verifier.report.scenario import ScenarioReport
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.semantics.envoy.model import precompile
 from verifier.xds import validation
@@ -69,12 +70,18 @@ class CheckOptions:
 
 @dataclass(frozen=True)
 class Scenario:
+    """What one check judges: its name in every report, the resources and the cases.
+
+    ``suite``: one of the scenarios of a suite directory (``fixtures/``), as opposed
+    to a run's explicit paths, which are one scenario."""
+
     name: str
     paths: tuple[str, ...]
     cases: tuple[str, ...] = ()
     expected_errors: str | None = None
     mesh_registry: str | None = None
     cluster: ClusterSource | None = None
+    suite: bool = False
 
 
 @dataclass
@@ -85,6 +92,8 @@ class ScenarioResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     input_errors: list[InputError] = field(default_factory=list)
+    # Each cases table replayed and how many cases it holds, in the order read.
+    cases: tuple[tuple[str, int], ...] = ()
     # The witness requests, how many the models were asked about (fewer with a
     # baseline), and the digests of those they agree on (--save-baseline).
     requests: int = 0
@@ -103,7 +112,8 @@ def _is_suite(path: Path) -> bool:
 
 def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
     if opts.cluster is not None:  # one scenario: the cluster as it is now
-        return [Scenario("input", (), opts.cases, None, opts.mesh_registry, cluster=opts.cluster)]
+        name = opts.cluster.context or "cluster"
+        return [Scenario(name, (), opts.cases, None, opts.mesh_registry, cluster=opts.cluster)]
     if len(paths) == 1 and Path(paths[0]).is_dir() and _is_suite(Path(paths[0])):
         root = Path(paths[0])
         out = []
@@ -120,6 +130,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
                     (str(cases),) if cases.is_file() else (),
                     str(errors) if errors.is_file() else None,
                     str(registry) if registry.is_file() else None,
+                    suite=True,
                 )
             )
         if opts.cases or opts.mesh_registry:
@@ -140,7 +151,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
         return out
     return [
         Scenario(
-            "input",
+            scenario_name(paths),
             tuple(paths),
             _own_cases(paths, opts.cases),
             None,
@@ -149,25 +160,67 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
     ]
 
 
+# A scenario's resources file: named after its folder, as a suite names the scenario.
+RESOURCES = "resources.yaml"
+
+
+def scenario_name(paths: Sequence[str]) -> str:
+    """The name of the scenario that explicit paths make, in every report.
+
+    The last path names it: base and shared files come first and the scenario
+    last (``fixtures/base fixtures/x`` is ``x``, as the suite names that folder),
+    and the name depends on the command line alone, so it is the same on every
+    run. A folder is named by its name (``.`` by the current directory's), a file by
+    its stem, except a ``resources.yaml``, which is its folder's scenario
+    (``shop/resources.yaml`` is ``shop``); standard input is ``stdin``."""
+    if not paths:
+        return "input"
+    last = paths[-1]
+    if last == "-":
+        return "stdin"
+    path = Path(last)
+    if path.is_dir():
+        return path.name or path.resolve().name or last
+    if path.name == RESOURCES:
+        return path.parent.name or path.resolve().parent.name or path.stem
+    return path.stem or last
+
+
+def _folders(paths: Sequence[str]) -> list[Path]:
+    """The folder of every path given, once each, in order: the folder itself, or the
+    folder a file is in. Its cases.yaml and mesh-registry.yaml belong to the scenario,
+    whether the folder or one of its files is named (``check shop/resources.yaml`` runs
+    ``shop/cases.yaml`` as ``check shop/`` does)."""
+    out: dict[Path, Path] = {}
+    for p in paths:
+        if p == "-":
+            continue
+        path = Path(p)
+        folder = path if path.is_dir() else path.parent
+        out.setdefault(folder.resolve(), folder)
+    return list(out.values())
+
+
 def _own_cases(paths: Sequence[str], given: tuple[str, ...]) -> tuple[str, ...]:
-    """``--cases`` plus the cases.yaml of every folder given: a scenario's own table is
-    always replayed (the suite does the same), so naming its folder checks its cases."""
+    """``--cases`` plus the cases.yaml of the folder of every path given: a scenario's
+    own table is always replayed (the suite does the same), so naming its folder, or a
+    file in it, checks its cases."""
     out = list(given)
     seen = {Path(p).resolve() for p in given}
-    for p in paths:
-        own = Path(p) / "cases.yaml"
-        if p != "-" and own.is_file() and own.resolve() not in seen:
+    for folder in _folders(paths):
+        own = folder / "cases.yaml"
+        if own.is_file() and own.resolve() not in seen:
             seen.add(own.resolve())
             out.append(str(own))
     return tuple(out)
 
 
 def _own_registry(paths: Sequence[str], given: str | None) -> str | None:
-    """``--mesh-registry``, else the mesh-registry.yaml of a folder given (as the suite
-    reads it); a folder's registry changes how its backends are dialled."""
+    """``--mesh-registry``, else the mesh-registry.yaml of the folder of a path given (as
+    the suite reads it); a folder's registry changes how its backends are dialled."""
     if given is not None:
         return given
-    found = [str(Path(p) / MESH_REGISTRY) for p in paths if (Path(p) / MESH_REGISTRY).is_file()]
+    found = [str(f / MESH_REGISTRY) for f in _folders(paths) if (f / MESH_REGISTRY).is_file()]
     if len(found) > 1:
         why = f"{len(found)} folders bring one ({', '.join(found)}): name one with --mesh-registry"
         raise InputErrors([InputError(found[1], 0, "", "ambiguous", why)])
@@ -485,10 +538,12 @@ def prepare(
     try:
         cases: list[Case] = []
         locations: dict[str, tuple[str, int]] = {}
+        tables: list[tuple[str, int]] = []
         for path in scn.cases:
             loaded, lines = load_cases(path)
             cases.extend(with_ports(res, loaded, path))
             locations.update(lines)
+            tables.append((path, len(loaded)))
         if isinstance(xds, InputErrors):
             raise xds
         if opts.xds:
@@ -526,7 +581,7 @@ def prepare(
         baseline=opts.baseline,
         record_agreement=opts.save_baseline,
     )
-    return ctx, ScenarioResult(scn, warnings=_with_unjudged(warnings, ctx))
+    return ctx, ScenarioResult(scn, warnings=_with_unjudged(warnings, ctx), cases=tuple(tables))
 
 
 def _with_unjudged(warnings: list[str], ctx: Context) -> list[str]:
@@ -675,6 +730,17 @@ def _check_each(
     return map_forked(one, scenarios, min_items=PARALLEL_MIN_SCENARIOS)
 
 
+def reported(result: ScenarioResult) -> ScenarioReport:
+    """A scenario's result as the reports name it."""
+    return ScenarioReport(
+        result.scenario.name,
+        result.cases,
+        tuple(result.findings),
+        tuple(result.ran),
+        tuple(result.skipped),
+    )
+
+
 def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dict[str, Any]:
     findings = [f for r in results for f in r.findings]
     out: dict[str, Any] = {
@@ -683,7 +749,7 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
         "rules_run": max((len(r.ran) for r in results), default=0),
         "rules_skipped": max((len(r.skipped) for r in results), default=0),
     }
-    if len(results) > 1 or (results and results[0].scenario.name != "input"):
+    if len(results) > 1 or (results and results[0].scenario.suite):
         out["scenarios"] = len(results)
     if baseline:
         out["baseline"] = {

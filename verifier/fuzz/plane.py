@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from verifier.destinations import Destinations
 from verifier.forked import on_stop
 from verifier.gatewayapi.addresses import Addressing, gateway_addresses
 from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
@@ -160,7 +161,7 @@ class Plane(NamespaceHarness):
                 return answer.message or "rejected, no message"
         await self._warm()
         self.res, self.snapshot = res, snap
-        self.gateway_addresses = gateway_addresses(res, DEFAULT_CONTROLLER, Addressing())
+        self.destinations = Destinations.of(res, DEFAULT_CONTROLLER, Addressing())
         self.gateway_ports = {b: b for b in bound_addresses(snap)}
         return None
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from verifier.gatewayapi.addresses import Addressing, gateway_addresses
+from verifier.destinations import Destinations
+from verifier.gatewayapi.addresses import Addressing
 from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
 from verifier.gatewayapi.resources import Resources
 from verifier.live.bootstrap import (
@@ -51,7 +52,6 @@ from verifier.semantics.request import (
     Request,
     host_header,
     normalize_headers,
-    sent_to,
 )
 from verifier.semantics.witness import UNTRUSTED_ISSUER
 from verifier.xds.snapshot import Snapshot
@@ -107,7 +107,8 @@ class EmbeddedHarness:
     xDS binds -> the loopback address Envoy really listens on; nothing is ever
     sent to a Gateway's own address), ``endpoint_mappings`` (pod IP -> loopback
     IP), ``service_ips`` (Service -> the IP its DNS name resolves to);
-    ``gateway_addresses`` says where each Gateway is reached.
+    ``destinations`` says where each Gateway is reached (``for_gateway`` aims a
+    request there, as check does).
     """
 
     def __init__(
@@ -121,7 +122,7 @@ class EmbeddedHarness:
         addressing: Addressing | None = None,
     ) -> None:
         self.res = resources
-        self.gateway_addresses = gateway_addresses(
+        self.destinations = Destinations.of(
             resources, DEFAULT_CONTROLLER, addressing or Addressing()
         )
         self.snapshot = snapshot
@@ -235,9 +236,13 @@ class EmbeddedHarness:
 
     # --- traffic ------------------------------------------------------------------------------
 
+    @property
+    def gateway_addresses(self) -> Mapping[tuple[str, str], str]:
+        return self.destinations.addresses
+
     def for_gateway(self, gateway: tuple[str, str], request: Request) -> Request:
-        """``request`` sent to ``gateway``'s address (also its Host when it names none)."""
-        return sent_to(request, self.gateway_addresses.get(gateway, request.address))
+        """``request`` as it reaches ``gateway`` (``Destinations.sent``, as check aims it)."""
+        return self.destinations.sent(gateway, request)
 
     def effective_request(self, request: Request) -> Request:
         """The request as sent: an empty Host becomes the destination address, or

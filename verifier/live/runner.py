@@ -30,7 +30,6 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from verifier import pipeline
@@ -92,7 +91,7 @@ def prepare_all(paths: Sequence[str], check: pipeline.CheckOptions) -> list[_Pre
     out: list[_Prepared] = []
     for scn in pipeline.discover(paths, check):
         ctx, result = pipeline.prepare(scn, check)
-        prefix = f"{scn.name}: " if scn.name != "input" else ""
+        prefix = f"{scn.name}: " if scn.suite else ""
         errors += [
             InputError(e.file, e.line, e.field, e.code, prefix + e.message)
             for e in result.input_errors
@@ -194,7 +193,7 @@ async def _run_scenario(
             mirrored = []
         for batch in (plain, mirrored):
             found += await asyncio.gather(
-                *(_judge_case(h, ctx, _name(p.scenario), c, opts, requests) for c in batch)
+                *(_judge_case(h, ctx, p.scenario.name, c, opts, requests) for c in batch)
             )
         if opts.witnesses:
             witnesses = [
@@ -205,7 +204,7 @@ async def _run_scenario(
             ]
             found += await asyncio.gather(
                 *(
-                    _judge_witness(h, ctx, _name(p.scenario), i, w, opts, requests)
+                    _judge_witness(h, ctx, p.scenario.name, i, w, opts, requests)
                     for i, w in enumerate(witnesses)
                 )
             )
@@ -237,7 +236,7 @@ async def _run_scenario(
     results = [r for r, _ in found]
     results.sort(key=lambda r: (r.kind != CASE, order.get(r.name, 0)))
     return ScenarioRun(
-        _name(p.scenario),
+        p.scenario.name,
         tuple(results),
         tuple(f for _, fs in found for f in fs),
         rewritten,
@@ -253,7 +252,7 @@ def _not_run(p: _Prepared, exc: Exception) -> ScenarioRun:
     first = p.ctx.case_locations.get(p.cases[0].case.name, ("", 0)) if p.cases else ("", 0)
     finding = new(code, RULE, file=first[0], line=first[1], message=message)
     results = tuple(_unsent(p, c, problems=(message,)) for c in p.cases)
-    return ScenarioRun(_name(p.scenario), results, (finding,), False, ())
+    return ScenarioRun(p.scenario.name, results, (finding,), False, ())
 
 
 def _unsent(
@@ -262,7 +261,7 @@ def _unsent(
     """A case that was never sent: failed with ``problems`` (no data plane), or
     ``skipped`` with the reason (one this kind of target cannot judge)."""
     return CaseResult(
-        _name(p.scenario),
+        p.scenario.name,
         c.case.name,
         CASE,
         False,
@@ -286,13 +285,6 @@ def _not_the_gateway(c: LiveCase, target: tuple[str, str]) -> str:
     )
 
 
-def _name(scn: pipeline.Scenario) -> str:
-    """A suite's scenario by its folder; explicit paths by the last folder given."""
-    if scn.name != "input" or not scn.paths or scn.paths[-1] == "-":
-        return scn.name
-    return Path(scn.paths[-1]).name or scn.name
-
-
 def _mirrors(c: LiveCase) -> bool:
     return bool(c.live.mirrored_to or c.live.not_mirrored_to or c.live.mirrored_ratio)
 
@@ -304,12 +296,14 @@ def _statistical(c: LiveCase) -> bool:
 async def _attempt(
     h: EmbeddedHarness, c: LiveCase, opts: LiveOptions, limit: asyncio.Semaphore
 ) -> CaseRun:
-    """One attempt: every sample of the case, mirrors settled when the case looks for them."""
+    """One attempt: every sample of the case, mirrors settled when the case looks for them.
+    The case's request is the check context's, already aimed at its Gateway
+    (``Context.sent``): Envoy is sent what the models judge."""
 
     async def one() -> LiveResponse:
         async with limit:
             return await h.send(
-                h.for_gateway(c.case.gateway.key, c.case.request),
+                c.case.request,
                 protocol=c.live.protocol,
                 websocket_messages=c.live.websocket_messages or (),
                 timeout=opts.request_timeout,
@@ -418,7 +412,7 @@ async def _judge_witness(
     name = f"witness {index}: {w.note or w.feature}"
     try:
         async with limit:
-            resp = await h.send(h.for_gateway(w.gateway, w.request), timeout=opts.request_timeout)
+            resp = await h.send(w.request, timeout=opts.request_timeout)  # aimed by ctx
     except ValueError as exc:  # a client certificate no case brings files for
         skipped = CaseResult(
             scenario,

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from verifier.findings import Finding
+from verifier.report.scenario import ScenarioReport
 
 
-def render(findings: list[Finding], summary: dict[str, Any]) -> str:
-    doc = {"findings": [f.to_json() for f in findings], "summary": summary}
+def render(scenarios: Sequence[ScenarioReport], summary: dict[str, Any]) -> str:
+    """Every finding with the scenario it was found in, and each scenario with the
+    cases tables it replayed."""
+    doc = {
+        "findings": [{**f.to_json(), "scenario": s.name} for s in scenarios for f in s.findings],
+        "scenarios": [s.to_json() for s in scenarios],
+        "summary": summary,
+    }
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"

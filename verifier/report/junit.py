@@ -10,13 +10,16 @@ from collections.abc import Sequence
 from xml.etree import ElementTree as ET
 
 from verifier.findings import Finding
+from verifier.report.scenario import ScenarioReport
 from verifier.report.text import finding_lines
 
 
-def render(scenarios: Sequence[tuple[str, list[str], list[tuple[str, str]], list[Finding]]]) -> str:
-    """``scenarios``: (name, rules run, rules skipped with reasons, findings)."""
+def render(scenarios: Sequence[ScenarioReport]) -> str:
+    """One suite per scenario, named after it, with a ``cases`` property per cases
+    table it replayed."""
     suites = ET.Element("testsuites", name="edge-verify check")
-    for name, ran, skipped, findings in scenarios:
+    for scn in scenarios:
+        name, ran, skipped, findings = scn.name, scn.ran, scn.skipped, scn.findings
         by_rule: dict[str, list[Finding]] = {}
         for f in findings:
             by_rule.setdefault(f.rule, []).append(f)
@@ -29,6 +32,10 @@ def render(scenarios: Sequence[tuple[str, list[str], list[tuple[str, str]], list
             failures=str(failures),
             skipped=str(len(skipped)),
         )
+        if scn.cases:
+            props = ET.SubElement(suite, "properties")
+            for file, _count in scn.cases:
+                ET.SubElement(props, "property", name="cases", value=file)
         for rule in ran:
             case = ET.SubElement(suite, "testcase", classname=name, name=rule)
             for f in by_rule.get(rule, []):

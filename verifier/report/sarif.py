@@ -9,6 +9,7 @@ from typing import Any
 
 from verifier.findings import Finding, catalogue
 from verifier.registry import Rule
+from verifier.report.scenario import ScenarioReport
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
@@ -49,12 +50,17 @@ def _rules(rules: Sequence[Rule]) -> list[dict[str, Any]]:
     return out
 
 
-def _result(f: Finding) -> dict[str, Any]:
+def _result(f: Finding, scenario: str) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ruleId": f.code,
         "level": LEVELS[f.severity],
         "message": {"text": f.message},
-        "properties": {"rule": f.rule, "resource": f.resource, "xds_path": f.xds_path},
+        "properties": {
+            "rule": f.rule,
+            "resource": f.resource,
+            "xds_path": f.xds_path,
+            "scenario": scenario,
+        },
     }
     if f.request is not None:
         result["properties"]["request"] = f.request
@@ -70,7 +76,7 @@ def _result(f: Finding) -> dict[str, Any]:
     return result
 
 
-def render(findings: list[Finding], rules: Sequence[Rule], version: str) -> str:
+def render(scenarios: Sequence[ScenarioReport], rules: Sequence[Rule], version: str) -> str:
     doc = {
         "$schema": SCHEMA,
         "version": "2.1.0",
@@ -84,7 +90,8 @@ def render(findings: list[Finding], rules: Sequence[Rule], version: str) -> str:
                         "rules": _rules(rules),
                     }
                 },
-                "results": [_result(f) for f in findings],
+                "results": [_result(f, s.name) for s in scenarios for f in s.findings],
+                "properties": {"scenarios": [s.to_json() for s in scenarios]},
             }
         ],
     }

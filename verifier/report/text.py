@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from verifier.findings import Finding
@@ -19,10 +20,13 @@ def finding_lines(f: Finding) -> list[str]:
     return lines
 
 
-def render(findings: list[Finding], summary: dict[str, Any]) -> str:
+def render(findings: list[Finding], summary: dict[str, Any], notes: Sequence[str] = ()) -> str:
+    """The findings, YAML line first; ``notes`` (what was run: the scenario and its
+    cases tables) just above the summary, so a report still leads with a finding."""
     out: list[str] = []
     for f in findings:
         out.extend(finding_lines(f))
+    out.extend(notes)
     out.append(summary_line(summary))
     return "\n".join(out) + "\n"
 

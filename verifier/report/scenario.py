@@ -1,0 +1,38 @@
+"""One checked scenario as every report names it: its name, its cases tables, its findings.
+
+A scenario given as explicit paths is named after them (``pipeline.scenario_name``)
+and runs the cases.yaml beside them; every report says which name and which tables,
+so a table that ran, or did not, is never a surprise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from verifier.findings import Finding
+
+
+@dataclass(frozen=True)
+class ScenarioReport:
+    """What the reports say of a scenario; ``ran`` and ``skipped`` are its rules (JUnit)."""
+
+    name: str
+    # Each cases table replayed and how many cases it holds.
+    cases: tuple[tuple[str, int], ...] = ()
+    findings: tuple[Finding, ...] = ()
+    ran: tuple[str, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "cases": [{"file": f, "cases": n} for f, n in self.cases]}
+
+    def line(self) -> str:
+        """``scenario shop: cases shop/cases.yaml (1 case)``, or that it has none."""
+        if not self.cases:
+            return (
+                f"scenario {self.name}: no cases table (no cases.yaml beside the paths "
+                "given; --cases FILE adds one)"
+            )
+        tables = ", ".join(f"{f} ({n} case{'s' if n != 1 else ''})" for f, n in self.cases)
+        return f"scenario {self.name}: cases {tables}"
