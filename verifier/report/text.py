@@ -14,6 +14,7 @@ def finding_lines(f: Finding) -> list[str]:
         lines.append(f"    resource: {f.resource}")
     if f.xds_path:
         lines.append(f"    xds: {f.xds_path}")
+    lines += [f"    related: {r.location or '<xds>'}: {r.what}" for r in f.related]
     if f.spec_ref:
         lines.append(f"    see: {f.spec_ref}")
     return lines
