@@ -35,6 +35,9 @@ def summary_line(summary: dict[str, Any]) -> str:
         f"{summary['rules_run']} rules run",
         f"{summary['rules_skipped']} skipped",
     ]
+    if "left_to_live" in summary:
+        n = summary["left_to_live"]
+        parts.append(f"{n} case{'s' if n != 1 else ''} with expectations left to live")
     if "scenarios" in summary:
         parts.insert(0, f"{summary['scenarios']} scenarios")
     if "baseline" in summary:
