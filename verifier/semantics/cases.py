@@ -1,9 +1,10 @@
 """Cases: a Request plus what must happen to it, as in ``fixtures/*/cases.yaml``.
 
 The same table drives the static check, the live pass and the fuzzer's
-regression fixtures, so expectations are judged in one place against an
-``Outcome`` from any source (a model or a live response). Fields mean what
-Gateway API conformance's ExpectedResponse means. Pure: the caller reads files.
+regression fixtures, so expectations are judged in one place
+(``verifier.semantics.expect``) against an ``Outcome`` from any source (a model
+or a live response). Fields mean what Gateway API conformance's
+ExpectedResponse means. Parsing only; pure: the caller reads files.
 """
 
 from __future__ import annotations
