@@ -21,7 +21,7 @@ from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
 from verifier.inputs import read_text
-from verifier.semantics.cases import Case, unmet
+from verifier.semantics.cases import Case, model_unmet
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     ClientCert,
@@ -209,8 +209,8 @@ def explain_case(ctx: Context, case: Case) -> Explanation:
     spec = ctx.spec(gateway, case.request)
     spec = replace(spec, outcome=spec_client_view(ctx.res, case.request, spec.outcome))
     envoy = ctx.envoy.evaluate(case.request, echo_reply(case.request))
-    spec_problems = unmet(case.expect, spec.outcome, case.request)
-    envoy_problems = unmet(case.expect, envoy.outcome, case.request)
+    spec_problems = model_unmet(case.expect, spec.outcome, case.request)
+    envoy_problems = model_unmet(case.expect, envoy.outcome, case.request)
     problems = tuple(f"spec: {p}" for p in spec_problems) + tuple(
         f"Envoy: {p}" for p in envoy_problems
     )
