@@ -1,7 +1,8 @@
 """A new user's scenario, written from scratch: what check and live say about its cases.
 
 A Gateway ``shop/web``, two Deployments with their Services (``cart``, ``cart-canary``)
-and an HTTPRoute splitting 90/10, as a user writes them (no fixtures/base), with a
+and an HTTPRoute with a prefix match, a header match, a header modifier and a 90/10
+split, as a user writes them (no fixtures/base), with a
 cases.yaml that states the split. The mistakes users make (a misspelt backendRef, a
 route hostname no listener has, a parentRef to a Gateway that does not exist, a split
 changed by accident) must fail the per-PR check at the line of the mistake, naming
@@ -97,6 +98,15 @@ spec:
   rules:
   - matches:
     - path: {type: PathPrefix, value: /cart}
+      headers:
+      - name: x-beta
+        value: "yes"
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        add:
+        - name: x-canary
+          value: "1"
     backendRefs:
     - name: cart
       port: 8080
@@ -110,7 +120,7 @@ spec:
 CASES = """\
 - name: beta-split
   gateway: {namespace: shop, name: web}
-  request: {host: cart.shop.example.com, path: /cart/1}
+  request: {host: cart.shop.example.com, path: /cart/1, headers: {x-beta: "yes"}}
   samples: 200
   expect:
     status: 200
