@@ -6,6 +6,13 @@ model bug or a misreading, and either must be looked at before trusting a green
 run. The same table drives the live pass, so a case that fails here will fail
 there too.
 
+Every expectation a model's answer can show is judged, split ratios included
+(`backend_ratio`, `status_ratio`, `mirrored_ratio`: the shares the weights give,
+against the ratio and tolerance). A case both models miss because of a
+configuration mistake the spec model names (a backendRef to a missing Service,
+an HTTPRoute no listener accepts) is one EV702 at the mistake's line, the case
+as a related location.
+
 Example: a case expects `GET /v2` with `Version: two` to reach
 `infra-backend-v2`; the Envoy model sends it to `infra-backend-v1`.
 """
@@ -13,48 +20,32 @@ Example: a case expects `GET /v2` with `Version: two` to reach
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+
+from verifier.rules.support.case_judge import case_location, judge, mistake_finding, related
 
 from verifier.check import Context
 from verifier.findings import Finding, new
-from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.registry import Rule
-from verifier.semantics.cases import Case, unmet
-from verifier.semantics.request import Outcome
 
 NAME = "case-expectations"
-REFUSED = Outcome(0)  # no HTTP response: the TLS handshake failed
-
-
-def _located(ctx: Context, case: Case) -> tuple[str, int]:
-    for gw_key, gw in ctx.res.gateways.items():
-        if gw_key == (case.gateway.namespace, case.gateway.name):
-            where = gw.meta.where()
-            return where.file, where.line
-    return "", 0
 
 
 def check(ctx: Context) -> Iterable[Finding]:
     for case in ctx.cases:
-        gateway = (case.gateway.namespace, case.gateway.name)
-        # Cases describe what a client sees from the echo backend (?delay=,
-        # X-Echo-Set-Header, WebSocket), so both outcomes meet echo first.
-        spec = ctx.spec(gateway, case.request)
-        spec = replace(spec, outcome=spec_client_view(ctx.res, case.request, spec.outcome))
-        envoy = ctx.envoy.evaluate(case.request, echo_reply(case.request))
-        for model, ev in (("spec", spec), ("Envoy", envoy)):
-            problems = unmet(case.expect, ev.outcome, case.request)
-            if problems and ev.outcome.may_refuse:
-                # The CAs are not in the configuration, so whether the handshake
-                # passes is not knowable: a case met by either answer is not missed.
-                passed = replace(ev.outcome, may_refuse=False)
-                if not unmet(case.expect, passed, case.request) or not unmet(
-                    case.expect, REFUSED, case.request
-                ):
-                    problems = []
+        judged = judge(ctx, case)
+        if judged.doomed:
+            # Both models miss it for one reason the spec model names: one finding at
+            # the mistake's line, not two at the case's.
+            problems = "; ".join(dict.fromkeys(judged.spec_problems + judged.envoy_problems))
+            yield mistake_finding(ctx, judged, "EV702", NAME, problems)
+            continue
+        for model, ev, problems in (
+            ("spec", judged.spec, judged.spec_problems),
+            ("Envoy", judged.envoy, judged.envoy_problems),
+        ):
             if not problems:
                 continue
-            file, line = ctx.case_locations.get(case.name, _located(ctx, case))
+            file, line = case_location(ctx, case)
             yield new(
                 "EV701",
                 NAME,
@@ -64,6 +55,7 @@ def check(ctx: Context) -> Iterable[Finding]:
                 xds_path=ctx.xds_path_of(ev) if model == "Envoy" else "",
                 request=case.request.to_json(),
                 actual=ev.outcome.to_json(),
+                related=related(ctx, judged.mistakes) if model == "spec" else (),
                 case=case.name,
                 model=model,
                 problems="; ".join(problems),
@@ -72,7 +64,7 @@ def check(ctx: Context) -> Iterable[Finding]:
 
 RULE = Rule(
     NAME,
-    ("EV701",),
+    ("EV701", "EV702"),
     ("HTTPRoute",),
     "fixtures/README.md",
     (__doc__ or "").strip(),

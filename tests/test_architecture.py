@@ -39,6 +39,8 @@ BOUNDARIES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
         (
             "verifier.semantics.request",
             "verifier.semantics.cases",
+            "verifier.semantics.expect",
+            "verifier.semantics.shares",
             "verifier.semantics.directory",
             "verifier.semantics.pem",
         ),

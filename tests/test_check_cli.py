@@ -50,6 +50,7 @@ FINDING_KEYS = {
     "expected",
     "actual",
     "scenario",
+    "related",
 }
 SUMMARY_KEYS = {"errors", "warnings", "rules_run", "rules_skipped"}
 SUITE_SUMMARY_KEYS = SUMMARY_KEYS | {"scenarios"}
@@ -369,7 +370,18 @@ def test_fixture_suite_is_clean(suite: SuiteRuns) -> None:
         "rules_run": len(RULES),
         "rules_skipped": 0,
         "scenarios": len(fixture_dirs()),
+        "left_to_live": _stating_live_only(),
     }
+    # Each is said on stderr, at its case's line: not judged is never silently passed.
+    assert r.err.count("judged only by edge-verify live") == _stating_live_only() > 0
+
+
+def _stating_live_only() -> int:
+    """The fixtures' cases that state what only the live pass judges (cases.LIVE_ONLY)."""
+    from verifier.pipeline import load_cases
+
+    tables = [d / "cases.yaml" for d in fixture_dirs() if (d / "cases.yaml").is_file()]
+    return sum(1 for t in tables for c in load_cases(str(t))[0] if c.live_only)
 
 
 def test_check_md_suite_summary_comes_from_this_run(suite: SuiteRuns, update_goldens: bool) -> None:

@@ -106,3 +106,24 @@ def test_edge_live_sends_each_case_through_envoy(pytester: pytest.Pytester) -> N
         (suite / scenario).rmdir()
     result = pytester.runpytest_subprocess("--edge-fixtures", "suite", "--edge-live", *QUIET)
     result.assert_outcomes(passed=1 + len(_case_names(CLEAN)))
+
+
+def test_a_case_failing_on_a_configuration_mistake_fails_its_own_item(
+    pytester: pytest.Pytester,
+) -> None:
+    """The mistake's finding (EV702) is placed at the backendRef, not at the case; the
+    case's item still fails with it, since the finding names the case as related."""
+    from test_case_mistakes import CASES, RESOURCES
+
+    suite = pytester.path / "suite"
+    (suite / "base").mkdir(parents=True)
+    (suite / "shop").mkdir()
+    typo = RESOURCES.replace("- name: cart-canary\n      port", "- name: cart-canry\n      port")
+    (suite / "shop" / "resources.yaml").write_text(typo, encoding="utf-8")
+    (suite / "shop" / "cases.yaml").write_text(CASES, encoding="utf-8")
+    result = pytester.runpytest_subprocess("--edge-fixtures", "suite", *QUIET)
+    result.stdout.fnmatch_lines(["FAILED suite::shop::beta-split*"])
+    finding = "error EV702 [case-expectations] case beta-split"
+    assert any("/shop/resources.yaml:" in line and finding in line for line in result.outlines), (
+        result.stdout.str()
+    )

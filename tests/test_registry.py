@@ -107,6 +107,7 @@ NEW_PARAMETERS = {
     "request",
     "expected",
     "actual",
+    "related",
 }
 DISAGREEMENT_PARAMETERS = {"diff", "note"}
 

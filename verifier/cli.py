@@ -458,6 +458,12 @@ def _check(args: argparse.Namespace) -> int:
             print(
                 f"warning: {prefix}{n} rule{'s' if n != 1 else ''} not run: {why}", file=sys.stderr
             )
+        for file, line, case, fields in r.left_to_live:
+            where = f"{file}:{line}" if file else prefix.rstrip(": ")
+            print(
+                f"note: {where}: case {case}: {', '.join(fields)} judged only by edge-verify live",
+                file=sys.stderr,
+            )
         _print_input_errors(r.input_errors, prefix)
     if bad_input:
         n = len(bad_input)

@@ -21,7 +21,7 @@ from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
 from verifier.inputs import read_text
-from verifier.semantics.cases import Case, unmet
+from verifier.semantics.cases import Case, model_unmet
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     ClientCert,
@@ -212,8 +212,8 @@ def explain_case(ctx: Context, case: Case) -> Explanation:
     spec = ctx.spec(gateway, request)
     spec = replace(spec, outcome=spec_client_view(ctx.res, request, spec.outcome))
     envoy = ctx.envoy.evaluate(request, echo_reply(request))
-    spec_problems = unmet(case.expect, spec.outcome, request)
-    envoy_problems = unmet(case.expect, envoy.outcome, request)
+    spec_problems = model_unmet(case.expect, spec.outcome, request)
+    envoy_problems = model_unmet(case.expect, envoy.outcome, request)
     problems = tuple(f"spec: {p}" for p in spec_problems) + tuple(
         f"Envoy: {p}" for p in envoy_problems
     )

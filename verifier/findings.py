@@ -51,6 +51,23 @@ def retired() -> frozenset[str]:
 
 
 @dataclass(frozen=True, order=True)
+class Related:
+    """Another place a finding is about: the resource line behind a failing case, the
+    case behind a mistake. ``what`` names it in a few words."""
+
+    file: str
+    line: int
+    what: str
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}" if self.file else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"location": self.location, "what": self.what}
+
+
+@dataclass(frozen=True, order=True)
 class Finding:
     """One problem: where it is in the YAML and the xDS, and a request that shows it."""
 
@@ -66,6 +83,7 @@ class Finding:
     expected: dict[str, Any] | None = field(default=None, compare=False)
     actual: dict[str, Any] | None = field(default=None, compare=False)
     spec_ref: str = field(default="", compare=False)
+    related: tuple[Related, ...] = field(default=(), compare=False)
 
     @property
     def location(self) -> str:
@@ -83,6 +101,7 @@ class Finding:
             "request": self.request,
             "expected": self.expected,
             "actual": self.actual,
+            "related": [r.to_json() for r in self.related],
         }
 
 
@@ -97,6 +116,7 @@ def new(
     request: dict[str, Any] | None = None,
     expected: dict[str, Any] | None = None,
     actual: dict[str, Any] | None = None,
+    related: tuple[Related, ...] = (),
     **params: Any,
 ) -> Finding:
     """Build a finding from the catalogue; unknown codes are a programming error."""
@@ -114,4 +134,5 @@ def new(
         expected=expected,
         actual=actual,
         spec_ref=msg.spec_ref,
+        related=related,
     )

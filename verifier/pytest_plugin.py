@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     from verifier.pipeline import Scenario, ScenarioResult
 
 OPTION = "--edge-fixtures"
-CASE_CODE = "EV701"  # case-expectations: reported by the case's own item
+# case-expectations: reported by the case's own item (EV702 is at the configuration
+# mistake the case fails on, and names the case among its related locations).
+CASE_CODES = ("EV701", "EV702")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -158,7 +160,7 @@ class CheckItem(_EdgeItem):
     def runtest(self) -> None:
         result = self.owner.checked()
         lines = [str(e) for e in result.input_errors]
-        lines += _lines([f for f in result.findings if f.code != CASE_CODE])
+        lines += _lines([f for f in result.findings if f.code not in CASE_CODES])
         if lines:
             raise EdgeFailure("\n".join(lines))
 
@@ -168,8 +170,11 @@ class CaseItem(_EdgeItem):
         result = self.owner.checked()
         if result.input_errors:
             raise EdgeFailure("the scenario did not load; see its check item")
+        me = f"case {self.name}"
         mine = [
-            f for f in result.findings if f.code == CASE_CODE and f.resource == f"case {self.name}"
+            f
+            for f in result.findings
+            if f.code in CASE_CODES and (f.resource == me or any(r.what == me for r in f.related))
         ]
         lines = _lines(mine)
         if self.config.getoption("--edge-live"):

@@ -34,6 +34,7 @@ from verifier.live.client import LiveResponse
 from verifier.live.harness import EmbeddedHarness
 from verifier.semantics.cases import Case, Expectation, parse_case, unmet
 from verifier.semantics.request import Outcome
+from verifier.semantics.shares import counted_for
 from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.xds.snapshot import Snapshot
 
@@ -42,41 +43,14 @@ PARALLEL_REQUESTS = 16
 
 
 @dataclass(frozen=True)
-class Ratio:
-    ratio: float
-    tolerance: float
-
-    def holds(self, observed: float) -> bool:
-        return abs(observed - self.ratio) <= self.tolerance
-
-
-@dataclass(frozen=True)
-class PodRef:
-    """An echo pod by name prefix, as in ``mirrored_to``."""
-
-    namespace: str
-    name: str
-
-    def matches(self, namespace: str, service: str) -> bool:
-        return namespace == self.namespace and service.startswith(self.name)
-
-
-@dataclass(frozen=True)
 class LiveExpectation:
-    """The cases.yaml fields only a live data plane can check."""
+    """The cases.yaml fields only a live data plane sends or observes (the rest,
+    ratios and mirrors included, are the shared ``Expectation``'s)."""
 
     protocol: str = "http1"
     samples: int = 1
-    method: str | None = None
     proto: str | None = None
-    valid_header_values: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    header_lists: tuple[tuple[str, tuple[str, ...]], ...] = ()
     websocket_messages: tuple[str, ...] | None = None
-    status_ratio: tuple[tuple[int, Ratio], ...] = ()
-    backend_ratio: tuple[tuple[str, Ratio], ...] = ()
-    mirrored_to: tuple[PodRef, ...] = ()
-    not_mirrored_to: tuple[PodRef, ...] = ()
-    mirrored_ratio: tuple[tuple[PodRef, Ratio], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,41 +72,17 @@ def _d(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _ratio(value: Any) -> Ratio:
-    v = _d(value)
-    return Ratio(float(v.get("ratio", 0)), float(v.get("tolerance", 0)))
-
-
-def _pods(value: Any) -> tuple[PodRef, ...]:
-    return tuple(PodRef(str(_d(p)["namespace"]), str(_d(p)["name"])) for p in value or [])
-
-
-def _lists(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    return tuple((str(k), tuple(str(x) for x in v)) for k, v in _d(value).items())
-
-
 def parse_live(item: Mapping[str, Any]) -> LiveExpectation:
-    """The live-only fields of one raw cases.yaml item."""
+    """The live-only fields of one raw cases.yaml item (already checked by ``parse_case``)."""
     req, exp = _d(item.get("request")), _d(item.get("expect"))
-    ereq, eresp, ws = _d(exp.get("request")), _d(exp.get("response")), exp.get("websocket")
+    proto, ws = _d(exp.get("request")).get("proto"), exp.get("websocket")
     return LiveExpectation(
         protocol=str(req.get("protocol", "http1")),
         samples=int(item.get("samples", 1)),
-        method=None if ereq.get("method") is None else str(ereq["method"]),
-        proto=None if ereq.get("proto") is None else str(ereq["proto"]),
-        valid_header_values=_lists(eresp.get("valid_header_values")),
-        header_lists=_lists(eresp.get("header_lists")),
+        proto=None if proto is None else str(proto),
         websocket_messages=None
         if ws is None
         else tuple(str(m) for m in _d(ws).get("messages", [])),
-        status_ratio=tuple((int(k), _ratio(v)) for k, v in _d(exp.get("status_ratio")).items()),
-        backend_ratio=tuple((str(k), _ratio(v)) for k, v in _d(exp.get("backend_ratio")).items()),
-        mirrored_to=_pods(exp.get("mirrored_to")),
-        not_mirrored_to=_pods(exp.get("not_mirrored_to")),
-        mirrored_ratio=tuple(
-            (PodRef(str(_d(m)["namespace"]), str(_d(m)["name"])), _ratio(m))
-            for m in exp.get("mirrored_ratio") or []
-        ),
     )
 
 
@@ -194,7 +144,7 @@ async def run_with(
         regrouped.append(flat[at : at + len(rs)])
         at += len(rs)
     answers = regrouped
-    if any(c.live.mirrored_to or c.live.not_mirrored_to or c.live.mirrored_ratio for c in cases):
+    if any(looks_for_mirrors(c) for c in cases):
         await harness.settle()
     runs = []
     for case, responses in zip(cases, answers, strict=True):
@@ -227,6 +177,16 @@ def run_cases(scenario: Path) -> list[tuple[Case, Outcome]]:
 # --- judging ----------------------------------------------------------------------------------
 
 
+def looks_for_mirrors(c: LiveCase) -> bool:
+    expect = c.case.expect
+    return bool(expect.mirrored_to or expect.not_mirrored_to or expect.mirrored_ratio)
+
+
+def statistical(c: LiveCase) -> bool:
+    """Judged over its samples as a whole (ratios), not sample by sample only."""
+    return c.live.samples > 1 or bool(c.case.expect.shares)
+
+
 def _from_echo(resp: LiveResponse) -> bool:
     return resp.echo is not None and 200 <= resp.status < 300
 
@@ -241,6 +201,7 @@ def _pod_free(expect: Expectation) -> Expectation:
         request_path=None,
         request_headers=(),
         request_absent=(),
+        request_method=None,
     )
 
 
@@ -255,7 +216,7 @@ def _sample_problems(case: LiveCase, resp: LiveResponse, outcome: Outcome) -> li
     if _from_echo(resp) and fwd is not None:
         echo = resp.echo or {}
         wanted = {
-            "method": live.method or request.method,
+            "method": expect.request_method or request.method,
             "path": expect.request_path or request.path,
             "host": expect.request_host or request.host or None,
             "proto": live.proto,
@@ -266,51 +227,32 @@ def _sample_problems(case: LiveCase, resp: LiveResponse, outcome: Outcome) -> li
             for key, value in wanted.items()
             if value is not None and seen[key] != value
         ]
-    have = {k: ",".join(v) for k, v in outcome.response_headers}
-    for name, allowed in live.valid_header_values:
-        if have.get(name.lower()) not in allowed:
-            problems.append(
-                f"response header {name!r} is {have.get(name.lower())!r}, "
-                f"expected one of {list(allowed)}"
-            )
-    for name, items in live.header_lists:
-        got = {x.strip() for x in have.get(name.lower(), "").split(",") if x.strip()}
-        if got != set(items):
-            problems.append(
-                f"response header {name!r} lists {sorted(got)}, expected {sorted(items)}"
-            )
     ws = live.websocket_messages
     if ws is not None and resp.status == 101 and list(resp.websocket_echoes) != list(ws):
         problems.append(f"websocket echoed {list(resp.websocket_echoes)}, expected {list(ws)}")
-    mirrored = [(b.namespace, b.name) for b in outcome.mirrors]
-    for pod in live.mirrored_to:
-        if not any(pod.matches(*m) for m in mirrored):
-            problems.append(f"not mirrored to {pod.namespace}/{pod.name} (mirrors: {mirrored})")
-    for pod in live.not_mirrored_to:
-        if any(pod.matches(*m) for m in mirrored):
-            problems.append(f"mirrored to {pod.namespace}/{pod.name}, expected not")
-    return problems
+    return list(dict.fromkeys(problems))
 
 
 def _ratio_problems(run: CaseRun) -> list[str]:
-    live, n = run.case.live, len(run.responses)
+    expect, n = run.case.case.expect, len(run.responses)
     problems = []
-    for status, want in live.status_ratio:
+    for status, want in expect.status_ratio:
         share = sum(r.status == status for r in run.responses) / n
         if not want.holds(share):
             problems.append(
                 f"status {status} share {share:.2f}, expected {want.ratio}±{want.tolerance}"
             )
     answered = [o for r, o in zip(run.responses, run.outcomes, strict=True) if _from_echo(r)]
-    for prefix, want in live.backend_ratio:
-        hits = sum(any(b.name.startswith(prefix) for b in o.backends) for o in answered)
+    prefixes = tuple(p for p, _ in expect.backend_ratio)
+    for prefix, want in expect.backend_ratio:
+        hits = sum(any(counted_for(b, prefixes) == prefix for b in o.backends) for o in answered)
         share = hits / len(answered) if answered else 0.0
         if not want.holds(share):
             problems.append(
                 f"backend {prefix} share {share:.2f} of {len(answered)} 2xx, "
                 f"expected {want.ratio}±{want.tolerance}"
             )
-    for pod, want in live.mirrored_ratio:
+    for pod, want in expect.mirrored_ratio:
         hits = sum(any(pod.matches(b.namespace, b.name) for b in o.mirrors) for o in run.outcomes)
         if not want.holds(hits / n):
             problems.append(

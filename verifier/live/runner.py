@@ -44,9 +44,17 @@ from verifier.live.envoy_process import EnvoyError
 from verifier.live.harness import EmbeddedHarness, HarnessError
 from verifier.live.isolated import Isolated, Rejected, with_isolated_harness
 from verifier.live.remote import MIRRORS_SKIPPED, Remote, RemoteTarget
-from verifier.live.replay import CaseRun, LiveCase, live_unmet, parse_live
+from verifier.live.replay import (
+    CaseRun,
+    LiveCase,
+    live_unmet,
+    looks_for_mirrors,
+    parse_live,
+    statistical,
+)
 from verifier.live.results import CASE, WITNESS, CaseResult, LiveReport, ScenarioRun
 from verifier.live.verdict import ODD_ENVOY, ODD_LIVE, ODD_SPEC, ODD_XDS, Verdict, three_way
+from verifier.rules.support.case_judge import Judged, judge, mistake_finding, reason
 from verifier.semantics import witness as wt
 from verifier.semantics.request import Evaluation, Outcome, Request, evolve
 
@@ -55,7 +63,8 @@ RETRY_DELAY = 1.0  # upstream AwaitConvergence's pause after a failed attempt
 PARALLEL_REQUESTS = 16
 CODES = {ODD_LIVE: "EV802", ODD_XDS: "EV803", ODD_SPEC: "EV804", ODD_ENVOY: "EV805"}
 FAILED_CASE = "EV801"
-LIVE_CODES = ("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807")
+MISTAKE_CONFIRMED, MISTAKE_UNCONFIRMED = "EV808", "EV809"
+LIVE_CODES = ("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807", "EV808", "EV809")
 
 
 @dataclass(frozen=True)
@@ -178,8 +187,8 @@ async def _run_scenario(
                 h.client_certs[cert.issuer] = (cert.cert_file, cert.key_file)
         # Mirrors are seen in the backends' logs once they are quiet: those cases go
         # last, on their own, so other cases' traffic does not hold the log open.
-        plain = [c for c in p.cases if not _mirrors(c)]
-        mirrored = [c for c in p.cases if _mirrors(c)]
+        plain = [c for c in p.cases if not looks_for_mirrors(c)]
+        mirrored = [c for c in p.cases if looks_for_mirrors(c)]
         found: list[tuple[CaseResult, list[Finding]]] = []
         if opts.remote is not None:
             # One Gateway is reached; a case for another would be judged on its answers.
@@ -285,14 +294,6 @@ def _not_the_gateway(c: LiveCase, target: tuple[str, str]) -> str:
     )
 
 
-def _mirrors(c: LiveCase) -> bool:
-    return bool(c.live.mirrored_to or c.live.not_mirrored_to or c.live.mirrored_ratio)
-
-
-def _statistical(c: LiveCase) -> bool:
-    return c.live.samples > 1 or bool(c.live.status_ratio or c.live.backend_ratio)
-
-
 async def _attempt(
     h: EmbeddedHarness, c: LiveCase, opts: LiveOptions, limit: asyncio.Semaphore
 ) -> CaseRun:
@@ -310,7 +311,7 @@ async def _attempt(
             )
 
     responses = await asyncio.gather(*(one() for _ in range(max(1, c.live.samples))))
-    if _mirrors(c):
+    if looks_for_mirrors(c):
         await h.settle()
     observed = tuple(h.observe_mirrors(r) for r in responses)
     return CaseRun(c, observed, tuple(h.to_outcome(r) for r in observed))
@@ -322,7 +323,7 @@ async def _consistent(
     """Attempts until ``successes`` in a row (one for a sampled case) or the budget ends."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + opts.budget
-    need = 1 if _statistical(c) else max(1, opts.successes)
+    need = 1 if statistical(c) else max(1, opts.successes)
     streak = attempts = 0
     while True:
         run = await _attempt(h, c, opts, limit)
@@ -373,13 +374,30 @@ async def _judge_case(
     limit: asyncio.Semaphore,
 ) -> tuple[CaseResult, list[Finding]]:
     started = time.monotonic()
-    run, attempts, problems = await _consistent(h, c, opts, limit)
+    predicted = judge(ctx, c.case)
+    if predicted.doomed:
+        # Both models say it fails because of the configuration: nothing converges, so
+        # one attempt says whether real Envoy agrees, with no retries to wait for.
+        run = await _attempt(h, c, opts, limit)
+        attempts, problems = 1, live_unmet(run)
+    else:
+        run, attempts, problems = await _consistent(h, c, opts, limit)
     sent = run.responses[0].request
     spec, envoy = _models(ctx, c.case.gateway.key, sent)
     verdict = _verdict(spec.outcome, envoy.outcome, run.outcomes, met=not problems)
     w = wt.Witness(c.case.gateway.key, sent, wt.CASE, note=c.case.name)
     findings = _findings(ctx, w, spec, envoy, run.outcomes[0], verdict)
-    if problems and not findings:
+    if predicted.doomed:
+        met, why = not problems, _why(predicted)
+        code = MISTAKE_UNCONFIRMED if met else MISTAKE_CONFIRMED
+        findings.append(mistake_finding(ctx, predicted, code, RULE, "; ".join(problems)))
+        # Met live is not a pass: the models (or the case) are wrong about it.
+        problems = (
+            [f"met live, though both models predict it fails: {why}"]
+            if met
+            else [*problems, f"as both models predict, because of: {why}"]
+        )
+    elif problems and not findings:
         findings = [_failed_case(ctx, c, attempts, problems)]
     result = CaseResult(
         scenario=scenario,
@@ -449,6 +467,11 @@ async def _judge_witness(
         odd_one_out=verdict.odd_one_out,
     )
     return result, findings
+
+
+def _why(judged: Judged) -> str:
+    first = judged.mistakes[0]
+    return f"{first.describe()} ({reason(first)})"
 
 
 def _xds_route(ctx: Context, envoy: Evaluation) -> str:

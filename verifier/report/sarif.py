@@ -65,15 +65,18 @@ def _result(f: Finding, scenario: str) -> dict[str, Any]:
     if f.request is not None:
         result["properties"]["request"] = f.request
     if f.file:
-        result["locations"] = [
-            {
-                "physicalLocation": {
-                    "artifactLocation": {"uri": _uri(f.file)},
-                    "region": {"startLine": max(f.line, 1)},
-                }
-            }
+        result["locations"] = [{"physicalLocation": _physical(f.file, f.line)}]
+    related = [r for r in f.related if r.file]
+    if related:
+        result["relatedLocations"] = [
+            {"id": i, "physicalLocation": _physical(r.file, r.line), "message": {"text": r.what}}
+            for i, r in enumerate(related)
         ]
     return result
+
+
+def _physical(file: str, line: int) -> dict[str, Any]:
+    return {"artifactLocation": {"uri": _uri(file)}, "region": {"startLine": max(line, 1)}}
 
 
 def render(scenarios: Sequence[ScenarioReport], rules: Sequence[Rule], version: str) -> str:

@@ -15,6 +15,7 @@ def finding_lines(f: Finding) -> list[str]:
         lines.append(f"    resource: {f.resource}")
     if f.xds_path:
         lines.append(f"    xds: {f.xds_path}")
+    lines += [f"    related: {r.location or '<xds>'}: {r.what}" for r in f.related]
     if f.spec_ref:
         lines.append(f"    see: {f.spec_ref}")
     return lines
@@ -38,6 +39,9 @@ def summary_line(summary: dict[str, Any]) -> str:
         f"{summary['rules_run']} rules run",
         f"{summary['rules_skipped']} skipped",
     ]
+    if "left_to_live" in summary:
+        n = summary["left_to_live"]
+        parts.append(f"{n} case{'s' if n != 1 else ''} with expectations left to live")
     if "scenarios" in summary:
         parts.insert(0, f"{summary['scenarios']} scenarios")
     if "baseline" in summary:

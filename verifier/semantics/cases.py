@@ -1,9 +1,10 @@
 """Cases: a Request plus what must happen to it, as in ``fixtures/*/cases.yaml``.
 
 The same table drives the static check, the live pass and the fuzzer's
-regression fixtures, so expectations are judged in one place against an
-``Outcome`` from any source (a model or a live response). Fields mean what
-Gateway API conformance's ExpectedResponse means. Pure: the caller reads files.
+regression fixtures, so expectations are judged in one place
+(``verifier.semantics.expect``) against an ``Outcome`` from any source (a model
+or a live response). Fields mean what Gateway API conformance's
+ExpectedResponse means. Parsing only; pure: the caller reads files.
 """
 
 from __future__ import annotations
@@ -15,15 +16,34 @@ from typing import Any, Final
 
 from verifier.errors import InputErrors
 from verifier.inputs import read_text
+from verifier.semantics.expect import (
+    Expectation,
+    HeaderLists,
+    model_unmet,
+    possible_statuses,
+    unmet,
+)
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     ClientCert,
-    Headers,
-    Outcome,
     Request,
     headers_from_mapping,
     wire_problem,
 )
+from verifier.semantics.shares import PodRef, Ratio
+
+__all__ = [
+    "LIVE_ONLY",
+    "Case",
+    "CaseError",
+    "Expectation",
+    "GatewayRef",
+    "model_unmet",
+    "parse_case",
+    "parse_cases",
+    "possible_statuses",
+    "unmet",
+]
 
 
 class CaseError(ValueError):
@@ -46,18 +66,10 @@ class GatewayRef:
         return (self.namespace, self.name)
 
 
-@dataclass(frozen=True)
-class Expectation:
-    statuses: tuple[int, ...] = (200,)
-    backends: tuple[str, ...] = ()  # acceptable pod-name prefixes
-    namespace: str | None = None
-    request_host: str | None = None
-    request_path: str | None = None
-    request_headers: Headers = ()
-    request_absent: tuple[str, ...] = ()
-    response_headers: Headers = ()
-    response_absent: tuple[str, ...] = ()
-    redirect: Mapping[str, Any] | None = None
+# Expectations a cases table may state that no model's Outcome can show: the
+# protocol the backend was spoken to in (echo's ``proto``) and what a WebSocket
+# echoes after the handshake. Only the live pass judges them; check says so.
+LIVE_ONLY: Final = ("expect.request.proto", "expect.websocket")
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,8 @@ class Case:
     request: Request
     expect: Expectation
     index: int = field(default=0, compare=False)
+    # The expectations of LIVE_ONLY this case states (check leaves them to live).
+    live_only: tuple[str, ...] = field(default=(), compare=False)
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -142,6 +156,75 @@ def _strs(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise CaseError(where, "expected a list of strings")
     return tuple(str(v) for v in value)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise CaseError(where, f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _ratio(value: Any, where: str, extra: frozenset[str] = frozenset()) -> Ratio:
+    """``{ratio: 0.7, tolerance: 0.15}``: a share from 0 to 1 and how far off it may be."""
+    spec = _mapping(value, where)
+    unknown = sorted(str(k) for k in set(spec) - {"ratio", "tolerance"} - extra)
+    if unknown:
+        raise CaseError(f"{where}.{unknown[0]}", "unknown key; expected ratio and tolerance")
+    if "ratio" not in spec:
+        raise CaseError(f"{where}.ratio", "required: the expected share, from 0 to 1")
+    return Ratio(
+        _number(spec["ratio"], f"{where}.ratio"),
+        _number(spec.get("tolerance", 0), f"{where}.tolerance"),
+    )
+
+
+def _pod(value: Any, where: str) -> PodRef:
+    spec = _mapping(value, where)
+    if not spec.get("name") or not spec.get("namespace"):
+        raise CaseError(where, "expected {name, namespace} of an echo pod")
+    return PodRef(str(spec["namespace"]), str(spec["name"]))
+
+
+def _pods(value: Any, where: str) -> tuple[PodRef, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise CaseError(where, "expected a list of {name, namespace}")
+    return tuple(_pod(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _header_lists(value: Any, where: str) -> HeaderLists:
+    return tuple(
+        (str(k).lower(), _strs(v, f"{where}.{k}")) for k, v in _mapping(value, where).items()
+    )
+
+
+def _shares(exp: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The ratio expectations of ``expect`` (fixtures/README.md, "Sampled cases")."""
+    statuses = _mapping(exp.get("status_ratio"), f"{where}.status_ratio")
+    backends = _mapping(exp.get("backend_ratio"), f"{where}.backend_ratio")
+    mirrored = exp.get("mirrored_ratio")
+    if mirrored is not None and not isinstance(mirrored, list):
+        raise CaseError(
+            f"{where}.mirrored_ratio", "expected a list of {name, namespace, ratio, tolerance}"
+        )
+    pod_keys = frozenset({"name", "namespace"})
+    return {
+        "status_ratio": tuple(
+            (_int(k, f"{where}.status_ratio"), _ratio(v, f"{where}.status_ratio.{k}"))
+            for k, v in statuses.items()
+        ),
+        "backend_ratio": tuple(
+            (str(k), _ratio(v, f"{where}.backend_ratio.{k}")) for k, v in backends.items()
+        ),
+        "mirrored_ratio": tuple(
+            (
+                _pod(m, f"{where}.mirrored_ratio[{i}]"),
+                _ratio(m, f"{where}.mirrored_ratio[{i}]", pod_keys),
+            )
+            for i, m in enumerate(mirrored or [])
+        ),
+    }
 
 
 def _client_cert(value: Any, where: str, base_dir: str | None) -> ClientCert | None:
@@ -244,8 +327,20 @@ def parse_case(
             eresp.get("absent_headers"), f"{where}.expect.response.absent_headers"
         ),
         redirect=None if redirect is None else _mapping(redirect, f"{where}.expect.redirect"),
+        request_method=None if ereq.get("method") is None else str(ereq["method"]),
+        valid_header_values=_header_lists(
+            eresp.get("valid_header_values"), f"{where}.expect.response.valid_header_values"
+        ),
+        header_lists=_header_lists(
+            eresp.get("header_lists"), f"{where}.expect.response.header_lists"
+        ),
+        mirrored_to=_pods(exp.get("mirrored_to"), f"{where}.expect.mirrored_to"),
+        not_mirrored_to=_pods(exp.get("not_mirrored_to"), f"{where}.expect.not_mirrored_to"),
+        **_shares(exp, f"{where}.expect"),
     )
-    return Case(name, gateway, request, expect, index)
+    stated = {"expect.request.proto": ereq.get("proto"), "expect.websocket": exp.get("websocket")}
+    live_only = tuple(key for key in LIVE_ONLY if stated[key] is not None)
+    return Case(name, gateway, request, expect, index, live_only)
 
 
 def parse_cases(data: Any, base_dir: str | None = None) -> list[Case]:
@@ -261,109 +356,3 @@ def parse_cases(data: Any, base_dir: str | None = None) -> list[Case]:
             raise CaseError(f"[{c.index}].name", f"duplicate case name {c.name!r}")
         seen.add(c.name)
     return cases
-
-
-def possible_statuses(outcome: Outcome) -> set[int]:
-    statuses = {outcome.status}
-    if outcome.invalid_weight and outcome.backends:
-        statuses.add(500)
-    if outcome.may_refuse:
-        statuses.add(0)  # NO_RESPONSE: the handshake may fail
-    return statuses
-
-
-def _check_headers(
-    kind: str, expected: Headers, absent: tuple[str, ...], actual: Headers
-) -> list[str]:
-    have = dict(actual)
-    problems = []
-    for name, values in expected:
-        got = have.get(name)
-        if got is None:
-            problems.append(f"{kind} header {name!r} missing (expected {list(values)})")
-        elif list(got) != list(values) and ",".join(got) != ",".join(values):
-            problems.append(f"{kind} header {name!r} is {list(got)}, expected {list(values)}")
-    for name in absent:
-        if name.lower() in have:
-            problems.append(f"{kind} header {name!r} present, expected absent")
-    return problems
-
-
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _check_redirect(want: Mapping[str, Any], outcome: Outcome, request: Request) -> list[str]:
-    """Omitted scheme/path mean the request's; omitted port the scheme's default."""
-    red = outcome.redirect
-    if red is None:
-        return ["no redirect, expected one"]
-    scheme = str(want.get("scheme", request.scheme))
-    expected = {
-        "scheme": scheme,
-        "host": want.get("host", red.host),
-        "port": int(want.get("port") or DEFAULT_PORTS.get(scheme, 0)),
-        "path": str(want.get("path", request.path_only)),
-    }
-    # Host names compare case-insensitively, as outcome_diff compares the models'
-    # (found by the fuzzer: Envoy writes Location's host lower-cased, the spec model
-    # keeps the request's, and a case recorded from either must accept the other).
-    return [
-        f"redirect {key} {getattr(red, key)!r}, expected {value!r}"
-        for key, value in expected.items()
-        if (_folded(getattr(red, key)) if key == "host" else getattr(red, key))
-        != (_folded(value) if key == "host" else value)
-    ]
-
-
-def _folded(host: object) -> object:
-    return host.lower() if isinstance(host, str) else host
-
-
-def unmet(expect: Expectation, outcome: Outcome, request: Request) -> list[str]:
-    """Why ``outcome`` does not meet ``expect``; empty when it does. Every outcome the
-    request may get must meet it (a route with a runtime_fraction answers only some)."""
-    problems = _unmet(expect, outcome, request)
-    for other in outcome.possibilities()[1:]:
-        problems += [
-            f"when a runtime_fraction passes the request on: {p}"
-            for p in _unmet(expect, other, request)
-        ]
-    return problems
-
-
-def _unmet(expect: Expectation, outcome: Outcome, request: Request) -> list[str]:
-    problems: list[str] = []
-    statuses = possible_statuses(outcome)
-    if not statuses <= set(expect.statuses):
-        problems.append(f"status {sorted(statuses)}, expected {list(expect.statuses)}")
-    if expect.backends:
-        names = [b.name for b in outcome.backends]
-        stray = [n for n in names if not any(n.startswith(p) for p in expect.backends)]
-        if not names or stray:
-            problems.append(f"backends {names}, expected {list(expect.backends)}")
-    if expect.namespace is not None and any(
-        b.namespace != expect.namespace for b in outcome.backends
-    ):
-        problems.append(
-            f"backend namespace {sorted({b.namespace for b in outcome.backends})}, "
-            f"expected {expect.namespace}"
-        )
-    fwd = outcome.request
-    if expect.request_host is not None or expect.request_path is not None or expect.request_headers:
-        if fwd is None:
-            problems.append("the request was not forwarded to a backend")
-        else:
-            if expect.request_host is not None and fwd.host != expect.request_host:
-                problems.append(f"backend saw host {fwd.host!r}, expected {expect.request_host!r}")
-            if expect.request_path is not None and fwd.path != expect.request_path:
-                problems.append(f"backend saw path {fwd.path!r}, expected {expect.request_path!r}")
-    if fwd is not None:
-        problems += _check_headers(
-            "request", expect.request_headers, expect.request_absent, fwd.headers
-        )
-    problems += _check_headers(
-        "response", expect.response_headers, expect.response_absent, outcome.response_headers
-    )
-    if expect.redirect is not None:
-        problems += _check_redirect(expect.redirect, outcome, request)
-    return problems

@@ -10,6 +10,7 @@ every feature the Route uses. Written from ``apis/v1/shared_types.go``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from verifier.gatewayapi.model import (
@@ -50,20 +51,25 @@ UNSUPPORTED_RULE_FIELDS = ("retry", "sessionPersistence")
 
 def unsupported_features(route: HTTPRoute) -> list[str]:
     """Features of ``route`` the edge rejects, with where they are."""
-    found: list[str] = []
+    return [text for _path, text in _unsupported(route)]
+
+
+def _unsupported(route: HTTPRoute) -> list[tuple[str, str]]:
+    """(field path, what is unsupported there) for each feature the edge rejects."""
+    found: list[tuple[str, str]] = []
     for rule in route.rules:
         filters = list(rule.filters)
         for b in rule.backend_refs:
             filters.extend(b.filters)
         found.extend(
-            f"{f.path or rule.path}: filter {f.type}"
+            (f.path or rule.path, f"{f.path or rule.path}: filter {f.type}")
             for f in filters
             if f.type in UNSUPPORTED_FILTER_TYPES
         )
     raw_rules = _raw_rules(route)
     for i, raw in enumerate(raw_rules):
         found.extend(
-            f"spec.rules[{i}].{key}"
+            (f"spec.rules[{i}].{key}", f"spec.rules[{i}].{key}")
             for key in UNSUPPORTED_RULE_FIELDS
             if isinstance(raw, dict) and raw.get(key) is not None
         )
@@ -169,10 +175,28 @@ def allowed_routes_problem(
     return None
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a Route does not serve a Listener: ``reason`` is the Accepted=False reason a
+    controller writes, ``field`` the HTTPRoute field it is about, ``problem`` the words."""
+
+    reason: str
+    field: str
+    problem: str
+
+
 def attachment_problem(
     res: Resources, gw: Gateway, lst: GatewayListener, route: HTTPRoute
 ) -> str | None:
-    """Why ``route`` does not serve requests on ``lst`` (None when it does).
+    """Why ``route`` does not serve requests on ``lst`` (None when it does)."""
+    refusal = attachment_refusal(res, gw, lst, route)
+    return None if refusal is None else refusal.problem
+
+
+def attachment_refusal(
+    res: Resources, gw: Gateway, lst: GatewayListener, route: HTTPRoute
+) -> Refusal | None:
+    """Why ``route`` does not serve requests on ``lst``, as a controller's reason.
 
     "A Route is successfully attached to a Listener when it is selected by the
     Listener's AllowedRoutes field AND the Route has a valid ParentRef
@@ -182,13 +206,24 @@ def attachment_problem(
     HTTPRoute to be attached to the Listener."
     """
     if not any(parent_selects(ref, gw, lst) for ref in route.parent_refs):
-        return "no parentRef selects this listener (name/sectionName/port)"
+        why = "no parentRef selects this listener (name/sectionName/port)"
+        return Refusal("NoMatchingParent", _parent_field(route, gw), why)
     problem = allowed_routes_problem(res, gw, lst, route)
     if problem:
-        return problem
+        return Refusal("NotAllowedByListeners", _parent_field(route, gw), problem)
     if not effective_hostnames(lst.hostname, route.hostnames):
-        return f"no hostname intersects listener hostname {lst.hostname!r}"
-    unsupported = unsupported_features(route)
+        why = f"no hostname intersects listener hostname {lst.hostname!r}"
+        return Refusal("NoMatchingListenerHostname", "spec.hostnames", why)
+    unsupported = _unsupported(route)
     if unsupported:
-        return "not Accepted (UnsupportedValue): " + ", ".join(unsupported)
+        why = "not Accepted (UnsupportedValue): " + ", ".join(t for _, t in unsupported)
+        return Refusal("UnsupportedValue", unsupported[0][0], why)
     return None
+
+
+def _parent_field(route: HTTPRoute, gw: Gateway) -> str:
+    """The first parentRef of ``route`` that names ``gw`` (or a ListenerSet of it)."""
+    return next(
+        (ref.path for ref in route.parent_refs if refers_to_gateway(ref, gw) and ref.path),
+        "spec.parentRefs",
+    )

@@ -36,11 +36,16 @@ SUPPORTED_APP_PROTOCOLS = {
 
 @dataclass(frozen=True)
 class Resolved:
-    """A backendRef resolved to a Service port, or the reason it is invalid."""
+    """A backendRef resolved to a Service port, or why it is invalid: ``reason`` is the
+    ResolvedRefs reason a controller writes (BackendNotFound, InvalidKind,
+    RefNotPermitted, UnsupportedProtocol), ``problem`` says it for people, and
+    ``missing_port`` tells a Service without that port from a missing Service."""
 
     backend: Backend | None
     problem: str | None
     protocol: str = ""
+    reason: str = ""
+    missing_port: bool = False
 
 
 def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -> Resolved:
@@ -50,7 +55,8 @@ def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -
     has not been explicitly allowed by a ReferenceGrant ... * It refers to a
     Kubernetes Service that has an incompatible appProtocol"."""
     if (ref.group, ref.kind) not in SUPPORTED_BACKEND_KINDS:
-        return Resolved(None, f"InvalidKind {ref.group or 'core'}/{ref.kind} {ref.name}")
+        kind = f"{ref.group or 'core'}/{ref.kind}"
+        return Resolved(None, f"InvalidKind {kind} {ref.name}", reason="InvalidKind")
     ns = ref.namespace or route.meta.namespace
     allowed, why = reference_allowed(
         res,
@@ -63,17 +69,18 @@ def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -
         to_name=ref.name,
     )
     if not allowed:
-        return Resolved(None, f"RefNotPermitted Service {ns}/{ref.name}: {why}")
+        why = f"RefNotPermitted Service {ns}/{ref.name}: {why}"
+        return Resolved(None, why, reason="RefNotPermitted")
     svc = res.services.get((ns, ref.name))
     if svc is None:
-        return Resolved(None, f"BackendNotFound Service {ns}/{ref.name}")
+        return Resolved(None, f"BackendNotFound Service {ns}/{ref.name}", reason="BackendNotFound")
     port = next((p for p in svc.ports if p.port == ref.port), None)
     if port is None:
-        return Resolved(None, f"BackendNotFound Service {ns}/{ref.name} has no port {ref.port}")
+        why = f"BackendNotFound Service {ns}/{ref.name} has no port {ref.port}"
+        return Resolved(None, why, reason="BackendNotFound", missing_port=True)
     if port.app_protocol not in SUPPORTED_APP_PROTOCOLS:
-        return Resolved(
-            None, f"UnsupportedProtocol appProtocol {port.app_protocol} on {ns}/{ref.name}"
-        )
+        why = f"UnsupportedProtocol appProtocol {port.app_protocol} on {ns}/{ref.name}"
+        return Resolved(None, why, reason="UnsupportedProtocol")
     return Resolved(
         Backend(ns, ref.name, port.port, weight), None, SUPPORTED_APP_PROTOCOLS[port.app_protocol]
     )

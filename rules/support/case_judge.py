@@ -1,0 +1,141 @@
+"""A case judged by both models, and the configuration mistake its failure rests on.
+
+Shared by the `case-expectations` rule and the live pass, so that both say the
+same thing about a case: what each model misses of it (``model_unmet``: every
+expectation a model's Outcome can show, split ratios included), and, when the
+spec model's answer rests on a configuration mistake it can name (a backendRef
+to a Service that does not exist, an HTTPRoute no listener accepts:
+``verifier.semantics.spec.mistakes``), where that mistake is. A case *both*
+models miss for such a reason fails because of the configuration, not because
+of the xDS: check reports it at the mistake's line, and live sends it once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from verifier.check import Context
+from verifier.findings import Finding, Related, new
+from verifier.live.echo_model import echo_reply, spec_client_view
+from verifier.semantics.cases import Case, model_unmet
+from verifier.semantics.request import Evaluation, Outcome
+from verifier.semantics.spec.mistakes import Mistake, mistakes
+
+REFUSED = Outcome(0)  # no HTTP response: the TLS handshake failed
+
+# The status reason of a mistake -> the check code that reports that mistake at its
+# line, whether or not a case exercises it (same meaning, so a message can name it).
+STATIC_CODES = {
+    "NoMatchingParent": "EV901",
+    "NotAllowedByListeners": "EV902",
+    "NoMatchingListenerHostname": "EV903",
+    "UnsupportedValue": "EV904",
+    "BackendNotFound": "EV905",
+    "InvalidKind": "EV907",
+    "RefNotPermitted": "EV908",
+    "UnsupportedProtocol": "EV909",
+}
+MISSING_PORT_CODE = "EV906"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Both models' answers to a case (as the echo backend completes them), what each
+    misses of it, and the mistakes the spec model's answer rests on (asked only when
+    the spec model misses the case)."""
+
+    case: Case
+    spec: Evaluation
+    envoy: Evaluation
+    spec_problems: tuple[str, ...]
+    envoy_problems: tuple[str, ...]
+    mistakes: tuple[Mistake, ...]
+
+    @property
+    def doomed(self) -> bool:
+        """Both models predict the case fails, and the spec model names why."""
+        return bool(self.spec_problems and self.envoy_problems and self.mistakes)
+
+
+def judge(ctx: Context, case: Case) -> Judged:
+    gateway = case.gateway.key
+    # Cases describe what a client sees from the echo backend (?delay=,
+    # X-Echo-Set-Header, WebSocket), so both outcomes meet echo first.
+    raw = ctx.spec(gateway, case.request)
+    spec = replace(raw, outcome=spec_client_view(ctx.res, case.request, raw.outcome))
+    envoy = ctx.envoy.evaluate(case.request, echo_reply(case.request))
+    spec_problems = _missed(case, spec.outcome)
+    found = mistakes(ctx.res, gateway, case.request, raw.outcome) if spec_problems else ()
+    return Judged(case, spec, envoy, spec_problems, _missed(case, envoy.outcome), found)
+
+
+def _missed(case: Case, outcome: Outcome) -> tuple[str, ...]:
+    problems = model_unmet(case.expect, outcome, case.request)
+    if problems and outcome.may_refuse:
+        # The CAs are not in the configuration, so whether the handshake passes is
+        # not knowable: a case met by either answer is not missed.
+        passed = replace(outcome, may_refuse=False)
+        if not model_unmet(case.expect, passed, case.request) or not model_unmet(
+            case.expect, REFUSED, case.request
+        ):
+            return ()
+    return tuple(problems)
+
+
+def case_location(ctx: Context, case: Case) -> tuple[str, int]:
+    """The case's line in its table; else its Gateway's."""
+    found = ctx.case_locations.get(case.name)
+    if found is not None:
+        return found
+    gw = ctx.res.gateways.get(case.gateway.key)
+    if gw is None:
+        return "", 0
+    where = gw.meta.where()
+    return where.file, where.line
+
+
+def mistake_location(ctx: Context, m: Mistake) -> tuple[str, int]:
+    route = ctx.res.httproutes.get((m.namespace, m.name))
+    if route is None:
+        return "", 0
+    where = route.meta.where(m.field)
+    return where.file, where.line
+
+
+def reason(m: Mistake) -> str:
+    """``BackendNotFound, EV905``: the status reason and the code check reports it as."""
+    code = MISSING_PORT_CODE if m.missing_port else STATIC_CODES.get(m.reason, "")
+    return f"{m.reason}, {code}" if code else m.reason
+
+
+def related(ctx: Context, found: tuple[Mistake, ...]) -> tuple[Related, ...]:
+    """Each mistake as a related location of a finding placed elsewhere."""
+    return tuple(Related(*mistake_location(ctx, m), m.describe()) for m in found)
+
+
+def case_related(ctx: Context, case: Case) -> Related:
+    return Related(*case_location(ctx, case), f"case {case.name}")
+
+
+def mistake_finding(ctx: Context, judged: Judged, code: str, rule: str, problems: str) -> Finding:
+    """A finding about a case that fails because of a configuration mistake: at the
+    mistake's line (the backendRef, the hostnames, the parentRef), the case and any
+    further mistakes as related locations, so both are one click away."""
+    case, first = judged.case, judged.mistakes[0]
+    file, line = mistake_location(ctx, first)
+    return new(
+        code,
+        rule,
+        file=file,
+        line=line,
+        resource=f"{first.kind} {first.namespace}/{first.name}",
+        xds_path=ctx.xds_path_of(judged.envoy),
+        request=case.request.to_json(),
+        expected=judged.spec.outcome.to_json(),
+        actual=judged.envoy.outcome.to_json(),
+        related=(case_related(ctx, case), *related(ctx, judged.mistakes[1:])),
+        case=case.name,
+        reason=reason(first),
+        mistake=first.describe(),
+        problems=problems,
+    )

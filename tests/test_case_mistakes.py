@@ -1,0 +1,280 @@
+"""A new user's scenario, written from scratch: what check and live say about its cases.
+
+A Gateway ``shop/web``, two Deployments with their Services (``cart``, ``cart-canary``)
+and an HTTPRoute with a prefix match, a header match, a header modifier and a 90/10
+split, as a user writes them (no fixtures/base), with a
+cases.yaml that states the split. The mistakes users make (a misspelt backendRef, a
+route hostname no listener has, a parentRef to a Gateway that does not exist, a split
+changed by accident) must fail the per-PR check at the line of the mistake, naming
+the case; live must not spend a minute of retries on a case both models already
+explain.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verifier.cli import main
+from verifier.live.envoy_process import envoy_available
+
+RESOURCES = (
+    """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: aether
+spec:
+  controllerName: gateway.aether.io/edge
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: shop
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: web
+  namespace: shop
+spec:
+  gatewayClassName: aether
+  listeners:
+  - name: http
+    protocol: HTTP
+    port: 80
+    hostname: "*.shop.example.com"
+"""
+    + "".join(
+        f"""---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {app}
+  namespace: shop
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {app}}}
+  template:
+    metadata:
+      labels: {{app: {app}}}
+    spec:
+      containers:
+      - name: echo
+        image: echo
+        ports:
+        - containerPort: 3000
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {app}
+  namespace: shop
+spec:
+  selector: {{app: {app}}}
+  ports:
+  - port: 8080
+    targetPort: 3000
+"""
+        for app in ("cart", "cart-canary")
+    )
+    + """---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: cart
+  namespace: shop
+spec:
+  parentRefs:
+  - name: web
+  hostnames:
+  - cart.shop.example.com
+  rules:
+  - matches:
+    - path: {type: PathPrefix, value: /cart}
+      headers:
+      - name: x-beta
+        value: "yes"
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        add:
+        - name: x-canary
+          value: "1"
+    backendRefs:
+    - name: cart
+      port: 8080
+      weight: 90
+    - name: cart-canary
+      port: 8080
+      weight: 10
+"""
+)
+
+CASES = """\
+- name: beta-split
+  gateway: {namespace: shop, name: web}
+  request: {host: cart.shop.example.com, path: /cart/1, headers: {x-beta: "yes"}}
+  samples: 200
+  expect:
+    status: 200
+    backends: [cart, cart-canary]
+    namespace: shop
+    backend_ratio: {cart: {ratio: 0.9, tolerance: 0.07}, cart-canary: {ratio: 0.1, tolerance: 0.07}}
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def findings(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = json.loads(self.out)["findings"]
+        return found
+
+
+def scenario(tmp_path: Path, old: str = "", new: str = "") -> Path:
+    """The user's folder ``shop`` with one edit (``old`` -> ``new``) in resources.yaml."""
+    folder = tmp_path / "shop"
+    folder.mkdir()
+    text = RESOURCES.replace(old, new, 1)
+    assert text != RESOURCES or not old
+    (folder / "resources.yaml").write_text(text, encoding="utf-8")
+    (folder / "cases.yaml").write_text(CASES, encoding="utf-8")
+    return folder
+
+
+def line_of(folder: Path, text: str) -> str:
+    """``shop/resources.yaml:N``: the line holding ``text``, as a user's editor numbers it."""
+    lines = (folder / "resources.yaml").read_text(encoding="utf-8").splitlines()
+    return f"shop/resources.yaml:{next(i for i, ln in enumerate(lines, 1) if text in ln)}"
+
+
+@pytest.fixture
+def edge_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """``edge-verify ARGS`` in this process, from the user's directory."""
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> Run:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return run
+
+
+def case_findings(r: Run) -> list[dict[str, Any]]:
+    """The findings about cases (others, e.g. the static EV9xx checks, may join them)."""
+    return [f for f in r.findings() if f["rule"] in ("case-expectations", "live-three-way")]
+
+
+# The mistake, the text on its line, the status reason a controller would write.
+MISTAKES = {
+    "backendRef to a Service that does not exist": (
+        "- name: cart-canary\n      port: 8080",
+        "- name: cart-canry\n      port: 8080",
+        "- name: cart-canry",
+        "BackendNotFound, EV905",
+    ),
+    "backendRef port the Service lacks": (
+        "- name: cart-canary\n      port: 8080",
+        "- name: cart-canary\n      port: 8081",
+        "- name: cart-canary",
+        "BackendNotFound, EV906",
+    ),
+    "route hostname no listener has": (
+        "- cart.shop.example.com",
+        "- cart.shop.exmaple.com",
+        "  hostnames:",
+        "NoMatchingListenerHostname, EV903",
+    ),
+    "parentRef to a Gateway that does not exist": (
+        "  - name: web\n",
+        "  - name: wbe\n",
+        "  - name: wbe",
+        "NoMatchingParent, EV901",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_a_case_failing_on_a_configuration_mistake_is_reported_at_the_mistake(
+    mistake: str, tmp_path: Path, edge_verify: Any
+) -> None:
+    old, new, on_line, reason = MISTAKES[mistake]
+    folder = scenario(tmp_path, old, new)
+    r = edge_verify("check", "shop", "--format", "json")
+    assert r.code == 1, r.err
+    (finding,) = case_findings(r)  # one finding, not one per model at the case
+    assert finding["code"] == "EV702"
+    assert finding["location"] == line_of(folder, on_line)
+    assert finding["resource"] == "HTTPRoute shop/cart"
+    assert f"({reason})" in finding["message"] and "beta-split" in finding["message"]
+    assert finding["related"] == [{"location": "shop/cases.yaml:1", "what": "case beta-split"}]
+
+
+def test_the_mistake_and_its_case_in_text_and_sarif(tmp_path: Path, edge_verify: Any) -> None:
+    old, new, on_line, _ = MISTAKES["backendRef to a Service that does not exist"]
+    folder = scenario(tmp_path, old, new)
+    r = edge_verify("check", "shop")
+    assert r.code == 1
+    first = r.out.splitlines()[0]
+    assert first.startswith(f"{line_of(folder, on_line)}: error EV702 ")
+    assert "    related: shop/cases.yaml:1: case beta-split" in r.out.splitlines()
+    r = edge_verify("check", "shop", "--format", "sarif")
+    (result,) = [x for x in json.loads(r.out)["runs"][0]["results"] if x["ruleId"] == "EV702"]
+    (related,) = result["relatedLocations"]
+    assert related["physicalLocation"]["artifactLocation"]["uri"] == "shop/cases.yaml"
+    assert related["physicalLocation"]["region"]["startLine"] == 1
+    assert related["message"]["text"] == "case beta-split"
+
+
+def test_a_split_ratio_is_judged_offline(tmp_path: Path, edge_verify: Any) -> None:
+    """90/10 as the case says passes (an answer from cart-canary counts for the longer
+    prefix, not for cart); the same route changed to 50/50 fails check, both models."""
+    scenario(tmp_path)
+    r = edge_verify("check", "shop", "--format", "json")
+    assert (r.code, r.findings()) == (0, []), r.out
+    (tmp_path / "shop").rename(tmp_path / "right")
+    scenario(tmp_path, "weight: 90", "weight: 50")
+    text = (tmp_path / "shop" / "resources.yaml").read_text(encoding="utf-8")
+    (tmp_path / "shop" / "resources.yaml").write_text(
+        text.replace("weight: 10", "weight: 50"), encoding="utf-8"
+    )
+    r = edge_verify("check", "shop", "--format", "json")
+    assert r.code == 1
+    found = case_findings(r)
+    assert [(f["code"], f["location"]) for f in found] == [("EV701", "shop/cases.yaml:1")] * 2
+    assert all("backend cart share 0.50 of 2xx, expected 0.9±0.07" in f["message"] for f in found)
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_live_sends_a_case_both_models_explain_once(tmp_path: Path, edge_verify: Any) -> None:
+    """The misspelt backendRef: both models predict the case fails because of it, so
+    live sends it once (one attempt of its 200 samples) and fails at once, naming the
+    mistake at its line, instead of retrying it for the whole consistency budget."""
+    old, new, on_line, _ = MISTAKES["backendRef to a Service that does not exist"]
+    folder = scenario(tmp_path, old, new)
+    started = time.monotonic()
+    r = edge_verify("live", "shop", "--format", "json")
+    elapsed = time.monotonic() - started
+    assert r.code == 1, r.err
+    assert elapsed < 20  # the default budget alone was 60 s of retries
+    (case,) = json.loads(r.out)["cases"]
+    assert (case["name"], case["passed"], case["attempts"]) == ("beta-split", False, 1)
+    assert "cart-canry" in case["problems"][-1]
+    (finding,) = [f for f in case_findings(r) if f["code"] == "EV808"]
+    assert finding["location"] == line_of(folder, on_line)
+    assert finding["related"] == [{"location": "shop/cases.yaml:1", "what": "case beta-split"}]

@@ -1,0 +1,167 @@
+"""The configuration mistakes the spec model's answer to a request rests on.
+
+A case that fails because a backendRef names a Service that does not exist, or
+because its HTTPRoute attaches to no listener, should say so at that line, not
+only "status 500, expected 200" at the case. This asks the spec model's own
+decisions (``spec.backends.resolve_ref``, ``spec.attach.attachment_refusal``)
+about the answer it gave, after the fact: only for requests whose answer is in
+question (a failing case), so the witnesses' hot path pays nothing.
+
+- An answer from a rule (forwarded, or 500 for an invalid share): each of the
+  rule's backendRefs with a positive weight that does not resolve, and each
+  RequestMirror filter whose backendRef does not ("If the referent cannot be
+  found, this BackendRef is invalid and must be dropped").
+- A 404 from the listener (no attached rule matches): each HTTPRoute that has a
+  rule matching the request but does not serve that listener: it names the
+  Gateway and is refused by it (NoMatchingParent, NotAllowedByListeners,
+  NoMatchingListenerHostname, UnsupportedValue) while its hostnames cover the
+  request's host, or it intersects no listener hostname of the Gateway at all;
+  or it names a Gateway that does not exist in the request's namespace reach
+  while its hostnames cover the request's host (a parentRef typo).
+
+Pure, like the rest of the spec model: only ``Resources`` are read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from verifier.gatewayapi.model import GATEWAY_GROUP, Gateway, GatewayListener, HTTPRoute, RouteRule
+from verifier.gatewayapi.resources import Resources
+from verifier.semantics.request import Outcome, Request
+from verifier.semantics.spec.attach import attachment_refusal, refers_to_gateway
+from verifier.semantics.spec.backends import resolve_ref
+from verifier.semantics.spec.filters import mirror_share_ppm
+from verifier.semantics.spec.hostnames import effective_hostnames, route_hostname_key
+from verifier.semantics.spec.listeners import select_listener
+from verifier.semantics.spec.listenersets import merged_gateway
+from verifier.semantics.spec.match import match_accepts, rule_problem
+
+NO_MATCH_STATUS = 404
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One configuration mistake: the status reason a controller would write
+    (``reason``), the HTTPRoute and the field it is at, and what is wrong there.
+    ``missing_port``: a BackendNotFound for a port the Service lacks."""
+
+    reason: str
+    namespace: str
+    name: str
+    field: str
+    problem: str
+    missing_port: bool = False
+    kind: str = "HTTPRoute"
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name} {self.field}: {self.problem}"
+
+
+def mistakes(
+    res: Resources, gateway: tuple[str, str], request: Request, outcome: Outcome
+) -> tuple[Mistake, ...]:
+    """The mistakes the spec model's ``outcome`` for ``request`` to ``gateway`` rests
+    on (module docstring); empty when it rests on none this can name."""
+    ref = outcome.route
+    if ref is not None and ref.httproute and "/" in ref.httproute and ref.rule is not None:
+        ns, name = ref.httproute.split("/", 1)
+        route = res.httproutes.get((ns, name))
+        if route is None or ref.rule >= len(route.rules):
+            return ()
+        return _in_rule(res, route, route.rules[ref.rule])
+    if outcome.status != NO_MATCH_STATUS:
+        return ()
+    gw = res.gateways.get(gateway)
+    if gw is None:
+        return ()
+    gw = merged_gateway(res, gw)
+    lst = select_listener(res, gw, request).listener
+    if lst is None:
+        return ()
+    found: list[Mistake] = []
+    for key in sorted(res.httproutes):
+        route = res.httproutes[key]
+        if not _would_match(route, request):
+            continue
+        if any(refers_to_gateway(p, gw) for p in route.parent_refs):
+            found.extend(_refused(res, gw, lst, route, request))
+        else:
+            found.extend(_missing_parents(res, route, request))
+    return tuple(found)
+
+
+def _in_rule(res: Resources, route: HTTPRoute, rule: RouteRule) -> tuple[Mistake, ...]:
+    found: list[Mistake] = []
+    for b in rule.backend_refs:
+        if b.weight <= 0:
+            continue  # "no traffic should be forwarded for this entry": no request fails on it
+        resolved = resolve_ref(res, route, b.ref, b.weight)
+        if resolved.backend is None:
+            found.append(
+                _of(route, resolved.reason, b.path, resolved.problem or "", resolved.missing_port)
+            )
+    for f in rule.filters:
+        mirror = f.request_mirror
+        if mirror is None or not mirror_share_ppm(mirror):
+            continue
+        resolved = resolve_ref(res, route, mirror.backend, 1)
+        if resolved.backend is None:
+            where = mirror.backend.path or f.path
+            found.append(_of(route, resolved.reason, where, resolved.problem or ""))
+    return tuple(found)
+
+
+def _of(
+    route: HTTPRoute, reason: str, field: str, problem: str, missing_port: bool = False
+) -> Mistake:
+    meta = route.meta
+    return Mistake(reason, meta.namespace, meta.name, field, problem, missing_port)
+
+
+def _would_match(route: HTTPRoute, request: Request) -> bool:
+    """A valid rule of ``route`` has a match that accepts the request."""
+    return any(
+        match_accepts(match, request)
+        for rule in route.rules
+        if rule_problem(rule) is None
+        for match in rule.matches
+    )
+
+
+def _covers_host(route: HTTPRoute, request: Request) -> bool:
+    return (
+        route_hostname_key(effective_hostnames(None, route.hostnames), request.hostname) is not None
+    )
+
+
+def _refused(
+    res: Resources, gw: Gateway, lst: GatewayListener, route: HTTPRoute, request: Request
+) -> list[Mistake]:
+    refusal = attachment_refusal(res, gw, lst, route)
+    if refusal is None:
+        return []
+    nowhere = refusal.reason == "NoMatchingListenerHostname" and not any(
+        effective_hostnames(other.hostname, route.hostnames) for other in gw.listeners
+    )
+    if not (_covers_host(route, request) or nowhere):
+        return []
+    return [_of(route, refusal.reason, refusal.field, refusal.problem)]
+
+
+def _missing_parents(res: Resources, route: HTTPRoute, request: Request) -> list[Mistake]:
+    """parentRefs naming a Gateway that does not exist, on a route for the request's host."""
+    if not _covers_host(route, request):
+        return []
+    return [
+        _of(
+            route,
+            "NoMatchingParent",
+            p.path,
+            f"parentRef names Gateway {p.namespace}/{p.name}, which does not exist",
+        )
+        for p in route.parent_refs
+        if p.group == GATEWAY_GROUP
+        and p.kind == "Gateway"
+        and (p.namespace, p.name) not in res.gateways
+    ]
