@@ -33,17 +33,11 @@ from verifier.heap import loaded_objects_frozen
 from verifier.inputs import line_of_field, load_json, load_yaml, load_yaml_file, read_text
 from verifier.registry import Rule, run
 from verifier.semantics.cases import Case, CaseError, parse_case
+from verifier.semantics.envoy.binding import WILDCARDS, reaches, sockets
 from verifier.semantics.envoy.model import precompile
 from verifier.xds import validation
 from verifier.xds.layout import XdsLoadError, label
-from verifier.xds.snapshot import (
-    WILDCARD_ADDRESSES,
-    Snapshot,
-    bound_addresses,
-    from_config_dump,
-    load_path,
-    reaches,
-)
+from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
 
 if TYPE_CHECKING:
     from verifier.baseline import Baseline
@@ -569,9 +563,15 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
     if errors:
         return errors
     where = gateway_addresses(res, opts.controller_name, opts.addressing)
-    bound = bound_addresses(snapshot)
+    bound = sockets(snapshot.listeners)
     served = {ip for ip in where.values()}
-    stray = sorted((a, p) for a, p in bound if a not in WILDCARD_ADDRESSES and a not in served)
+    stray = sorted(
+        {
+            (s.address, s.port)
+            for s in bound
+            if not ({s.address, s.ipv4} & (served | set(WILDCARDS)))
+        }
+    )
     if not stray:
         return []
     unreached = sorted(
