@@ -84,6 +84,8 @@ class ScenarioResult:
     requests: int = 0
     asked: int = 0
     agreed: frozenset[bytes] = frozenset()
+    # ... and how many were not judged: the Envoy answer rests on an assumption.
+    unjudged: int = 0
 
 
 MESH_REGISTRY = "mesh-registry.yaml"
@@ -609,6 +611,7 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
     result.findings, result.ran, result.skipped = ran.findings, ran.rules_run, ran.rules_skipped
     if "comparisons" in ctx.__dict__:  # the models were asked (cached_property)
         result.requests, result.asked, result.agreed = len(ctx.witnesses), ctx.asked, ctx.agreed
+        result.unjudged = len(ctx.assumed)
     return result
 
 
@@ -685,6 +688,9 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
     }
     if len(results) > 1 or (results and results[0].scenario.name != "input"):
         out["scenarios"] = len(results)
+    unjudged = sum(r.unjudged for r in results)
+    if unjudged:  # requests whose Envoy answer rests on an assumption (EV110)
+        out["unjudged"] = unjudged
     if baseline:
         out["baseline"] = {
             "requests": sum(r.requests for r in results),
