@@ -17,14 +17,14 @@ from verifier.semantics.envoy.match import MatchContext
 from verifier.semantics.envoy.origin import (
     INTERNAL_HEADER,
     ROUTER_READS,
+    UNKNOWN_ORIGIN,
     Origin,
     OriginConfig,
     depends_on_origin,
 )
 from verifier.semantics.envoy.routes import CompiledRoute, RouteTable
-from verifier.semantics.request import Caveat, Headers, Outcome
+from verifier.semantics.request import Caveat, Headers, Outcome, evolve
 
-UNKNOWN_ORIGIN = "whether the client's address is in internal_address_config's ranges"
 GRPC_REQUEST = "a gRPC request (content-type application/grpc)"
 
 
@@ -90,3 +90,15 @@ def of_local_reply(outcome: Outcome) -> list[Caveat]:
     if outcome.request is not None or outcome.status == 0:
         return []
     return [Caveat(GRPC_REQUEST, f"Envoy's own reply taken as HTTP {outcome.status}; not modelled")]
+
+
+def on_local_replies(outcome: Outcome) -> Outcome:
+    """``outcome`` (a gRPC request's) with the caveat on each possible answer that is
+    Envoy's own reply."""
+    rest = outcome.otherwise
+    if rest is not None:
+        rest = on_local_replies(rest)
+    found = of_local_reply(outcome)
+    if not found and rest is outcome.otherwise:
+        return outcome
+    return evolve(outcome, caveats=(*outcome.caveats, *found), otherwise=rest)

@@ -23,11 +23,12 @@ from verifier.semantics.directory import BackendDirectory
 from verifier.semantics.envoy import caveats
 from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
 from verifier.semantics.envoy.clusters import ClusterResolver
+from verifier.semantics.envoy.codec import METHODS
 from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
 from verifier.semantics.envoy.forward import Upstreams, clusters_named, upstream_deadline_ms
 from verifier.semantics.envoy.listeners import Chain, Escaped, Hcm, ListenerIndex
 from verifier.semantics.envoy.match import router_view
-from verifier.semantics.envoy.origin import Origin, decide, hcm_headers
+from verifier.semantics.envoy.origin import decide, hcm_headers, tls_redirect
 from verifier.semantics.envoy.paths import (
     canonical_path,
     merge_slashes,
@@ -49,7 +50,6 @@ from verifier.semantics.request import (
     wire_problem,
 )
 from verifier.xds import read
-from verifier.xds.enums import VirtualHostTlsRequirementType as TlsRequirement
 from verifier.xds.enums import name_of
 from verifier.xds.snapshot import Snapshot
 
@@ -57,47 +57,6 @@ if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
     from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
 
 NO_RESPONSE = 0
-
-# The methods Envoy's HTTP/1 codec (Balsa, the default) accepts unless the HCM's
-# http_protocol_options.allow_custom_methods is set; any other is a 400.
-METHODS = frozenset(
-    [
-        "ACL",
-        "BIND",
-        "CHECKOUT",
-        "CONNECT",
-        "COPY",
-        "DELETE",
-        "GET",
-        "HEAD",
-        "LINK",
-        "LOCK",
-        "MERGE",
-        "MKACTIVITY",
-        "MKCALENDAR",
-        "MKCOL",
-        "MOVE",
-        "MSEARCH",
-        "NOTIFY",
-        "OPTIONS",
-        "PATCH",
-        "POST",
-        "PROPFIND",
-        "PROPPATCH",
-        "PURGE",
-        "PUT",
-        "REBIND",
-        "REPORT",
-        "SEARCH",
-        "SOURCE",
-        "SUBSCRIBE",
-        "TRACE",
-        "UNBIND",
-        "UNLINK",
-        "UNLOCK",
-        "UNSUBSCRIBE",
-    ]
-)
 
 # Request.host "" means the client sent the Gateway's address as Host (cases.yaml:
 # "host: ... default: the Gateway address"): an IP literal, which only '*' serves.
@@ -125,26 +84,15 @@ class _Run:
 
     def done(self, outcome: Outcome) -> Evaluation:
         if self.grpc:
-            outcome = _with_local_reply_caveats(outcome)
+            outcome = caveats.on_local_replies(outcome)
         if self.caveats:
-            caveats = tuple(dict.fromkeys([*self.caveats, *outcome.caveats]))
-            outcome = evolve(outcome, caveats=caveats)
+            merged = tuple(dict.fromkeys([*self.caveats, *outcome.caveats]))
+            outcome = evolve(outcome, caveats=merged)
         if not self.notes and not outcome.notes:
             return Evaluation(outcome, tuple(self.trace))  # most requests: nothing to merge
         notes = tuple(dict.fromkeys([*outcome.notes, *self.notes]))
         final = evolve(outcome, notes=notes)
         return Evaluation(final, tuple(self.trace))
-
-
-def _with_local_reply_caveats(outcome: Outcome) -> Outcome:
-    """Each possible answer that is Envoy's own reply, with the gRPC caveat."""
-    rest = outcome.otherwise
-    if rest is not None:
-        rest = _with_local_reply_caveats(rest)
-    found = caveats.of_local_reply(outcome)
-    if not found and rest is outcome.otherwise:
-        return outcome
-    return evolve(outcome, caveats=(*outcome.caveats, *found), otherwise=rest)
 
 
 def _transport(request: Request) -> tuple[bool, str]:
@@ -391,7 +339,10 @@ class EnvoyModel:
         origin = decide(hcm.origin, request.headers, request.scheme.lower())
         if run.tracing and (origin.internal is not False or vhost.tls_requirement):
             run.trace.append(f"HCM: {origin.why}; x-forwarded-proto {origin.forwarded_proto}")
-        if self._requires_tls(vhost, origin, run):
+        redirect, why, caveat = tls_redirect(vhost.tls_requirement, origin)
+        run.trace += [why] if why else []
+        run.caveats += [caveat] if caveat else []
+        if redirect:
             name, port = split_host(host)
             return run.done(
                 Outcome(301, redirect=RedirectTarget("https", name.lower(), port or 443, path))
@@ -456,25 +407,6 @@ class EnvoyModel:
         for earlier in reversed(answers[:-1]):
             outcome = evolve(earlier, otherwise=outcome)
         return run.done(outcome)
-
-    @staticmethod
-    def _requires_tls(vhost: CompiledVhost, origin: Origin, run: _Run) -> bool:
-        """VirtualHost.require_tls: ALL, "All requests must use TLS. If a request is not
-        using TLS, a 301 redirect will be sent telling the client to use HTTPS";
-        EXTERNAL_ONLY, "External requests must use TLS". Envoy judges by the
-        x-forwarded-proto the HCM left (``getForwardedProtoValue() != "https"``) and by
-        x-envoy-internal (checked on Envoy 1.40: an internal request is not redirected;
-        a client's ``x-forwarded-proto: https`` counts without use_remote_address)."""
-        need = vhost.tls_requirement
-        if need == TlsRequirement.NONE or origin.forwarded_proto == "https":
-            return False
-        if need == TlsRequirement.EXTERNAL_ONLY and origin.internal:
-            run.trace.append("virtual host requires TLS of external requests; this one is internal")
-            return False
-        if need == TlsRequirement.EXTERNAL_ONLY and origin.internal is None:
-            run.caveats.append(Caveat(caveats.UNKNOWN_ORIGIN, "taken as external: 301 to https"))
-        run.trace.append("virtual host requires TLS: 301 to https")
-        return True
 
     @staticmethod
     def _host(request: Request, hcm: Hcm, run: _Run) -> str:

@@ -41,7 +41,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from verifier.semantics.request import Headers
+from verifier.semantics.request import Caveat, Headers
+from verifier.xds.enums import VirtualHostTlsRequirementType as TlsRequirement
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
     from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+UNKNOWN_ORIGIN = "whether the client's address is in internal_address_config's ranges"
 INTERNAL_HEADER = "x-envoy-internal"
 FORWARDED_FOR = "x-forwarded-for"
 FORWARDED_PROTO = "x-forwarded-proto"
@@ -233,3 +235,23 @@ def depends_on_origin(
     if config.use_remote_address:
         stripped |= set(EDGE_STRIPPED)
     return [k for k, _ in headers if k in stripped]
+
+
+def tls_redirect(need: int, origin: Origin) -> tuple[bool, str, Caveat | None]:
+    """Whether VirtualHost.require_tls sends the request a 301 to https, the trace
+    line, and the caveat when that rests on an unknown origin.
+
+    ALL: "All requests must use TLS. If a request is not using TLS, a 301 redirect
+    will be sent telling the client to use HTTPS"; EXTERNAL_ONLY: "External requests
+    must use TLS". Envoy judges by the x-forwarded-proto the HCM left
+    (``getForwardedProtoValue() != "https"``) and by x-envoy-internal (checked on
+    Envoy 1.40: an internal request is not redirected; a client's
+    ``x-forwarded-proto: https`` counts without use_remote_address)."""
+    if need == TlsRequirement.NONE or origin.forwarded_proto == "https":
+        return False, "", None
+    if need == TlsRequirement.EXTERNAL_ONLY and origin.internal:
+        return False, "virtual host requires TLS of external requests; this one is internal", None
+    caveat = None
+    if need == TlsRequirement.EXTERNAL_ONLY and origin.internal is None:
+        caveat = Caveat(UNKNOWN_ORIGIN, "taken as external: 301 to https")
+    return True, "virtual host requires TLS: 301 to https", caveat
