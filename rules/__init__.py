@@ -9,6 +9,7 @@ from __future__ import annotations
 from verifier.rules import (
     aether_mesh_backend,
     aether_non_mesh_backend,
+    assumed_answers,
     attached_rules_rendered,
     case_expectations,
     envoy_accepts_config,
@@ -58,6 +59,7 @@ from verifier.registry import Rule
 RULES: tuple[Rule, ...] = (
     aether_mesh_backend.RULE,
     aether_non_mesh_backend.RULE,
+    assumed_answers.RULE,
     attached_rules_rendered.RULE,
     case_expectations.RULE,
     envoy_accepts_config.RULE,

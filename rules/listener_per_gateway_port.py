@@ -12,8 +12,9 @@ another protocol, or same protocol and hostname), HTTPS ones whose certificateRe
 not resolve to a ``kubernetes.io/tls`` Secret we may use, and ones allowing other
 route kinds. The Envoy side is any listener whose ``address`` or
 ``additional_addresses`` binds that port on the Gateway's own address (per-Gateway
-addressing: verifier.gatewayapi.addresses) or on the wildcard address: a listener
-on another Gateway's address does not serve this one.
+addressing: verifier.gatewayapi.addresses) or on the wildcard address of its family
+(``[::]`` takes IPv4 only with ``ipv4_compat``: verifier.semantics.envoy.binding): a
+listener on another Gateway's address does not serve this one.
 
 Example: Gateway ``edge-infra/all-namespaces`` has an HTTP listener on 8080 but LDS only
 binds port 80: every request to :8080 is refused.
@@ -28,14 +29,14 @@ from verifier.rules.support import served as spec
 from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule
-from verifier.xds.snapshot import bound_addresses, reaches
+from verifier.semantics.envoy.binding import reaches, sockets
 
 NAME = "listener-per-gateway-port"
 CODE = "EV104"
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    where = bound_addresses(ctx.snapshot)
+    where = sockets(ctx.snapshot.listeners)
     for gw in spec.our_gateways(ctx.res, ctx.controller_name):
         address = ctx.addresses.get(gw.meta.key, "")
         reported: set[int] = set()

@@ -4,7 +4,7 @@ Why it matters: check judges every request through a model of Envoy, and a model
 that silently skips part of the configuration can pass xDS whose real behaviour
 differs. The reference translator writes nothing the model skips, but xDS from
 elsewhere may: an external authorization or RBAC filter that refuses requests, a
-cookie or gRPC route match, a cluster chosen by a plugin. Each such element is
+cookie or dynamic-metadata route match, a cluster chosen by a plugin. Each such element is
 reported once per kind (how many there are, the xDS path of the first), with the
 assumption made for it, so a clean report never hides an unjudged part.
 
@@ -16,8 +16,10 @@ What is named:
 - filter chain criteria other than destination port, server names and transport
   protocol: ignored;
 - ``path_normalization_options``, scoped routes, VHDS and generic matcher trees;
-- route match conditions on gRPC, TLS context, dynamic metadata, filter state and
-  cookies (taken to hold), and URI-template path matches (taken never to match);
+- route match conditions on TLS context, dynamic metadata, filter state and cookies
+  (taken to hold; the answers they decide are not judged: assumed-answers, EV110),
+  and URI-template path matches (taken never to match); a ``grpc`` condition is
+  modelled (the request's content-type);
 - cluster specifier plugins, weighted clusters chosen by header, URI-template
   rewrites, and cluster types other than DNS, EDS and static ones.
 
@@ -37,6 +39,7 @@ from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
 from verifier.semantics.envoy.listeners import UNMODELLED_CRITERIA
+from verifier.semantics.envoy.match import ASSUMED_CONDITIONS
 from verifier.xds import read
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
@@ -56,7 +59,7 @@ MODELLED_LISTENER_FILTERS = (
 )
 MODELLED_BY_NAME = ("envoy.filters.http.router", "envoy.filters.http.cors")
 PASS = "it passes every request through"
-ASSUMED_MATCH = ("grpc", "tls_context", "dynamic_metadata", "filter_state", "cookies")
+ASSUMED_MATCH = ASSUMED_CONDITIONS
 DNS_CLUSTER_EXTENSION = "envoy.cluster.dns"
 
 Item = tuple[str, str, str]  # (what, assumption, xds path)
@@ -129,7 +132,7 @@ def _routes(ctx: Context) -> Iterator[Item]:
                 if _set(getattr(m, extra)):
                     yield (
                         f"route match on {extra}",
-                        "the condition holds",
+                        "the condition holds (the answers it decides are not judged)",
                         (f"{ref.path}.match.{extra}"),
                     )
             if m.path_match_policy is not None:

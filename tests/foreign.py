@@ -409,6 +409,25 @@ def _missing_clusters(doc: Json) -> None:
             action.pop("cluster_not_found_response_code", None)
 
 
+def dual_stack(snap: Snapshot, *, ipv4_compat: bool = True) -> Snapshot:
+    """``snap`` with every listener that has its port to itself bound to ``[::]``
+    (``ipv4_compat``: dual-stack), as implementations that run one proxy per Gateway
+    bind it (a port shared by two Gateways' listeners stays on their addresses)."""
+    doc = copy.deepcopy(to_config_dump(snap))
+    listeners = [
+        e["active_state"]["listener"] for e in _section(doc, "Listeners")["dynamic_listeners"]
+    ]
+    ports = [li["address"]["socket_address"]["port_value"] for li in listeners]
+    for li, port in zip(listeners, ports, strict=True):
+        if ports.count(port) == 1:
+            sock = li["address"]["socket_address"]
+            sock["address"] = "::"
+            sock["ipv4_compat"] = ipv4_compat
+    out, skipped = from_config_dump(doc, "dual-stack")
+    assert not skipped, skipped
+    return dataclasses.replace(out, secrets=snap.secrets)
+
+
 def reencode(snap: Snapshot, res: Resources) -> Snapshot:
     """``snap``'s behaviour in another implementation's encoding."""
     doc = copy.deepcopy(to_config_dump(snap))

@@ -37,8 +37,11 @@ EXPLANATION_KEYS = {
     "envoy",
     "spec_meets_expectation",
     "envoy_meets_expectation",
+    "judged",
     "agree",
     "differs_in",
+    "caveats",
+    "notes",
 }
 FORWARDED_KEYS = {"method", "host", "path", "headers"}
 ROUTE_KEYS = {"xds_name", "httproute", "rule", "match", "xds_path"}
@@ -77,7 +80,10 @@ def assert_explanation_shape(doc: dict[str, Any]) -> None:
     assert set(doc["request"]) == REQUEST_KEYS
     assert_outcome_shape(doc["spec"])
     assert_outcome_shape(doc["envoy"])
-    assert isinstance(doc["agree"], bool)
+    assert isinstance(doc["judged"], bool)
+    assert isinstance(doc["agree"], bool) if doc["judged"] else doc["agree"] is None
+    assert set(doc["notes"]) == {"spec", "envoy"}
+    assert all(set(c) == {"subject", "assumption", "decides"} for c in doc["caveats"])
 
 
 # ---------------------------------------------------------------- --request

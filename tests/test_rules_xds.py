@@ -56,7 +56,7 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
     HttpProtocolOptions,
     HttpProtocolOptionsExplicitHttpConfig,
 )
-from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
+from envoy_data_plane.envoy.type.matcher.v3 import MetadataMatcher, RegexMatcher, StringMatcher
 from envoy_data_plane.google.protobuf import Any as PbAny
 from envoy_data_plane.google.protobuf import Struct
 from verifier.rules import (
@@ -838,11 +838,20 @@ def test_route_conditions_taken_to_hold_are_named() -> None:
     res, snap = scenario("httproute-path-prefix-matching")
     route, path = _route_and_path(snap)
     assert route.match is not None
-    route.match.grpc = RouteMatchGrpcRouteMatchOptions()
+    route.match.dynamic_metadata = [MetadataMatcher(filter="f")]
     (f,) = run(unmodelled_xds.RULE, res, snap)
-    assert (f.code, f.xds_path) == ("EV109", f"{path}.match.grpc")
-    assert "route match on grpc is not modelled (1x)" in f.message
-    assert f.message.endswith("as if the condition holds")
+    assert (f.code, f.xds_path) == ("EV109", f"{path}.match.dynamic_metadata")
+    assert "route match on dynamic_metadata is not modelled (1x)" in f.message
+    assert f.message.endswith("as if the condition holds (the answers it decides are not judged)")
+
+
+def test_a_grpc_route_condition_is_modelled_not_named() -> None:
+    """RouteMatch.grpc is the request's content-type (match.py): nothing to name."""
+    res, snap = scenario("httproute-path-prefix-matching")
+    route, _path = _route_and_path(snap)
+    assert route.match is not None
+    route.match.grpc = RouteMatchGrpcRouteMatchOptions()
+    assert run(unmodelled_xds.RULE, res, snap) == []
 
 
 def _route_and_path(snap: Snapshot) -> tuple[Route, str]:

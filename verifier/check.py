@@ -29,6 +29,7 @@ from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy.model import EnvoyModel, ModelError
 from verifier.semantics.request import (
     Backend,
+    Caveat,
     ClientCert,
     Evaluation,
     Outcome,
@@ -189,6 +190,20 @@ class Comparison:
         return f"{self.request.line()}: spec {spec}; Envoy {envoy}"
 
 
+@dataclass(frozen=True)
+class Assumed:
+    """A witness whose Envoy answer rests on an assumption that decides it (a Caveat:
+    a route condition the model does not model, a runtime key at 0% or 100%, the
+    client's address). Comparing it would judge the assumption, not the xDS, so it
+    is counted apart: neither agreeing nor disagreeing. (A runtime_fraction share
+    between 0 and 100% is judged: the model gives every answer, first_difference
+    compares each.)"""
+
+    witness: wt.Witness
+    caveats: tuple[Caveat, ...]
+    xds_path: str = ""  # the xDS route that answered, if one did
+
+
 def first_difference(spec: Outcome, envoy: Outcome) -> tuple[tuple[str, ...], Outcome]:
     """How ``spec`` differs from the first of Envoy's possible outcomes that differs
     (a route with a runtime_fraction answers a request one way or another), and
@@ -248,6 +263,9 @@ class Context:
     # those the baseline vouched for), and the digests of those they agree on.
     asked: int = field(default=0, init=False)
     agreed: frozenset[bytes] = field(default=frozenset(), init=False, repr=False)
+    # ... and those whose Envoy answer rests on an assumption (Outcome.caveats):
+    # neither agreeing nor disagreeing, so not judged.
+    assumed: list[Assumed] = field(default_factory=list, init=False, repr=False)
     _digests: Digests | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -389,6 +407,7 @@ class Context:
                 map_forked(self._compare_run, _runs(len(witnesses), workers), max_workers=workers)
             )
         self.asked = share.asked
+        self.assumed = share.assumed
         if self._digests is not None and self._digests.usable:
             self.agreed = frozenset(share.agreed)
         return share.found
@@ -412,16 +431,29 @@ class Context:
                 out.agreed.append(digest)
                 continue
             out.asked += 1
-            c = self.compare(w)
-            if c is not None:
+            c = self._judged(w)
+            if isinstance(c, Assumed):
+                out.assumed.append(c)
+            elif c is not None:
                 out.found.append(c)
             elif digests is not None:
                 out.agreed.append(digest)
         return out
 
     def compare(self, w: wt.Witness) -> Comparison | None:
-        """Both models' answers to one witness, when they disagree."""
+        """Both models' answers to one witness, when they disagree (an answer that
+        rests on an assumption is not judged: None)."""
+        c = self._judged(w)
+        return None if isinstance(c, Assumed) else c
+
+    def _judged(self, w: wt.Witness) -> Comparison | Assumed | None:
+        """The disagreement on one witness; ``Assumed`` when Envoy's answer rests on
+        what the model assumes (check.Assumed), None when the models agree."""
         e = self.envoy.evaluate(w.request, trace=False)
+        if e.outcome.unjudged:
+            decisive = tuple(c for c in e.outcome.all_caveats() if c.decides)
+            route = e.outcome.route
+            return Assumed(w, decisive, route.xds_path or "" if route is not None else "")
         s = self.spec(w.gateway, w.request, trace=False)
         diffs = outcome_diff(s.outcome, e.outcome)
         if diffs:
@@ -590,11 +622,13 @@ RUNS_PER_WORKER = 4  # handed out as workers finish, so no worker waits on a slo
 @dataclass
 class _Share:
     """What a run of witnesses gave: the disagreements, how many witnesses were
-    asked, and the digests of those that agree (or agreed at the baseline)."""
+    asked, the digests of those that agree (or agreed at the baseline), and those
+    left unjudged."""
 
     found: list[Comparison] = field(default_factory=list)
     asked: int = 0
     agreed: list[bytes] = field(default_factory=list)
+    assumed: list[Assumed] = field(default_factory=list)
 
     @staticmethod
     def joined(shares: Iterable[_Share]) -> _Share:
@@ -603,6 +637,7 @@ class _Share:
             out.found += s.found
             out.asked += s.asked
             out.agreed += s.agreed
+            out.assumed += s.assumed
         return out
 
 

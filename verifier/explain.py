@@ -179,6 +179,12 @@ class Explanation:
     def diffs(self) -> tuple[str, ...]:
         return first_difference(self.spec.outcome, self.envoy.outcome)[0]
 
+    @property
+    def judged(self) -> bool:
+        """False when the Envoy answer rests on an assumption (a Caveat that decides
+        it): check counts such a request unjudged, and so does explain."""
+        return not self.envoy.outcome.unjudged
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -187,8 +193,11 @@ class Explanation:
             "envoy": self.envoy.outcome.to_json(),
             "spec_meets_expectation": self.spec_meets,
             "envoy_meets_expectation": self.envoy_meets,
-            "agree": not self.diffs,
+            "judged": self.judged,
+            "agree": not self.diffs if self.judged else None,
             "differs_in": list(self.diffs),
+            "caveats": [c.to_json() for c in self.envoy.outcome.all_caveats()],
+            "notes": {"spec": _notes(self.spec), "envoy": _notes(self.envoy)},
         }
 
 
@@ -230,10 +239,10 @@ def render_text(ex: Explanation) -> str:
     lines += ["", "Envoy model:"]
     lines += [f"  {step}" for step in ex.envoy.trace]
     lines += ["", f"spec outcome:  {_short(ex.spec)}", f"Envoy outcome: {_short(ex.envoy)}"]
-    if ex.diffs:
-        lines.append(f"DISAGREE on: {', '.join(ex.diffs)}")
-    else:
-        lines.append("agree")
+    lines += [f"  {c.line()}" for c in ex.envoy.outcome.all_caveats()]
+    lines.append(_verdict(ex))
+    for who, ev in (("spec", ex.spec), ("Envoy", ex.envoy)):
+        lines += [f"{who} model note: {n}" for n in _notes(ev)]
     if ex.spec_meets is not None:
         lines.append(
             f"case expectation: spec {'met' if ex.spec_meets else 'NOT met'}, "
@@ -251,9 +260,14 @@ def print_side_by_side(ex: Explanation, console: Console) -> None:
     for left, right in zip_longest(ex.spec.trace, ex.envoy.trace, fillvalue=""):
         table.add_row(left, right)
     table.add_row(f"[bold]{_short(ex.spec)}", f"[bold]{_short(ex.envoy)}")
+    for c in ex.envoy.outcome.all_caveats():
+        table.add_row("", c.line())
     console.print(table)
-    verdict = f"DISAGREE on: {', '.join(ex.diffs)}" if ex.diffs else "agree"
-    console.print(verdict, style="red" if ex.diffs else "green")
+    style = "yellow" if not ex.judged else "red" if ex.diffs else "green"
+    console.print(_verdict(ex), style=style, highlight=False)
+    for who, ev in (("spec", ex.spec), ("Envoy", ex.envoy)):
+        for n in _notes(ev):
+            console.print(f"{who} model note: {n}", highlight=False)
     if ex.spec_meets is not None:
         console.print(
             f"case expectation: spec {'met' if ex.spec_meets else 'NOT met'}, "
@@ -261,6 +275,19 @@ def print_side_by_side(ex: Explanation, console: Console) -> None:
         )
         for p in ex.problems:
             console.print(f"  {p}", highlight=False)
+
+
+def _verdict(ex: Explanation) -> str:
+    """Agree, disagree, or not judged: an Envoy answer that rests on an assumption is
+    neither (the caveats above it say which)."""
+    if not ex.judged:
+        found = f"; they differ on {', '.join(ex.diffs)}" if ex.diffs else ""
+        return f"NOT JUDGED: the Envoy answer rests on an assumption (its caveats){found}"
+    return f"DISAGREE on: {', '.join(ex.diffs)}" if ex.diffs else "agree"
+
+
+def _notes(ev: Evaluation) -> list[str]:
+    return list(dict.fromkeys(n for o in ev.outcome.possibilities() for n in o.notes))
 
 
 def _short(ev: Evaluation) -> str:

@@ -34,17 +34,11 @@ from verifier.inputs import line_of_field, load_json, load_yaml, load_yaml_file,
 from verifier.registry import Rule, run
 from verifier.report.scenario import ScenarioReport
 from verifier.semantics.cases import Case, CaseError, parse_case
+from verifier.semantics.envoy.binding import WILDCARDS, reaches, sockets
 from verifier.semantics.envoy.model import precompile
 from verifier.xds import validation
 from verifier.xds.layout import XdsLoadError, label
-from verifier.xds.snapshot import (
-    WILDCARD_ADDRESSES,
-    Snapshot,
-    bound_addresses,
-    from_config_dump,
-    load_path,
-    reaches,
-)
+from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
 
 if TYPE_CHECKING:
     from verifier.baseline import Baseline
@@ -102,6 +96,8 @@ class ScenarioResult:
     # Cases stating expectations no model can show (cases.LIVE_ONLY), which only
     # the live pass judges: (file, line, case, those expectations).
     left_to_live: list[tuple[str, int, str, tuple[str, ...]]] = field(default_factory=list)
+    # How many requests were not judged: their Envoy answer rests on an assumption.
+    unjudged: int = 0
 
 
 MESH_REGISTRY = "mesh-registry.yaml"
@@ -627,9 +623,15 @@ def addressing_problems(res: Resources, opts: CheckOptions, snapshot: Snapshot) 
     if errors:
         return errors
     where = gateway_addresses(res, opts.controller_name, opts.addressing)
-    bound = bound_addresses(snapshot)
+    bound = sockets(snapshot.listeners)
     served = {ip for ip in where.values()}
-    stray = sorted((a, p) for a, p in bound if a not in WILDCARD_ADDRESSES and a not in served)
+    stray = sorted(
+        {
+            (s.address, s.port)
+            for s in bound
+            if not ({s.address, s.ipv4} & (served | set(WILDCARDS)))
+        }
+    )
     if not stray:
         return []
     unreached = sorted(
@@ -672,6 +674,7 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
     ]
     if "comparisons" in ctx.__dict__:  # the models were asked (cached_property)
         result.requests, result.asked, result.agreed = len(ctx.witnesses), ctx.asked, ctx.agreed
+        result.unjudged = len(ctx.assumed)
     return result
 
 
@@ -762,6 +765,9 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
     left = sum(len(r.left_to_live) for r in results)
     if left:  # said, never silently dropped: these cases are judged in part only
         out["left_to_live"] = left
+    unjudged = sum(r.unjudged for r in results)
+    if unjudged:  # requests whose Envoy answer rests on an assumption (EV110)
+        out["unjudged"] = unjudged
     if baseline:
         out["baseline"] = {
             "requests": sum(r.requests for r in results),

@@ -170,7 +170,7 @@ async def _send_http1(request: Request, connect: tuple[str, int], timeout: float
     path, _, query = request.path.partition("?")
     url = URL.build(
         scheme=request.scheme,
-        host=connect[0],
+        host=f"[{connect[0]}]" if ":" in connect[0] else connect[0],  # encoded: as written
         port=connect[1],
         path=path,
         query_string=query,

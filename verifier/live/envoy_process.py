@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import json
 import os
@@ -50,18 +51,21 @@ def _tail(path: Path, limit: int = 6000) -> str:
 
 
 def listening_sockets(ip: str, port: int) -> int | None:
-    """How many LISTEN sockets exist on ip:port (or the wildcard); None off Linux."""
+    """How many LISTEN sockets exist on ip:port (or the wildcard of its family: an
+    IPv6 address is looked up in /proc/net/tcp6); None off Linux."""
+    hexed = _hex_ip(ip)
     try:
-        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        lines = Path(f"/proc/net/tcp{'6' if len(hexed) > 8 else ''}").read_text().splitlines()[1:]
     except OSError:
         return None
-    wanted = {f"{_hex_ip(ip)}:{port:04X}", f"00000000:{port:04X}"}
+    wanted = {f"{hexed}:{port:04X}", f"{'0' * len(hexed)}:{port:04X}"}
     return sum(1 for line in lines if (f := line.split())[1] in wanted and f[3] == _LISTEN)
 
 
 def _hex_ip(ip: str) -> str:
-    """/proc/net/tcp writes IPv4 addresses as little-endian hex."""
-    return "".join(f"{int(part):02X}" for part in reversed(ip.split(".")))
+    """/proc/net/tcp[6] writes an address as hex, each 32-bit word little-endian."""
+    packed = ipaddress.ip_address(ip).packed
+    return "".join(packed[i : i + 4][::-1].hex().upper() for i in range(0, len(packed), 4))
 
 
 class EnvoyProcess:

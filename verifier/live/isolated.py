@@ -266,7 +266,12 @@ class NamespaceHarness(EmbeddedHarness):
 
     def target(self, address: str, port: int) -> tuple[str, int] | None:
         """The listener's own address; a wildcard listener is reached at the request's
-        destination (on the namespace's loopback, like every Gateway address)."""
+        destination (on the namespace's loopback, like every Gateway address). With a
+        destination and a listener on its port, the connection goes there as written
+        and the namespace's kernel picks the listener, as for any client: whether
+        ``[::]`` takes IPv4 (``ipv4_compat``) is Envoy's to show, not ours to guess."""
+        if address and any(p == port for _a, p in self.gateway_ports):
+            return address, port
         found = super().target(address, port)
         if found is None:
             return None

@@ -90,13 +90,16 @@ def unshare_network() -> None:
 
 def local_addresses(candidates: Iterable[str]) -> list[str]:
     """The addresses to add to the namespace's loopback: unique IP literals, minus
-    what loopback already answers (127/8, ::1) and wildcards."""
+    what loopback already answers (127/8, ::1) and wildcards; an IPv4-mapped address
+    as its IPv4 one."""
     out: dict[str, None] = {}
     for text in candidates:
         try:
             ip = ipaddress.ip_address(text)
         except ValueError:
             continue
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # ::ffff:A is A on the wire: the IPv4 address is the one to have
         if not (ip.is_loopback or ip.is_unspecified):
             out[str(ip)] = None
     return list(out)

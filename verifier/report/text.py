@@ -28,6 +28,12 @@ def render(findings: list[Finding], summary: dict[str, Any], notes: Sequence[str
     for f in findings:
         out.extend(finding_lines(f))
     out.extend(notes)
+    if summary.get("unjudged"):
+        n = summary["unjudged"]
+        out.append(
+            f"{n} request{'s' if n != 1 else ''} not judged: the Envoy answer rests on "
+            "an assumption (EV110 says which)"
+        )
     out.append(summary_line(summary))
     return "\n".join(out) + "\n"
 

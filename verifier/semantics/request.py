@@ -351,6 +351,29 @@ class RouteRef:
 
 
 @dataclass(frozen=True)
+class Caveat:
+    """Something an answer rests on that the model assumes rather than knows.
+
+    ``subject`` is what the answer depends on (an xDS element, or a fact about the
+    request such as the client's address); ``assumption`` what the model took in its
+    place. ``decides``: the answer would be another without the assumption, so it
+    cannot be judged (check counts it unjudged); False when the model gives every
+    answer the request may get (a runtime_fraction share) and only says so.
+    """
+
+    subject: str
+    assumption: str
+    decides: bool = True
+
+    def line(self) -> str:
+        lead = "assumes" if self.decides else "note"
+        return f"{lead}: {self.subject}: {self.assumption}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"subject": self.subject, "assumption": self.assumption, "decides": self.decides}
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What happens to a request.
 
@@ -365,8 +388,9 @@ class Outcome:
     is ``request.host``. ``response_headers`` are the response headers the
     configuration adds or sets (header modifiers, CORS); names it removes are in
     ``response_headers_removed``, and the operations in ``response_header_ops``.
-    ``mirrors`` carry their share in parts per million as weight (0% mirrors are
-    left out; mirrors and timeouts only on forwarded outcomes). Timeouts are in
+    ``caveats`` say what the answer assumes rather than knows (``explain``
+    shows them). ``mirrors`` carry their share in parts per million as weight
+    (0% mirrors are left out; mirrors and timeouts only on forwarded outcomes). Timeouts are in
     milliseconds; None means the proxy's default. A 500 because every backend is
     invalid has ``invalid_weight`` > 0. ``status`` 0 means no HTTP response at
     all (no listener on the port, TLS handshake failure).
@@ -396,6 +420,9 @@ class Outcome:
     # below 100%): what the rest get. The spec has no such routes, so every
     # possibility must meet it, not just the likelier one.
     otherwise: Outcome | None = field(default=None, compare=False)
+    # What this answer rests on that the model assumes (Caveat); one that decides
+    # the answer makes it unjudged.
+    caveats: tuple[Caveat, ...] = field(default=(), compare=False)
 
     def possibilities(self) -> list[Outcome]:
         """This outcome, then each one the same request may get instead."""
@@ -403,6 +430,17 @@ class Outcome:
         while found[-1].otherwise is not None:
             found.append(found[-1].otherwise)
         return found
+
+    def all_caveats(self) -> tuple[Caveat, ...]:
+        """The caveats of every possible answer, each once."""
+        if self.otherwise is None:
+            return self.caveats
+        return tuple(dict.fromkeys(c for o in self.possibilities() for c in o.caveats))
+
+    @property
+    def unjudged(self) -> bool:
+        """Whether some possible answer rests on an assumption that decides it."""
+        return any(c.decides for c in self.all_caveats())
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -400,11 +400,6 @@ def bound_addresses(snap: Snapshot) -> set[tuple[str, int]]:
     return found
 
 
-def reaches(bound: set[tuple[str, int]], address: str, port: int) -> bool:
-    """Whether a connection to ``address``:``port`` finds a listener in ``bound``."""
-    return (address, port) in bound or any((w, port) in bound for w in WILDCARD_ADDRESSES)
-
-
 # --- validation by Envoy itself --------------------------------------------------------------
 
 

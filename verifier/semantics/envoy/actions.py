@@ -72,7 +72,10 @@ class RouteContext:
     host: str  # after the HCM's host handling
     path: str  # after the HCM's path handling, with query
     headers: HeaderList  # client headers, lower-cased, without Host
-    view: dict[str, str]  # joined values and pseudo-headers, as matchers see them
+    # Joined values and pseudo-headers, as matchers see them; :scheme is the one the
+    # HCM decided (origin.py), which redirects keep (checked: a client's
+    # x-forwarded-proto "https" makes it https without use_remote_address).
+    view: dict[str, str]
     hcm: Hcm
     config: CompiledRouteConfig
     vhost: CompiledVhost
@@ -114,7 +117,7 @@ def run_action(rctx: RouteContext, trace: list[str]) -> Outcome:
         path = rewrite_path(
             rctx.path, _matched_part(rctx), red.prefix_rewrite or None, red.regex_rewrite
         )
-        url = location(red, rctx.request.scheme.lower(), rctx.host, path)
+        url = location(red, rctx.view[":scheme"], rctx.host, path)
         status = REDIRECT_STATUS.get(int(red.response_code or Code.MOVED_PERMANENTLY), 301)
         trace.append(f"redirect {status} Location: {url}")
         return _local_reply(status, rctx, levels, redirect=parse_location(url))
@@ -125,7 +128,7 @@ def run_action(rctx: RouteContext, trace: list[str]) -> Outcome:
         if status == 201 or 300 <= status < 400:
             # "See https://tools.ietf.org/html/rfc7231#section-7.1.2": such direct
             # responses carry a Location built from the request itself.
-            url = location(None, rctx.request.scheme.lower(), rctx.host, rctx.path)
+            url = location(None, rctx.view[":scheme"], rctx.host, rctx.path)
             redirect = parse_location(url)
         return _local_reply(status, rctx, levels, redirect=redirect)
     if kind == "route" and route.route is not None:

@@ -40,11 +40,10 @@ class CompiledVhost:
         return self.vhost.name
 
     @property
-    def require_tls(self) -> bool:
-        # VirtualHost.require_tls: EXTERNAL_ONLY / ALL: "All requests must use TLS. If
-        # a request is not using TLS, a 301 redirect will be sent telling the client to
-        # use HTTPS." Every request of ours is external.
-        return int(self.vhost.require_tls or 0) != VirtualHostTlsRequirementType.NONE
+    def tls_requirement(self) -> int:
+        """VirtualHost.require_tls: NONE, EXTERNAL_ONLY or ALL (model.py says what each
+        does); 0 (NONE) when unset."""
+        return int(self.vhost.require_tls or VirtualHostTlsRequirementType.NONE)
 
 
 @dataclass
@@ -54,6 +53,9 @@ class CompiledRouteConfig:
     request_headers: HeaderParser
     response_headers: HeaderParser
     notes: list[str] = field(default_factory=list)
+    # RouteConfiguration.internal_only_headers, lower-cased: removed from external
+    # requests ("they will be cleaned prior to filter invocation").
+    internal_only: tuple[str, ...] = ()
     _cors: dict[tuple[int, int, str | None], CorsPolicies | None] = field(default_factory=dict)
 
     @classmethod
@@ -93,6 +95,7 @@ class CompiledRouteConfig:
                 label, rc.response_headers_to_add, rc.response_headers_to_remove, request=False
             ),
             notes,
+            tuple(h.lower() for h in rc.internal_only_headers),
         )
 
     @property

@@ -20,11 +20,12 @@ such a listener resets TLS clients with no_filter_chain_match).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from verifier.semantics.envoy.binding import WILDCARDS, Bound, refusal, socket_of, tiers
+from verifier.semantics.envoy.origin import DEFAULT_ORIGIN, OriginConfig
 from verifier.semantics.envoy.tls import NO_VALIDATION, ClientValidation, client_validation
 from verifier.xds import read
 from verifier.xds.enums import HttpConnectionManagerPathWithEscapedSlashesAction
@@ -79,6 +80,8 @@ class Hcm:
     # Http1ProtocolOptions.allow_custom_methods: without it the HTTP/1 codec answers
     # a method outside its list with 400 (checked on Envoy 1.40: `FOO` and `get`).
     custom_methods: bool = False
+    # What decides whether a request is internal, and its x-forwarded-proto (origin.py).
+    origin: OriginConfig = DEFAULT_ORIGIN
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,8 @@ def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> H
             cors = f.name
     if msg.path_normalization_options is not None:
         notes.append("path_normalization_options not modelled")
+    origin, origin_notes = OriginConfig.of(msg)
+    notes += origin_notes
     strip_port = ""
     if strip == "strip_any_host_port" and msg.strip_any_host_port:
         strip_port = "any"
@@ -136,6 +141,7 @@ def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> H
         custom_methods=bool(
             msg.http_protocol_options is not None and msg.http_protocol_options.allow_custom_methods
         ),
+        origin=origin,
     )
 
 
@@ -205,27 +211,6 @@ def _by_server_name(candidates: list[Chain], sni: str) -> list[Chain]:
     return [c for r, c in hits if r == top]
 
 
-def _address(value: str) -> str:
-    """An IP in canonical form (``::1`` and ``0:0::1`` compare equal); other text as is."""
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        return value
-
-
-WILDCARDS = {4: "0.0.0.0", 6: "::"}
-
-
-def _family(value: str) -> int:
-    try:
-        return ipaddress.ip_address(value).version
-    except ValueError:
-        return 4
-
-
-Bound = tuple[str, "Listener", list[Chain], Chain | None]  # (address, listener, chains, default)
-
-
 @dataclass
 class ListenerIndex:
     by_port: dict[int, list[Bound]] = field(default_factory=dict)
@@ -255,39 +240,39 @@ class ListenerIndex:
                 else None
             )
             for addr in addresses:
-                if addr is None or addr.socket_address is None:
+                sock = addr.socket_address if addr is not None else None
+                if sock is None:
                     continue
-                port = addr.socket_address.port_value or 0
-                bound = _address(addr.socket_address.address or "0.0.0.0")
-                index.by_port.setdefault(port, []).append((bound, li, chains, default))
+                bound = Bound(
+                    socket_of(sock.address, sock.port_value, sock.ipv4_compat), li, chains, default
+                )
+                index.by_port.setdefault(bound.socket.port, []).append(bound)
         return index
 
     def listener_for(self, address: str, port: int) -> tuple[Bound | None, list[str], str]:
         """The listener a connection to ``address``:``port`` reaches, notes on what is
-        ambiguous, and why it was chosen."""
+        ambiguous, and why it was chosen (verifier.semantics.envoy.binding)."""
         found = self.by_port.get(port) or []
         if not found:
             return None, [], f"no listener on port {port}"
         notes: list[str] = []
         if not address:
-            pick = [b for b in found if b[0] in WILDCARDS.values()] or found
+            pick = [b for b in found if b.address in WILDCARDS] or found
             if len(found) > 1:
                 notes.append(
                     f"{len(found)} listeners on port {port} and no destination address: "
                     f"the first {'wildcard one' if pick is not found else 'one'} is used"
                 )
             return pick[0], notes, "the listener on the port"
-        address = _address(address)
-        exact = [b for b in found if b[0] == address]
-        wild = [b for b in found if b[0] == WILDCARDS[_family(address)]]
-        pick = exact or wild
-        if not pick:
-            bound = ", ".join(sorted({b[0] for b in found}))
-            return None, [], f"no listener on {address}:{port} (port {port} is bound on {bound})"
-        if len(pick) > 1:
-            notes.append(f"{len(pick)} listeners bound to {pick[0][0]}:{port}; the first is used")
-        why = "bound to the destination address" if exact else f"bound to {pick[0][0]}"
-        return pick[0], notes, why
+        for candidates, why in tiers(found, address):
+            if candidates:
+                if len(candidates) > 1:
+                    notes.append(
+                        f"{len(candidates)} listeners bound to {candidates[0].address}:{port}; "
+                        "the first is used"
+                    )
+                return candidates[0], notes, why
+        return None, [], refusal(found, address, port)
 
     def select(
         self, address: str, port: int, tls: bool, sni: str, trace: list[str]
@@ -310,7 +295,7 @@ class ListenerIndex:
         if found is None:
             trace.append(f"{why}: the connection is refused")
             return None, notes
-        _bound, li, chains, default = found
+        li, chains, default = found.listener, found.chains, found.default
         trace.append(f"listener {li.name} (port {port}, {why})")
         transport = "tls" if tls else "raw_buffer"
         if tls and not has_tls_inspector(li):

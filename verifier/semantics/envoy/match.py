@@ -7,7 +7,7 @@ pays for comparisons.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from verifier.semantics.envoy.strings import (
     describe_string_matcher,
     string_matcher,
 )
-from verifier.semantics.request import Request
+from verifier.semantics.request import Caveat, Headers, Request
 from verifier.xds import read
 from verifier.xds.enums import FractionalPercentDenominatorType
 
@@ -67,14 +67,25 @@ class MatchContext:
         return self._query
 
 
-def router_view(request: Request, host: str, path: str, path_for_match: str) -> MatchContext:
-    """The request as the router matches it: its headers but Host, joined by ","
-    per name, and the pseudo-headers for ``host`` and ``path`` (after the HCM's
-    host and path handling)."""
+def router_view(
+    request: Request,
+    host: str,
+    path: str,
+    path_for_match: str,
+    headers: Headers | None = None,
+    set_by_hcm: Mapping[str, str] | None = None,
+) -> MatchContext:
+    """The request as the router matches it: its headers but Host (``headers``: as
+    the HCM left them; by default the client's), joined by "," per name, the headers
+    the HCM set (``set_by_hcm``: x-forwarded-proto, :scheme, x-envoy-internal) and
+    the pseudo-headers for ``host`` and ``path`` (after the HCM's host and path
+    handling)."""
     joined: dict[str, list[str]] = {}
-    for name, values in request.headers:
+    for name, values in request.headers if headers is None else headers:
         if name != "host":
             joined.setdefault(name, []).extend(values)
+    for name, value in (set_by_hcm or {}).items():
+        joined[name] = [value]
     view = {k: ",".join(v) for k, v in joined.items()}
     view.update(
         {
@@ -83,13 +94,29 @@ def router_view(request: Request, host: str, path: str, path_for_match: str) -> 
             ":method": request.method.upper(),
             ":path": path,
             ":authority": host,
-            ":scheme": request.scheme.lower(),
+            ":scheme": view.pop(":scheme", request.scheme.lower()),
         }
     )
     return MatchContext(path, path_for_match, view, {k: tuple(v) for k, v in joined.items()})
 
 
 Check = Callable[[MatchContext], bool]
+
+# RouteMatch conditions on what a request of ours does not say (TLS session details,
+# other filters' metadata and state, cookies are not modelled).
+ASSUMED_CONDITIONS = ("tls_context", "dynamic_metadata", "filter_state", "cookies")
+GRPC_CONTENT_TYPE = "application/grpc"
+
+
+def _grpc(ctx: MatchContext) -> bool:
+    """RouteMatch.grpc: "If specified, only gRPC requests will be matched. The router
+    will check that the content-type header has a application/grpc or one of the
+    various application/grpc+ values." Grpc::Common::hasGrpcContentType: "Content
+    type is gRPC if it is exactly "application/grpc" or starts with
+    "application/grpc+". Specifically, something like application/grpc-web is not
+    gRPC." Case-sensitive (checked on Envoy 1.40: "APPLICATION/GRPC" does not match)."""
+    value = ctx.headers.get("content-type", "")
+    return value == GRPC_CONTENT_TYPE or value.startswith(GRPC_CONTENT_TYPE + "+")
 
 
 def _header_check(m: HeaderMatcher) -> tuple[Check, str]:
@@ -184,10 +211,17 @@ class CompiledMatch:
         self._runtime(match)
         self.checks += [_header_check(h) for h in match.headers]
         self.checks += [_query_check(q) for q in match.query_parameters]
-        for extra in ("grpc", "tls_context", "dynamic_metadata", "filter_state", "cookies"):
-            value = getattr(match, extra)  # an empty message is falsy, yet set
-            if read.is_set(value):
-                self.notes.append(f"{extra} matcher not modelled; assumed to match")
+        if read.is_set(match.grpc):  # an empty message is falsy, yet set
+            self.checks.append((_grpc, "gRPC (content-type application/grpc)"))
+        # Conditions on what a request of ours does not carry: taken to hold, and an
+        # answer this route gives rests on that (its caveats).
+        self.assumed: list[Caveat] = [
+            Caveat(f"route match on {extra}", "not modelled: taken to match")
+            for extra in ASSUMED_CONDITIONS
+            if read.is_set(getattr(match, extra))
+        ]
+        # Header names a check reads, for answers that depend on what the HCM sets.
+        self.reads = frozenset(h.name.lower() for h in match.headers)
 
     def _path_check(self, kind: str, value: object) -> Callable[[str], bool]:
         if kind == "safe_regex":
@@ -225,27 +259,50 @@ class CompiledMatch:
         return separated
 
     def _runtime(self, match: RouteMatch) -> None:
+        """RuntimeFractionalPercent: "Runtime key to get value for comparison. This
+        value is used if defined", else ``default_value``. A share strictly between 0
+        and 100% is answered both ways (the model gives each answer), so a runtime
+        layer holding the key changes only how often each comes; at 0% or 100% it
+        would change the answer itself: the answer rests on the default (a caveat
+        that decides)."""
         fraction = match.runtime_fraction
+        self.runtime: Caveat | None = None
+        self.dormant = False
         if fraction is None:
             return
         ppm = parts_per_million(fraction.default_value)
+        key = fraction.runtime_key or ""
+        share = f"runtime_fraction {ppm / 10_000:g}%"
+        # Off by default, yet a runtime layer may turn it on: a request it would take
+        # gets its answer from later routes on that assumption (RouteTable.dormant).
+        self.dormant = bool(key) and ppm == 0 and not self.never
         if ppm == 0:
             self.never = True
             self.notes.append("runtime_fraction is 0%: never matches")
         elif ppm < 1_000_000:
-            # Envoy reads the runtime key when the layer has it; the default is what
-            # the snapshot says. Such a route answers some requests and lets the
-            # rest fall through, so the model answers both ways.
             self.fraction = ppm
             self.notes.append(
-                f"runtime_fraction {ppm / 10_000:g}%: matches only a share of requests; "
-                "the rest go on to later routes"
+                f"{share}: matches only a share of requests; the rest go on to later routes"
+            )
+        if key:
+            decides = ppm in (0, 1_000_000)
+            self.runtime = Caveat(
+                f"{share} with runtime key {key!r}",
+                "taken at its default_value (a runtime layer holding the key overrides it)"
+                if decides
+                else "both answers given; a runtime layer holding the key changes how often",
+                decides=decides,
             )
 
     def matches(self, ctx: MatchContext) -> bool:
         if self.never or not self.path_check(ctx.path_for_match):
             return False
         return all(check(ctx) for check, _ in self.checks)
+
+    def would_match(self, ctx: MatchContext) -> bool:
+        """Whether a ``dormant`` route would take the request if its runtime key
+        turned it on."""
+        return self.path_check(ctx.path_for_match) and all(check(ctx) for check, _ in self.checks)
 
     def why_not(self, ctx: MatchContext) -> str:
         if self.never:

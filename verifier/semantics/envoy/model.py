@@ -20,12 +20,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from verifier.semantics.directory import BackendDirectory
+from verifier.semantics.envoy import caveats
 from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
 from verifier.semantics.envoy.clusters import ClusterResolver
+from verifier.semantics.envoy.codec import METHODS
 from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
 from verifier.semantics.envoy.forward import Upstreams, clusters_named, upstream_deadline_ms
 from verifier.semantics.envoy.listeners import Chain, Escaped, Hcm, ListenerIndex
 from verifier.semantics.envoy.match import router_view
+from verifier.semantics.envoy.origin import decide, hcm_headers, tls_redirect
 from verifier.semantics.envoy.paths import (
     canonical_path,
     merge_slashes,
@@ -37,6 +40,7 @@ from verifier.semantics.envoy.redirect import port_start, split_host
 from verifier.semantics.envoy.routes import CompiledRoute
 from verifier.semantics.envoy.strings import ModelError
 from verifier.semantics.request import (
+    Caveat,
     Evaluation,
     Outcome,
     RedirectTarget,
@@ -53,47 +57,6 @@ if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
     from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration, VirtualHost
 
 NO_RESPONSE = 0
-
-# The methods Envoy's HTTP/1 codec (Balsa, the default) accepts unless the HCM's
-# http_protocol_options.allow_custom_methods is set; any other is a 400.
-METHODS = frozenset(
-    [
-        "ACL",
-        "BIND",
-        "CHECKOUT",
-        "CONNECT",
-        "COPY",
-        "DELETE",
-        "GET",
-        "HEAD",
-        "LINK",
-        "LOCK",
-        "MERGE",
-        "MKACTIVITY",
-        "MKCALENDAR",
-        "MKCOL",
-        "MOVE",
-        "MSEARCH",
-        "NOTIFY",
-        "OPTIONS",
-        "PATCH",
-        "POST",
-        "PROPFIND",
-        "PROPPATCH",
-        "PURGE",
-        "PUT",
-        "REBIND",
-        "REPORT",
-        "SEARCH",
-        "SOURCE",
-        "SUBSCRIBE",
-        "TRACE",
-        "UNBIND",
-        "UNLINK",
-        "UNLOCK",
-        "UNSUBSCRIBE",
-    ]
-)
 
 # Request.host "" means the client sent the Gateway's address as Host (cases.yaml:
 # "host: ... default: the Gateway address"): an IP literal, which only '*' serves.
@@ -112,12 +75,19 @@ class _Run:
 
     trace: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    caveats: list[Caveat] = field(default_factory=list)  # on the whole answer
+    grpc: bool = False  # a gRPC request: Envoy's own replies are not modelled
     # Off when only the outcome matters (check answers ~18 witnesses a rule):
     # the costliest lines (the HCM summary, why every earlier route missed)
     # are then not written.
     tracing: bool = True
 
     def done(self, outcome: Outcome) -> Evaluation:
+        if self.grpc:
+            outcome = caveats.on_local_replies(outcome)
+        if self.caveats:
+            merged = tuple(dict.fromkeys([*self.caveats, *outcome.caveats]))
+            outcome = evolve(outcome, caveats=merged)
         if not self.notes and not outcome.notes:
             return Evaluation(outcome, tuple(self.trace))  # most requests: nothing to merge
         notes = tuple(dict.fromkeys([*outcome.notes, *self.notes]))
@@ -171,8 +141,8 @@ def _compile(snapshot: Snapshot) -> Compiled:
     secrets = {s.name: s for s in snapshot.secrets}
     found = Compiled(ListenerIndex.build(snapshot.listeners, routes, secrets), {})
     for entries in found.listeners.by_port.values():
-        for _address, _li, chains, default in entries:
-            for chain in [*chains, *([default] if default else [])]:
+        for bound in entries:
+            for chain in [*bound.chains, *([bound.default] if bound.default else [])]:
                 rc = chain.hcm.route_config if chain.hcm is not None else None
                 if rc is not None and id(rc) not in found.configs:
                     found.configs[id(rc)] = CompiledRouteConfig.build(rc)
@@ -226,10 +196,9 @@ class EnvoyModel:
         found, _notes, _why = self.listeners.listener_for(address, port)
         if found is None:
             return frozenset()
-        _address, _li, chains, default = found
         return frozenset(
             ca
-            for chain in [*chains, *([default] if default else [])]
+            for chain in [*found.chains, *([found.default] if found.default else [])]
             for ca in chain.client.trusted or ()
         )
 
@@ -345,6 +314,7 @@ class EnvoyModel:
         if problem is not None:
             run.trace.append(f"the HTTP/1 codec rejects the request: {problem} (400)")
             return run.done(Outcome(400))
+        run.grpc = caveats.grpc_request(request.headers)
         host = self._host(request, hcm, run)
         path, query = split_target(request.path)
         if hcm.escaped_slashes != Escaped.KEEP_UNCHANGED:
@@ -366,19 +336,28 @@ class EnvoyModel:
             run.trace.append(f"no virtual host for {match_host!r} ({why}): 404")
             return run.done(Outcome(404))
         run.trace.append(f"virtual host {vhost.name!r} for {match_host!r}: {why}")
-        if vhost.require_tls and request.scheme.lower() != "https":
-            run.trace.append("virtual host requires TLS: 301 to https")
+        origin = decide(hcm.origin, request.headers, request.scheme.lower())
+        if run.tracing and (origin.internal is not False or vhost.tls_requirement):
+            run.trace.append(f"HCM: {origin.why}; x-forwarded-proto {origin.forwarded_proto}")
+        redirect, why, caveat = tls_redirect(vhost.tls_requirement, origin)
+        run.trace += [why] if why else []
+        run.caveats += [caveat] if caveat else []
+        if redirect:
             name, port = split_host(host)
             return run.done(
                 Outcome(301, redirect=RedirectTarget("https", name.lower(), port or 443, path))
             )
         path_for_match = strip_path_parameters(path) if rc.ignore_path_parameters else path
-        ctx = router_view(request, host, full_path, path_for_match)
-        headers = [(k, v) for k, vs in request.headers for v in vs if k != "host"]
+        forwarded, set_by_hcm = hcm_headers(request.headers, origin, hcm.origin, rc.internal_only)
+        ctx = router_view(request, host, full_path, path_for_match, forwarded, set_by_hcm)
+        headers = [(k, v) for k, vs in forwarded for v in vs if k != "host"]
         route = vhost.table.find(ctx)
+        upto = route.index if route is not None else len(vhost.table.routes)
         if run.tracing:
-            upto = route.index if route is not None else len(vhost.table.routes)
             run.trace += vhost.table.explain_misses(ctx, upto)
+        run.caveats += caveats.before_route(
+            vhost.table, ctx, upto, origin, hcm.origin, request.headers, rc.internal_only
+        )
         if route is None:
             run.trace.append(f"no route of virtual host {vhost.name!r} matches: 404")
             return run.done(Outcome(404))
@@ -416,8 +395,13 @@ class EnvoyModel:
                 upstreams=self.upstreams,
                 reply=reply or BackendReply(),
             )
+            answer = run_action(rctx, run.trace)
             answers.append(
-                evolve(run_action(rctx, run.trace), route=self._located(rc, vhost, step))
+                evolve(
+                    answer,
+                    route=self._located(rc, vhost, step),
+                    caveats=(*answer.caveats, *caveats.of_route(step)),
+                )
             )
         outcome = answers[-1]
         for earlier in reversed(answers[:-1]):

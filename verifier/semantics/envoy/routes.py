@@ -115,6 +115,7 @@ class RouteTable:
     exact: dict[str, list[int]] = field(default_factory=dict)
     segment: dict[str, list[int]] = field(default_factory=dict)
     generic: list[int] = field(default_factory=list)
+    dormant: list[int] = field(default_factory=list)  # 0% runtime_fraction with a key
 
     @classmethod
     def build(cls, routes: list[Route]) -> RouteTable:
@@ -129,6 +130,8 @@ class RouteTable:
             m = cr.match
             value = m.value if isinstance(m.value, str) else ""
             if m.never:
+                if m.dormant:
+                    table.dormant.append(cr.index)
                 continue  # cannot match any request
             if m.kind == "safe_regex":
                 # A full match starts with the literal prefix; case_sensitive does not
@@ -175,6 +178,20 @@ class RouteTable:
             if cr.match.matches(ctx):
                 return cr
         return None
+
+    def dormant_before(self, ctx: MatchContext, upto: int) -> list[CompiledRoute]:
+        """The routes off by default (0% runtime_fraction with a runtime key) before
+        index ``upto`` that would take the request if turned on."""
+        return [
+            self.routes[i]
+            for i in self.dormant
+            if i < upto and self.routes[i].match.would_match(ctx)
+        ]
+
+    def reads_before(self, name: str, upto: int) -> bool:
+        """Whether a route up to index ``upto`` (included) has a header matcher on
+        ``name``: the answer then depends on that header."""
+        return any(name in cr.match.reads for cr in self.routes[: upto + 1])
 
     def explain_misses(self, ctx: MatchContext, upto: int) -> list[str]:
         """Why each route before ``upto`` did not match: the first TRACE_LIMIT, then a count."""

@@ -268,8 +268,7 @@ def _forward(p: _Pipeline, winner: Candidate, ref: RouteRef) -> Action:
         return p.response(NO_READY_ENDPOINT_STATUS, ref, invalid_weight=invalid, notes=notes)
     host, headers = _forwarded_headers(p.request, p.host, tuple(p.req_ops))
     forwarded = Forwarded(p.request.method, host, p.path, to_headers(headers))
-    request_ms = duration_ms(rule.request_timeout)
-    backend_ms = duration_ms(rule.backend_request_timeout)
+    request_ms, backend_ms = rule_timeouts(rule.request_timeout, rule.backend_request_timeout)
     if request_ms is not None or backend_ms is not None:
         p.trace.append(f"timeouts: request {request_ms} ms, backendRequest {backend_ms} ms")
     if invalid:
@@ -286,6 +285,27 @@ def _forward(p: _Pipeline, winner: Candidate, ref: RouteRef) -> Action:
         backend_timeout_ms=backend_ms,
         notes=notes,
     )
+
+
+def rule_timeouts(request: str | None, backend: str | None) -> tuple[int | None, int | None]:
+    """(request, backendRequest) timeouts in ms; None: the implementation's default.
+
+    GEP-1742: "A zero-valued timeout ("0s") MUST be interpreted as disabling the
+    timeout"; request: "When this field is unspecified, request timeout behavior is
+    implementation-specific"; backendRequest: "when specified, the value of
+    BackendRequest must be no more than the value of the Request timeout (since the
+    Request timeout encompasses the BackendRequest timeout)". So an unset request
+    timeout beside a backendRequest one is whatever the implementation picks, but
+    never shorter than backendRequest: it is taken to be backendRequest itself. A
+    rule with ``backendRequest: 0s`` alone (upstream conformance,
+    httproute-timeout-backend-request.yaml) then has no deadline at all, where a
+    default request timeout (Envoy's 15 s) would cut short a backend request the
+    rule lets run forever.
+    """
+    request_ms, backend_ms = duration_ms(request), duration_ms(backend)
+    if request_ms is None and backend_ms is not None:
+        request_ms = backend_ms
+    return request_ms, backend_ms
 
 
 def _apply_backend_filters(
