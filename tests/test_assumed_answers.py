@@ -121,6 +121,8 @@ def test_a_check_where_nothing_is_judged_fails(cli: CLI, tmp_path: Path) -> None
     codes = {f["code"] for f in found["findings"]}
     assert "EV111" in codes and r.rc == 1, found["findings"]
     assert found["summary"]["unjudged"] > 0
+    # The scenario's cases are requests like any other: unjudged, not missed.
+    assert "EV701" not in codes, found["findings"]
 
 
 def _model(mutate: Any) -> tuple[EnvoyModel, Request]:

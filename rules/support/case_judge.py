@@ -66,7 +66,10 @@ def judge(ctx: Context, case: Case) -> Judged:
     envoy = ctx.envoy.evaluate(case.request, echo_reply(case.request))
     spec_problems = _missed(case, spec.outcome)
     found = mistakes(ctx.res, gateway, case.request, raw.outcome) if spec_problems else ()
-    return Judged(case, spec, envoy, spec_problems, _missed(case, envoy.outcome), found)
+    # An Envoy answer that rests on an assumption (Outcome.caveats) neither meets nor
+    # misses the case: check counts it unjudged (EV110), as for any other request.
+    envoy_problems = () if envoy.outcome.unjudged else _missed(case, envoy.outcome)
+    return Judged(case, spec, envoy, spec_problems, envoy_problems, found)
 
 
 def _missed(case: Case, outcome: Outcome) -> tuple[str, ...]:
