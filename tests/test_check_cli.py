@@ -665,6 +665,50 @@ def test_warning_fails_only_with_fail_on_warning(orphan_cluster_xds: Path, cli: 
     assert cli(*args, str(orphan_cluster_xds), "--fail-on", "error").rc == 0
 
 
+def test_clusters_the_bootstrap_names_are_used_and_unnamed_ones_are_orphans(
+    tmp_path: Path, cli: CLI
+) -> None:
+    """A live Envoy's config_dump shows its bootstrap: the static cluster of the xDS
+    server (named by ``ads_config``, by no route) and whatever its other parts name,
+    here a stats sink's cluster that CDS serves. Those are used; a dynamic cluster and
+    a static one that nothing names are still orphans."""
+    from verifier.xds.ads import XDS_CLUSTER, bootstrap
+    from verifier.xds.codec import to_json_dict
+
+    doc = translated(tmp_path / "xds.json", "httproute-path-prefix-matching")
+    boot = to_json_dict(bootstrap("127.0.0.1", 18000))
+    sink = "k8s/edge-infra/metrics/9090"
+    boot["stats_sinks"] = [
+        {
+            "name": "envoy.stat_sinks.metrics_service",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.config.metrics.v3.MetricsServiceConfig",
+                "grpc_service": {"envoy_grpc": {"cluster_name": sink}},
+                "transport_api_version": "V3",
+            },
+        }
+    ]
+    kind = "type.googleapis.com/envoy.admin.v3.BootstrapConfigDump"
+    doc["configs"].insert(0, {"@type": kind, "bootstrap": boot})
+    clusters = section(doc, "Clusters")
+    typed = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+    static = boot["static_resources"]["clusters"][0]
+    unnamed = {**copy.deepcopy(static), "name": "static-unnamed"}
+    clusters["static_clusters"] = [{"cluster": {"@type": typed, **c}} for c in (static, unnamed)]
+    for name in (sink, "k8s/edge-infra/unused/9999"):
+        extra = copy.deepcopy(clusters["dynamic_active_clusters"][0])
+        extra["cluster"]["name"] = name
+        clusters["dynamic_active_clusters"].append(extra)
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps(doc), encoding="utf-8")
+    args = ["check", *scenario_args("httproute-path-prefix-matching"), "--xds", str(dump)]
+    r = cli(*args, "--format", "json", "--fail-on", "warning")
+    assert r.rc == 1
+    orphans = [f["xds_path"] for f in r.json()["findings"] if f["code"] == "EV103"]
+    assert orphans == ["clusters[k8s/edge-infra/unused/9999]", "clusters[static-unnamed]"]
+    assert static["name"] == XDS_CLUSTER  # the one every live Envoy has, not an orphan
+
+
 @pytest.fixture(scope="module")
 def logical_dns_xds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Same traffic, but a non-mesh cluster is LOGICAL_DNS: only the aether contract breaks."""
