@@ -96,7 +96,7 @@ class Run:
         """Exit 2, no traceback, a final error count that matches; the error lines."""
         assert self.rc == 2, (self.rc, self.err)
         assert "Traceback" not in self.err, self.err
-        lines = [ln for ln in self.err.splitlines() if not ln.startswith("warning: ")]
+        lines = [ln for ln in self.err.splitlines() if not ln.startswith(("warning: ", "note: "))]
         assert lines, "no error reported"
         count = ERROR_COUNT.match(lines[-1])
         assert count, f"last stderr line is not the error count: {lines[-1]!r}"
@@ -362,12 +362,18 @@ def test_fixture_suite_is_clean(suite: SuiteRuns) -> None:
     assert "Traceback" not in r.err
     doc = r.json()
     assert doc["findings"] == []
+    # What loading noted (endpoints derived from workloads, a route kind not read) is
+    # listed and counted apart from the findings, as stderr labels it.
+    notes = [ln.removeprefix("note: ") for ln in r.err.splitlines() if ln.startswith("note: ")]
+    assert notes and doc["input_notes"] == notes
+    assert not [ln for ln in r.err.splitlines() if ln.startswith("warning: ")]
     assert doc["summary"] == {
         "errors": 0,
         "warnings": 0,
         "rules_run": len(RULES),
         "rules_skipped": 0,
         "scenarios": len(fixture_dirs()),
+        "input_notes": len(notes),
     }
 
 
@@ -539,12 +545,12 @@ def test_a_json_error_says_where_in_words(
 def test_an_empty_xds_is_judged_and_said_to_be_empty(
     cli: CLI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pull that returned nothing: every Gateway unserved (exit 1), and a warning
+    """A pull that returned nothing: every Gateway unserved (exit 1), and a note
     that says why before the findings read as routing bugs."""
     _stdin(monkeypatch, b'{"configs": []}')
     r = cli("check", *scenario_args("httproute-simple-same-namespace"), "--xds", "-")
     assert r.rc == 1 and "Traceback" not in r.err
-    assert "warning: <stdin>: no listener and no cluster in the xDS read" in r.err.splitlines()
+    assert "note: <stdin>: no listener and no cluster in the xDS read" in r.err.splitlines()
     translated = cli("check", *scenario_args("httproute-simple-same-namespace"))
     assert translated.rc == 0 and "no listener and no cluster" not in translated.err
 
@@ -895,6 +901,33 @@ def test_crashing_translator_is_still_one_line(tmp_path: Path, cli: CLI) -> None
     assert "RuntimeError: translator crashed" in line
 
 
+# ---------------------------------------------------------------- input notes
+
+
+def test_input_notes_are_labelled_and_counted_apart_from_findings(cli: CLI) -> None:
+    """Services given with Deployments and no EndpointSlice get the endpoints a cluster
+    would publish, and loading says so at each Service's line: a note on the input, in
+    every format, never a warning beside a summary that counts no warning."""
+    scenario = "httproute-simple-same-namespace"
+    args = ["check", *scenario_args(scenario)]
+    text = cli(*args)
+    lines = text.err.splitlines()
+    notes = [ln.removeprefix("note: ") for ln in lines if ln.startswith("note: ")]
+    assert text.rc == 0 and len(notes) == len(lines), text.err
+    place = re.compile(rf"{re.escape(rel(FIXTURES / scenario / 'resources.yaml'))}:\d+: ")
+    assert notes and all(place.match(n) for n in notes), notes
+    counts = f"0 errors, 0 warnings, {len(RULES)} rules run, 0 skipped, {len(notes)} input notes"
+    assert text.out == f"edge-verify check: {counts}\n"
+    (run,) = cli(*args, "--format", "sarif").json()["runs"]
+    assert run["results"] == []
+    (invocation,) = run["invocations"]
+    told = invocation["toolExecutionNotifications"]
+    assert [(n["level"], n["message"]["text"]) for n in told] == [("note", n) for n in notes]
+    (suite,) = ET.fromstring(cli(*args, "--format", "junit").out).findall("testsuite")
+    assert suite.get("failures") == "0"
+    assert (suite.findtext("system-out") or "").splitlines() == [f"note: {n}" for n in notes]
+
+
 # ---------------------------------------------------------------- SARIF
 
 
@@ -1049,7 +1082,7 @@ def _first_route(doc: dict[str, Any]) -> dict[str, Any]:
 def test_xds_nested_past_what_can_be_decoded_is_skipped_not_a_crash(tmp_path: Path) -> None:
     """With --max-depth raised far past its default, route metadata nested 600 levels
     makes its RouteConfiguration unreadable, as any resource the loader cannot read:
-    skipped with a warning naming the file and why, and the check does not pass. Not
+    skipped with a note naming the file and why, and the check does not pass. Not
     a RecursionError traceback."""
     doc = translated(tmp_path / "x.json", "httproute-header-matching")
     deep: Any = 5
@@ -1061,8 +1094,8 @@ def test_xds_nested_past_what_can_be_decoded_is_skipped_not_a_crash(tmp_path: Pa
     args = [*scenario_args("httproute-header-matching"), "--xds", str(xds), "--max-depth", "5000"]
     r = run_process("check", *args)
     assert r.rc == 1 and "Traceback" not in r.err, r.err
-    (warning,) = [ln for ln in r.err.splitlines() if "nested too deep" in ln]
-    assert warning.startswith(f"warning: {xds}:") and "RouteConfiguration" in warning
+    (note,) = [ln for ln in r.err.splitlines() if "nested too deep" in ln]
+    assert note.startswith(f"note: {xds}:") and "RouteConfiguration" in note
 
 
 def test_a_number_past_a_double_in_route_metadata_is_no_crash(tmp_path: Path, cli: CLI) -> None:

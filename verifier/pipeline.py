@@ -83,6 +83,8 @@ class ScenarioResult:
     findings: list[Finding] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # What reading the input noted (``input_notes``): printed as ``note:`` lines and
+    # counted apart from the findings, whose ``warning`` is a severity.
     warnings: list[str] = field(default_factory=list)
     input_errors: list[InputError] = field(default_factory=list)
     # The witness requests, how many the models were asked about (fewer with a
@@ -660,6 +662,15 @@ def check_all(
     return results
 
 
+def input_notes(results: Sequence[ScenarioResult]) -> list[str]:
+    """What reading the input noted: endpoints derived from workloads, kinds the edge
+    does not read, xDS passed over. Facts about the input (``file:line: ...`` where
+    they have a line), not findings: no ``--fail-on`` counts them. In a suite each
+    starts with its scenario's name."""
+    many = len(results) > 1
+    return [f"{r.scenario.name}: {w}" if many else w for r in results for w in r.warnings]
+
+
 # Scenarios are independent: a suite of them (``edge-verify check fixtures/``)
 # is split over the cores, results in scenario order. A worker checks its
 # scenario serially (no grandchildren: see ``verifier.forked.can_fork``).
@@ -683,6 +694,9 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
         "rules_run": max((len(r.ran) for r in results), default=0),
         "rules_skipped": max((len(r.skipped) for r in results), default=0),
     }
+    notes = sum(len(r.warnings) for r in results)
+    if notes:  # counted apart: a note is about the input, never a finding
+        out["input_notes"] = notes
     if len(results) > 1 or (results and results[0].scenario.name != "input"):
         out["scenarios"] = len(results)
     if baseline:

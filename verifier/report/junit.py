@@ -12,11 +12,14 @@ from xml.etree import ElementTree as ET
 from verifier.findings import Finding
 from verifier.report.text import finding_lines
 
+Scenario = tuple[str, list[str], list[tuple[str, str]], list[Finding], list[str]]
 
-def render(scenarios: Sequence[tuple[str, list[str], list[tuple[str, str]], list[Finding]]]) -> str:
-    """``scenarios``: (name, rules run, rules skipped with reasons, findings)."""
+
+def render(scenarios: Sequence[Scenario]) -> str:
+    """``scenarios``: (name, rules run, rules skipped with reasons, findings, notes on
+    the input). The notes are no test case: the suite's ``<system-out>`` lists them."""
     suites = ET.Element("testsuites", name="edge-verify check")
-    for name, ran, skipped, findings in scenarios:
+    for name, ran, skipped, findings, notes in scenarios:
         by_rule: dict[str, list[Finding]] = {}
         for f in findings:
             by_rule.setdefault(f.rule, []).append(f)
@@ -41,5 +44,7 @@ def render(scenarios: Sequence[tuple[str, list[str], list[tuple[str, str]], list
         for rule, reason in skipped:
             case = ET.SubElement(suite, "testcase", classname=name, name=rule)
             ET.SubElement(case, "skipped", message=reason)
+        if notes:
+            ET.SubElement(suite, "system-out").text = "\n".join(f"note: {n}" for n in notes)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

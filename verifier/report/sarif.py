@@ -70,22 +70,30 @@ def _result(f: Finding) -> dict[str, Any]:
     return result
 
 
-def render(findings: list[Finding], rules: Sequence[Rule], version: str) -> str:
-    doc = {
-        "$schema": SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "edge-verify",
-                        "version": version,
-                        "informationUri": "https://gateway-api.sigs.k8s.io/",
-                        "rules": _rules(rules),
-                    }
-                },
-                "results": [_result(f) for f in findings],
+def render(
+    findings: list[Finding], rules: Sequence[Rule], version: str, notes: Sequence[str] = ()
+) -> str:
+    """``notes``: what reading the input noted (``pipeline.input_notes``). They are not
+    results: SARIF's place for them is the invocation's tool notifications."""
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "edge-verify",
+                "version": version,
+                "informationUri": "https://gateway-api.sigs.k8s.io/",
+                "rules": _rules(rules),
             }
-        ],
+        },
+        "results": [_result(f) for f in findings],
     }
+    if notes:
+        run["invocations"] = [
+            {
+                "executionSuccessful": True,
+                "toolExecutionNotifications": [
+                    {"level": "note", "message": {"text": n}} for n in notes
+                ],
+            }
+        ]
+    doc = {"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"

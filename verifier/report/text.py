@@ -36,6 +36,9 @@ def summary_line(summary: dict[str, Any]) -> str:
     ]
     if "scenarios" in summary:
         parts.insert(0, f"{summary['scenarios']} scenarios")
+    notes = summary.get("input_notes", 0)
+    if notes:
+        parts.append(f"{notes} input note{'s' if notes != 1 else ''}")
     if "baseline" in summary:
         b = summary["baseline"]
         if b["asked"] < b["requests"]:
