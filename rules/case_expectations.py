@@ -74,7 +74,7 @@ RULE = Rule(
     NAME,
     ("EV701",),
     ("HTTPRoute",),
-    "fixtures/README.md",
+    "docs/check.md#cases",
     (__doc__ or "").strip(),
     check,
     reads_models=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifier.findings import Finding
+from verifier.findings import Finding, reference
 
 
 def finding_lines(f: Finding) -> list[str]:
@@ -15,7 +15,7 @@ def finding_lines(f: Finding) -> list[str]:
     if f.xds_path:
         lines.append(f"    xds: {f.xds_path}")
     if f.spec_ref:
-        lines.append(f"    see: {f.spec_ref}")
+        lines.append(f"    see: {reference(f.spec_ref)}")
     return lines
 
 
