@@ -138,7 +138,7 @@ RULE = Rule(
     name=NAME,
     codes=(CODE,),
     features=("AetherEdgeBackends",),
-    spec_ref="aether edge: mesh backends use mTLS to :15008 with the workload's SPIFFE identity",
+    spec_ref="docs/translate.md#clusters-the-aether-edges-two-backend-paths",
     doc=(__doc__ or "").strip(),
     check=check,
 )

@@ -73,7 +73,7 @@ RULE = Rule(
     name=NAME,
     codes=(CODE,),
     features=("AetherEdgeBackends",),
-    spec_ref="aether edge: non-mesh backends are cleartext STRICT_DNS HTTP/1.1 clusters",
+    spec_ref="docs/translate.md#clusters-the-aether-edges-two-backend-paths",
     doc=(__doc__ or "").strip(),
     check=check,
 )

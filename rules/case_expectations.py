@@ -66,7 +66,7 @@ RULE = Rule(
     NAME,
     ("EV701", "EV702"),
     ("HTTPRoute",),
-    "fixtures/README.md",
+    "docs/check.md#cases",
     (__doc__ or "").strip(),
     check,
     reads_models=True,

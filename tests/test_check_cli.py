@@ -98,7 +98,11 @@ class Run:
         """Exit 2, no traceback, a final error count that matches; the error lines."""
         assert self.rc == 2, (self.rc, self.err)
         assert "Traceback" not in self.err, self.err
-        lines = [ln for ln in self.err.splitlines() if not ln.startswith("warning: ")]
+        lines = [
+            ln
+            for ln in self.err.splitlines()
+            if not ln.startswith(("warning: ", "note: ", "live only: "))
+        ]
         assert lines, "no error reported"
         count = ERROR_COUNT.match(lines[-1])
         assert count, f"last stderr line is not the error count: {lines[-1]!r}"
@@ -364,6 +368,11 @@ def test_fixture_suite_is_clean(suite: SuiteRuns) -> None:
     assert "Traceback" not in r.err
     doc = r.json()
     assert doc["findings"] == []
+    # What loading noted (endpoints derived from workloads, a route kind not read) is
+    # listed and counted apart from the findings, as stderr labels it.
+    notes = [ln.removeprefix("note: ") for ln in r.err.splitlines() if ln.startswith("note: ")]
+    assert notes and doc["input_notes"] == notes
+    assert not [ln for ln in r.err.splitlines() if ln.startswith("warning: ")]
     assert doc["summary"] == {
         "errors": 0,
         "warnings": 0,
@@ -371,9 +380,10 @@ def test_fixture_suite_is_clean(suite: SuiteRuns) -> None:
         "rules_skipped": 0,
         "scenarios": len(fixture_dirs()),
         "left_to_live": _stating_live_only(),
+        "input_notes": len(notes),
     }
     # Each is said on stderr, at its case's line: not judged is never silently passed.
-    assert r.err.count("judged only by edge-verify live") == _stating_live_only() > 0
+    assert r.err.count("judged by edge-verify live") == _stating_live_only() > 0
 
 
 def _stating_live_only() -> int:
@@ -557,12 +567,12 @@ def test_a_json_error_says_where_in_words(
 def test_an_empty_xds_is_judged_and_said_to_be_empty(
     cli: CLI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pull that returned nothing: every Gateway unserved (exit 1), and a warning
+    """A pull that returned nothing: every Gateway unserved (exit 1), and a note
     that says why before the findings read as routing bugs."""
     _stdin(monkeypatch, b'{"configs": []}')
     r = cli("check", *scenario_args("httproute-simple-same-namespace"), "--xds", "-")
     assert r.rc == 1 and "Traceback" not in r.err
-    assert "warning: <stdin>: no listener and no cluster in the xDS read" in r.err.splitlines()
+    assert "note: <stdin>: no listener and no cluster in the xDS read" in r.err.splitlines()
     translated = cli("check", *scenario_args("httproute-simple-same-namespace"))
     assert translated.rc == 0 and "no listener and no cluster" not in translated.err
 
@@ -681,6 +691,50 @@ def test_warning_fails_only_with_fail_on_warning(orphan_cluster_xds: Path, cli: 
     assert finding["xds_path"] == "clusters[k8s/edge-infra/unused/9999]"
     assert cli(*args, str(orphan_cluster_xds), "--fail-on", "warning").rc == 1
     assert cli(*args, str(orphan_cluster_xds), "--fail-on", "error").rc == 0
+
+
+def test_clusters_the_bootstrap_names_are_used_and_unnamed_ones_are_orphans(
+    tmp_path: Path, cli: CLI
+) -> None:
+    """A live Envoy's config_dump shows its bootstrap: the static cluster of the xDS
+    server (named by ``ads_config``, by no route) and whatever its other parts name,
+    here a stats sink's cluster that CDS serves. Those are used; a dynamic cluster and
+    a static one that nothing names are still orphans."""
+    from verifier.xds.ads import XDS_CLUSTER, bootstrap
+    from verifier.xds.codec import to_json_dict
+
+    doc = translated(tmp_path / "xds.json", "httproute-path-prefix-matching")
+    boot = to_json_dict(bootstrap("127.0.0.1", 18000))
+    sink = "k8s/edge-infra/metrics/9090"
+    boot["stats_sinks"] = [
+        {
+            "name": "envoy.stat_sinks.metrics_service",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.config.metrics.v3.MetricsServiceConfig",
+                "grpc_service": {"envoy_grpc": {"cluster_name": sink}},
+                "transport_api_version": "V3",
+            },
+        }
+    ]
+    kind = "type.googleapis.com/envoy.admin.v3.BootstrapConfigDump"
+    doc["configs"].insert(0, {"@type": kind, "bootstrap": boot})
+    clusters = section(doc, "Clusters")
+    typed = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+    static = boot["static_resources"]["clusters"][0]
+    unnamed = {**copy.deepcopy(static), "name": "static-unnamed"}
+    clusters["static_clusters"] = [{"cluster": {"@type": typed, **c}} for c in (static, unnamed)]
+    for name in (sink, "k8s/edge-infra/unused/9999"):
+        extra = copy.deepcopy(clusters["dynamic_active_clusters"][0])
+        extra["cluster"]["name"] = name
+        clusters["dynamic_active_clusters"].append(extra)
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps(doc), encoding="utf-8")
+    args = ["check", *scenario_args("httproute-path-prefix-matching"), "--xds", str(dump)]
+    r = cli(*args, "--format", "json", "--fail-on", "warning")
+    assert r.rc == 1
+    orphans = [f["xds_path"] for f in r.json()["findings"] if f["code"] == "EV103"]
+    assert orphans == ["clusters[k8s/edge-infra/unused/9999]", "clusters[static-unnamed]"]
+    assert static["name"] == XDS_CLUSTER  # the one every live Envoy has, not an orphan
 
 
 @pytest.fixture(scope="module")
@@ -876,6 +930,36 @@ def test_crashing_translator_is_still_one_line(tmp_path: Path, cli: CLI) -> None
     assert "RuntimeError: translator crashed" in line
 
 
+# ---------------------------------------------------------------- input notes
+
+
+def test_input_notes_are_labelled_and_counted_apart_from_findings(cli: CLI) -> None:
+    """Services given with Deployments and no EndpointSlice get the endpoints a cluster
+    would publish, and loading says so at each Service's line: a note on the input, in
+    every format, never a warning beside a summary that counts no warning."""
+    scenario = "httproute-simple-same-namespace"
+    args = ["check", *scenario_args(scenario)]
+    text = cli(*args)
+    lines = text.err.splitlines()
+    notes = [ln.removeprefix("note: ") for ln in lines if ln.startswith("note: ")]
+    assert text.rc == 0 and len(notes) == len(lines), text.err
+    place = re.compile(rf"{re.escape(rel(FIXTURES / scenario / 'resources.yaml'))}:\d+: ")
+    assert notes and all(place.match(n) for n in notes), notes
+    counts = f"0 errors, 0 warnings, {len(RULES)} rules run, 0 skipped, {len(notes)} input notes"
+    table = rel(FIXTURES / scenario / "cases.yaml")
+    assert (
+        text.out == f"scenario {scenario}: cases {table} (9 cases)\nedge-verify check: {counts}\n"
+    )
+    (run,) = cli(*args, "--format", "sarif").json()["runs"]
+    assert run["results"] == []
+    (invocation,) = run["invocations"]
+    told = invocation["toolExecutionNotifications"]
+    assert [(n["level"], n["message"]["text"]) for n in told] == [("note", n) for n in notes]
+    (suite,) = ET.fromstring(cli(*args, "--format", "junit").out).findall("testsuite")
+    assert suite.get("failures") == "0"
+    assert (suite.findtext("system-out") or "").splitlines() == [f"note: {n}" for n in notes]
+
+
 # ---------------------------------------------------------------- SARIF
 
 
@@ -1030,7 +1114,7 @@ def _first_route(doc: dict[str, Any]) -> dict[str, Any]:
 def test_xds_nested_past_what_can_be_decoded_is_skipped_not_a_crash(tmp_path: Path) -> None:
     """With --max-depth raised far past its default, route metadata nested 600 levels
     makes its RouteConfiguration unreadable, as any resource the loader cannot read:
-    skipped with a warning naming the file and why, and the check does not pass. Not
+    skipped with a note naming the file and why, and the check does not pass. Not
     a RecursionError traceback."""
     doc = translated(tmp_path / "x.json", "httproute-header-matching")
     deep: Any = 5
@@ -1042,8 +1126,8 @@ def test_xds_nested_past_what_can_be_decoded_is_skipped_not_a_crash(tmp_path: Pa
     args = [*scenario_args("httproute-header-matching"), "--xds", str(xds), "--max-depth", "5000"]
     r = run_process("check", *args)
     assert r.rc == 1 and "Traceback" not in r.err, r.err
-    (warning,) = [ln for ln in r.err.splitlines() if "nested too deep" in ln]
-    assert warning.startswith(f"warning: {xds}:") and "RouteConfiguration" in warning
+    (note,) = [ln for ln in r.err.splitlines() if "nested too deep" in ln]
+    assert note.startswith(f"note: {xds}:") and "RouteConfiguration" in note
 
 
 def test_a_number_past_a_double_in_route_metadata_is_no_crash(tmp_path: Path, cli: CLI) -> None:

@@ -62,7 +62,7 @@ def assert_bad_input(proc: subprocess.CompletedProcess[str]) -> list[str]:
     assert lines, "no error reported"
     count = COUNT_LINE.match(lines[-1])
     assert count, f"last stderr line is not the error count: {lines[-1]!r}"
-    errors = [line for line in lines[:-1] if not line.startswith("warning: ")]
+    errors = [line for line in lines[:-1] if not line.startswith(("warning: ", "note: "))]
     assert int(count[1]) == len(errors), proc.stderr
     return errors
 
@@ -166,7 +166,7 @@ def test_unknown_kind_warns_on_stderr(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "Ingress" not in proc.stdout
     assert any(
-        line.startswith("warning: ") and "Ingress" in line for line in proc.stderr.splitlines()
+        line.startswith("note: ") and "Ingress" in line for line in proc.stderr.splitlines()
     ), proc.stderr
 
 

@@ -60,6 +60,11 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out, err
 
 
+def _unplaced(note: str) -> str:
+    """A note without the ``file:line: `` it starts with."""
+    return note.split(": ", 1)[1]
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_check_and_status_from_the_cluster_match_the_files(
     scenario: str, serve: Serve, capsys: pytest.CaptureFixture[str]
@@ -69,13 +74,17 @@ def test_check_and_status_from_the_cluster_match_the_files(
     files = run(["check", "--format", "json", str(BASE), str(FIXTURES / scenario)], capsys)
     live = run(["check", "--format", "json", "--kubeconfig", kubeconfig, *cases], capsys)
     assert files[0] == live[0] == 0, live[2]
-    from_cluster, from_files = json.loads(live[1]), json.loads(files[1])
-    # The same check, but for the scenario's name: the files' folder, the cluster's
-    # --context (here none: "cluster").
-    assert [s.pop("name") for s in from_cluster["scenarios"]] == ["cluster"]
-    assert [s.pop("name") for s in from_files["scenarios"]] == [scenario]
-    assert from_cluster == from_files
-    assert from_cluster["findings"] == []
+    # The same check, but for the scenario's name (the files' folder, the cluster's
+    # --context, here none: "cluster"), and the input notes, which say the same of
+    # each object, each at its own place (a file's line, the cluster's object).
+    got, want = json.loads(live[1]), json.loads(files[1])
+    assert [s.pop("name") for s in got["scenarios"]] == ["cluster"]
+    assert [s.pop("name") for s in want["scenarios"]] == [scenario]
+    assert sorted(map(_unplaced, got.pop("input_notes", []))) == sorted(
+        map(_unplaced, want.pop("input_notes", []))
+    )
+    assert got == want
+    assert got["findings"] == []
     for fmt in ("text", "yaml"):
         want = run(["status", "--format", fmt, str(BASE), str(FIXTURES / scenario)], capsys)
         got = run(["status", "--format", fmt, "--kubeconfig", kubeconfig], capsys)
@@ -194,7 +203,7 @@ def test_missing_listenerset_crd_is_a_warning(
     _, kubeconfig = serve("gateway-https-listener", missing={"listenersets"})
     code, _out, err = run(["check", "--kubeconfig", kubeconfig], capsys)
     assert code == 0, err
-    assert err.count("ListenerSet") == 1 and "warning:" in err
+    assert err.count("ListenerSet") == 1 and "note:" in err
 
 
 def test_missing_required_crd_is_exit_2(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:

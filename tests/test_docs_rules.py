@@ -75,7 +75,11 @@ def _feature(name: str) -> str:
 
 
 def _spec_ref(ref: str) -> str:
-    """A catalogue reference: a link named after its site, or the text as written."""
+    """A catalogue reference: a link named after its site, or to the page of these docs
+    (rules.md sits beside the pages ``docs/<page>.md#<anchor>`` names)."""
+    if ref.startswith("docs/"):
+        page = ref.removeprefix("docs/")
+        return f"[{page}]({page})"
     if not ref.startswith("http"):
         return ref
     site = "Gateway API" if "gateway-api" in ref else "Envoy" if "envoyproxy" in ref else "link"

@@ -21,6 +21,7 @@ import pytest
 from conftest import FIXTURES, translate_scenario
 from envoy_data_plane.envoy.config.core.v3 import Address, SocketAddress
 from envoy_data_plane.envoy.config.listener.v3 import Listener
+from verifier.rules import RULES
 
 from verifier.cli import main
 from verifier.xds.ads import AdsServer
@@ -225,3 +226,45 @@ def test_pull_admin_holds_the_served_resources_and_reports_a_rejected_update(
     )
     assert "Envoy rejected the update" in line
     assert "not-an-ip" in line and "not-an-ip" in message, (line, message)
+
+
+@pytest.mark.live
+def test_check_xds_on_a_live_envoys_admin_is_clean_when_the_config_is_right() -> None:
+    """A real Envoy's /config_dump holds what no route names (the bootstrap's cluster
+    for the xDS server) and what Envoy fills in (EDS hosts with their health and
+    weights): neither is a finding, so ``--fail-on warning``, as the docs recommend
+    for CI, passes on a right config. A mesh scenario: EDS, SDS and the ADS cluster.
+    The check runs beside Envoy, in its namespace, against its admin URL, as a user
+    checks a running edge; the same dump still judged an unused dynamic cluster
+    (tests/test_check_cli.py)."""
+    import io
+    import os
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from verifier.live.envoy_process import envoy_available
+    from verifier.live.harness import EmbeddedHarness
+    from verifier.live.isolated import with_isolated_harness
+    from verifier.live.replay import load_scenario
+
+    if not envoy_available() or os.geteuid() != 0:
+        pytest.skip("needs the envoy binary and a network namespace (root)")
+    scenario = FIXTURES / "httproute-mesh-backend"
+    res, snap = load_scenario(scenario)
+
+    def check(admin: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        argv = ["check", str(FIXTURES / "base"), str(scenario), "--xds", f"http://{admin}"]
+        with redirect_stdout(out), redirect_stderr(err):
+            rc = main([*argv, "--fail-on", "warning"])
+        return rc, out.getvalue(), err.getvalue()
+
+    async def beside_envoy(harness: EmbeddedHarness) -> tuple[int, str, str]:
+        assert harness.envoy is not None and harness.envoy.admin is not None
+        return await asyncio.to_thread(check, harness.envoy.admin)  # main has its own loop
+
+    done = asyncio.run(with_isolated_harness(res, snap, beside_envoy, fallback=False))
+    rc, out, err = done.value
+    assert (rc, err) == (0, ""), out + err
+    assert out.splitlines()[-1] == (
+        f"edge-verify check: 0 errors, 0 warnings, {len(RULES)} rules run, 0 skipped"
+    )

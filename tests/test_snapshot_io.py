@@ -60,6 +60,7 @@ from envoy_data_plane.envoy.service.discovery.v3 import DiscoveryResponse
 from envoy_data_plane.google.protobuf import Struct
 
 from verifier.xds.codec import XdsLoadError, from_json_dict, pack_any, to_json_dict
+from verifier.xds.layout import as_served
 from verifier.xds.snapshot import (
     Snapshot,
     bootstrap_for_validation,
@@ -526,25 +527,39 @@ def _without(doc: Any, keys: frozenset[str]) -> Any:
 def test_loads_real_envoy_config_dump_and_writes_the_same_shape() -> None:
     envoy_doc = json.loads(ENVOY_CONFIG_DUMP)
     snap, notes = from_config_dump(envoy_doc, "envoy.json")
-    assert [str(n) for n in notes] == [
-        f"envoy.json:$.configs[{i}]: config of type envoy.admin.v3.{kind} ignored"
-        for i, kind in [
-            (0, "BootstrapConfigDump"),
-            (4, "ScopedRoutesConfigDump"),
-        ]
-    ]
+    # The bootstrap is read for the names it gives; an empty ScopedRoutesConfigDump
+    # (every Envoy prints one) holds nothing to pass over.
+    assert notes == []
     # SDS secrets are read (a DownstreamTlsContext may take its CAs from them),
     # never written: the translator inlines what it needs.
     assert all(s.name for s in snap.secrets)
     assert [c.name for c in snap.clusters] == ["api", "web"]
     assert [e.cluster_name for e in snap.endpoints] == ["api", "web"]
-    # Our output for the same resources is what Envoy printed, timestamps and versions aside.
+    # Our output for the same resources is what Envoy printed, timestamps and versions
+    # aside, and the weight 0 Envoy prints for a locality that was given none.
     ignored = frozenset({"last_updated", "version_info"})
     ours = {c["@type"]: c for c in to_config_dump(snap)["configs"]}
+    (eds,) = [c for c in envoy_doc["configs"] if c["@type"].endswith("EndpointsConfigDump")]
+    for entry in eds["dynamic_endpoint_configs"]:
+        entry["endpoint_config"] = as_served(entry["endpoint_config"])
     for config in envoy_doc["configs"]:
         if config["@type"] in ours:
             assert _without(ours.pop(config["@type"]), ignored) == _without(config, ignored)
     assert ours == {}
+
+
+def test_a_dumped_locality_weight_of_0_is_read_as_unset_and_a_set_one_as_set() -> None:
+    """Envoy prints ``load_balancing_weight: 0`` for a locality given no weight; served,
+    0 is invalid (the minimum is 1) and Envoy's validate would reject the dump."""
+    doc = json.loads(ENVOY_CONFIG_DUMP)
+    (eds,) = [c for c in doc["configs"] if c["@type"].endswith("EndpointsConfigDump")]
+    localities = eds["dynamic_endpoint_configs"][0]["endpoint_config"]["endpoints"]
+    assert localities[0]["load_balancing_weight"] == 0
+    localities.append(copy.deepcopy(localities[0]) | {"load_balancing_weight": 3})
+    snap, _ = from_config_dump(doc, "d")
+    api = next(e for e in snap.endpoints if e.cluster_name == "api")
+    assert [loc.load_balancing_weight for loc in api.endpoints] == [None, 3]
+    assert [ep.load_balancing_weight for loc in api.endpoints for ep in loc.lb_endpoints] == [1, 1]
 
 
 def test_warming_and_draining_states_are_not_taken() -> None:

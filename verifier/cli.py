@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -74,8 +74,13 @@ class _VersionAction(argparse.Action):
 
 def _warn(res: Resources) -> None:
     """Ignored kinds are reported, so nothing in the input is dropped silently."""
-    for warning in res.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    _note(res.warnings)
+
+
+def _note(notes: Iterable[str]) -> None:
+    """What reading the input noted, labelled apart from findings' warnings."""
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _write(text: str, output: str | None) -> None:
@@ -239,8 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from verifier import pipeline
 
         snapshot, notes = pipeline.file_snapshot(args.xds)
-        for note in notes:
-            print(f"warning: {note}", file=sys.stderr)
+        _note(notes)
     else:
         snapshot = _translated(args)
     problems = ads.unservable(snapshot)
@@ -449,8 +453,7 @@ def _check(args: argparse.Namespace) -> int:
     bad_input = [e for r in results for e in r.input_errors]
     for r in results:
         prefix = f"{r.scenario.name}: " if len(results) > 1 else ""
-        for w in r.warnings:
-            print(f"warning: {prefix}{w}", file=sys.stderr)
+        _note(f"{prefix}{w}" for w in r.warnings)
         # Rules a profile does not claim are skipped by choice; any other reason is news.
         unrun = [why for _name, why in r.skipped if not why.startswith("profile ")]
         for why in sorted(set(unrun)):
@@ -461,7 +464,7 @@ def _check(args: argparse.Namespace) -> int:
         for file, line, case, fields in r.left_to_live:
             where = f"{file}:{line}" if file else prefix.rstrip(": ")
             print(
-                f"note: {where}: case {case}: {', '.join(fields)} judged only by edge-verify live",
+                f"live only: {where}: case {case}: {', '.join(fields)} judged by edge-verify live",
                 file=sys.stderr,
             )
         _print_input_errors(r.input_errors, prefix)
@@ -474,12 +477,13 @@ def _check(args: argparse.Namespace) -> int:
     if args.save_baseline:
         baseline.save(args.save_baseline, frozenset().union(*(r.agreed for r in results)))
     scenarios = [pipeline.reported(r) for r in results]
+    notes = pipeline.input_notes(results)
     if args.format == "json":
-        out = findings_json.render(scenarios, summary)
+        out = findings_json.render(scenarios, summary, notes)
     elif args.format == "junit":
         out = junit.render(scenarios)
     elif args.format == "sarif":
-        out = sarif.render(scenarios, RULES, _version())
+        out = sarif.render(scenarios, RULES, _version(), notes)
     else:
         out = text.render(findings, summary, _scenario_lines(results))
     _write(out, args.output)
@@ -673,6 +677,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             report = _live_pass(args, opts, bar, remote)
     else:
         report = _live_pass(args, opts, remote=remote)
+    _note(pipeline.input_notes(results))  # the summary below counts them
     for f in findings:
         for line in text.finding_lines(f):
             print(line, file=sys.stderr)
@@ -713,8 +718,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise InputErrors([empty])
     if args.xds:
         snapshot, notes = pipeline.file_snapshot(args.xds, records=True)
-        for note in notes:
-            print(f"warning: {note}", file=sys.stderr)
+        _note(notes)
     else:
         snapshot = pipeline.reference_snapshot(res, opts, args.mesh_registry)
     problems = pipeline.addressing_problems(res, opts, snapshot)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources as importlib_resources
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import yaml
 
@@ -43,6 +44,26 @@ def catalogue() -> dict[str, Message]:
         code: Message(code, str(m["level"]), str(m["template"]), str(m.get("spec_ref", "")))
         for code, m in _messages_yaml()["messages"].items()
     }
+
+
+# A reference to a page of these docs, as messages.yaml and the rules write it:
+# ``docs/<page>.md#<anchor>``. Every other reference is an https URL.
+DOCS: Final = "docs/"
+
+
+def reference(spec_ref: str) -> str:
+    """Where a finding's reference can be read. A URL is itself; a page of these docs
+    is the ``file://`` URI of that page in this copy: the package's own ``docs``
+    (installed from docs/ as package data, pyproject.toml) or, in a source checkout,
+    docs/ beside the package. ``fixtures/README.md`` and the like exist in neither."""
+    if not spec_ref.startswith(DOCS):
+        return spec_ref
+    page, _, anchor = spec_ref.removeprefix(DOCS).partition("#")
+    package = Path(__file__).resolve().parent
+    for docs in (package / "docs", package.parent / "docs"):
+        if (docs / page).is_file():
+            return (docs / page).as_uri() + (f"#{anchor}" if anchor else "")
+    return spec_ref
 
 
 @cache

@@ -84,6 +84,8 @@ class ScenarioResult:
     findings: list[Finding] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # What reading the input noted (``input_notes``): printed as ``note:`` lines and
+    # counted apart from the findings, whose ``warning`` is a severity.
     warnings: list[str] = field(default_factory=list)
     input_errors: list[InputError] = field(default_factory=list)
     # Each cases table replayed and how many cases it holds, in the order read.
@@ -726,6 +728,15 @@ def check_all(
     return results
 
 
+def input_notes(results: Sequence[ScenarioResult]) -> list[str]:
+    """What reading the input noted: endpoints derived from workloads, kinds the edge
+    does not read, xDS passed over. Facts about the input (``file:line: ...`` where
+    they have a line), not findings: no ``--fail-on`` counts them. In a suite each
+    starts with its scenario's name."""
+    many = len(results) > 1
+    return [f"{r.scenario.name}: {w}" if many else w for r in results for w in r.warnings]
+
+
 # Scenarios are independent: a suite of them (``edge-verify check fixtures/``)
 # is split over the cores, results in scenario order. A worker checks its
 # scenario serially (no grandchildren: see ``verifier.forked.can_fork``).
@@ -749,6 +760,7 @@ def reported(result: ScenarioResult) -> ScenarioReport:
         tuple(result.findings),
         tuple(result.ran),
         tuple(result.skipped),
+        tuple(result.warnings),
     )
 
 
@@ -760,6 +772,9 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
         "rules_run": max((len(r.ran) for r in results), default=0),
         "rules_skipped": max((len(r.skipped) for r in results), default=0),
     }
+    notes = sum(len(r.warnings) for r in results)
+    if notes:  # counted apart: a note is about the input, never a finding
+        out["input_notes"] = notes
     if len(results) > 1 or (results and results[0].scenario.suite):
         out["scenarios"] = len(results)
     left = sum(len(r.left_to_live) for r in results)

@@ -10,15 +10,19 @@ allowance (``shrink_seconds``) so a found bug is always reported small.
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 
@@ -192,7 +196,54 @@ def run_campaign(
     """Each property in turn, the budget split evenly. The properties that need a
     real Envoy (``needs_plane``) run together inside ``plane`` (one Envoy for all of
     them, in a process of its own), the others here."""
-    database = DirectoryBasedExampleDatabase(str(database_dir)) if database_dir else None
+    with _hypothesis_home():
+        return _campaign(
+            env,
+            names,
+            budget=budget,
+            seed_value=seed_value,
+            database=DirectoryBasedExampleDatabase(str(database_dir)) if database_dir else None,
+            shrink_seconds=shrink_seconds,
+            max_examples=max_examples,
+            shrink_steps=shrink_steps,
+            progress=progress,
+            plane=plane,
+        )
+
+
+@contextmanager
+def _hypothesis_home() -> Iterator[None]:
+    """Hypothesis keeps caches (the constants it reads from the source, its charmap)
+    in its home directory, ``.hypothesis/`` in the working directory by default: a
+    clean run left that in the user's directory. What is worth keeping, the example
+    database, has its own place (``--database``, made once a failure is kept), so the
+    caches live in a temporary home for the run; a ``HYPOTHESIS_STORAGE_DIRECTORY``
+    the user set is theirs and kept."""
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    before = storage_directory(intent_to_write=False).home_directory
+    with tempfile.TemporaryDirectory(prefix="edge-verify-hypothesis-") as home:
+        set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            set_hypothesis_home_dir(before)
+
+
+def _campaign(
+    env: Env,
+    names: Sequence[str],
+    *,
+    budget: float,
+    seed_value: int,
+    database: ExampleDatabase | None,
+    shrink_seconds: float,
+    max_examples: int,
+    shrink_steps: int | None,
+    progress: Progress | None,
+    plane: PlaneRunner[Any] | None,
+) -> Campaign:
     share = budget / max(1, len(names))
 
     def one(name: str) -> tuple[PropertyRun, Counter[str], dict[str, int]]:

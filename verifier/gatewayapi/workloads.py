@@ -9,7 +9,7 @@ once at load time, every Service that has a selector and no EndpointSlice in
 the input gets the slices the controller would write, as ordinary
 ``EndpointSlice`` objects: the spec model, the Envoy model's backend
 directory, the translator and the live harness all read the same endpoints
-and none of them knows they were derived (the load warnings say so).
+and none of them knows they were derived (the notes on the input say so).
 
 What the controller would do, and what is assumed here:
 
@@ -167,7 +167,7 @@ class PodAddresses:
 def derive_for(
     svc: m.Service, workloads: Iterable[m.Workload], pods: PodAddresses
 ) -> tuple[list[m.EndpointSlice], str]:
-    """The slices the controller would publish for ``svc``, and the warning that says so."""
+    """The slices the controller would publish for ``svc``, and the note that says so."""
     ns, name = svc.meta.key
     groups: dict[tuple[tuple[str, int], ...], list[str]] = {}
     owners: list[str] = []
@@ -224,7 +224,7 @@ def derive_endpoint_slices(
     slices: Mapping[tuple[str, str], m.EndpointSlice],
     workloads: Mapping[tuple[str, str, str], m.Workload],
 ) -> tuple[list[m.EndpointSlice], list[str]]:
-    """Slices for every selecting Service that has none, and one warning per Service."""
+    """Slices for every selecting Service that has none, and one note per Service."""
     given = {(s.meta.namespace, s.service_name) for s in slices.values()}
     taken = {a for s in slices.values() for a in s.addresses}
     taken |= {s.cluster_ip for s in services.values() if s.cluster_ip}

@@ -16,10 +16,12 @@ from verifier.report.text import finding_lines
 
 def render(scenarios: Sequence[ScenarioReport]) -> str:
     """One suite per scenario, named after it, with a ``cases`` property per cases
-    table it replayed."""
+    table it replayed. Notes on the input are no test case: the suite's
+    ``<system-out>`` lists them."""
     suites = ET.Element("testsuites", name="edge-verify check")
     for scn in scenarios:
         name, ran, skipped, findings = scn.name, scn.ran, scn.skipped, scn.findings
+        notes = scn.notes
         by_rule: dict[str, list[Finding]] = {}
         for f in findings:
             by_rule.setdefault(f.rule, []).append(f)
@@ -48,5 +50,7 @@ def render(scenarios: Sequence[ScenarioReport]) -> str:
         for rule, reason in skipped:
             case = ET.SubElement(suite, "testcase", classname=name, name=rule)
             ET.SubElement(case, "skipped", message=reason)
+        if notes:
+            ET.SubElement(suite, "system-out").text = "\n".join(f"note: {n}" for n in notes)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

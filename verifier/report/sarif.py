@@ -79,23 +79,34 @@ def _physical(file: str, line: int) -> dict[str, Any]:
     return {"artifactLocation": {"uri": _uri(file)}, "region": {"startLine": max(line, 1)}}
 
 
-def render(scenarios: Sequence[ScenarioReport], rules: Sequence[Rule], version: str) -> str:
-    doc = {
-        "$schema": SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "edge-verify",
-                        "version": version,
-                        "informationUri": "https://gateway-api.sigs.k8s.io/",
-                        "rules": _rules(rules),
-                    }
-                },
-                "results": [_result(f, s.name) for s in scenarios for f in s.findings],
-                "properties": {"scenarios": [s.to_json() for s in scenarios]},
+def render(
+    scenarios: Sequence[ScenarioReport],
+    rules: Sequence[Rule],
+    version: str,
+    notes: Sequence[str] = (),
+) -> str:
+    """``notes``: what reading the input noted (``pipeline.input_notes``). They are not
+    results: SARIF's place for them is the invocation's tool notifications."""
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "edge-verify",
+                "version": version,
+                "informationUri": "https://gateway-api.sigs.k8s.io/",
+                "rules": _rules(rules),
             }
-        ],
+        },
+        "results": [_result(f, s.name) for s in scenarios for f in s.findings],
+        "properties": {"scenarios": [s.to_json() for s in scenarios]},
     }
+    if notes:
+        run["invocations"] = [
+            {
+                "executionSuccessful": True,
+                "toolExecutionNotifications": [
+                    {"level": "note", "message": {"text": n}} for n in notes
+                ],
+            }
+        ]
+    doc = {"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"

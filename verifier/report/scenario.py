@@ -23,6 +23,8 @@ class ScenarioReport:
     findings: tuple[Finding, ...] = ()
     ran: tuple[str, ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()
+    # What reading the input noted (endpoints derived from workloads, ...): no finding.
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "cases": [{"file": f, "cases": n} for f, n in self.cases]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from verifier.findings import Finding
+from verifier.findings import Finding, reference
 
 
 def finding_lines(f: Finding) -> list[str]:
@@ -17,7 +17,7 @@ def finding_lines(f: Finding) -> list[str]:
         lines.append(f"    xds: {f.xds_path}")
     lines += [f"    related: {r.location or '<xds>'}: {r.what}" for r in f.related]
     if f.spec_ref:
-        lines.append(f"    see: {f.spec_ref}")
+        lines.append(f"    see: {reference(f.spec_ref)}")
     return lines
 
 
@@ -50,6 +50,9 @@ def summary_line(summary: dict[str, Any]) -> str:
         parts.append(f"{n} case{'s' if n != 1 else ''} with expectations left to live")
     if "scenarios" in summary:
         parts.insert(0, f"{summary['scenarios']} scenarios")
+    notes = summary.get("input_notes", 0)
+    if notes:
+        parts.append(f"{notes} input note{'s' if notes != 1 else ''}")
     if "baseline" in summary:
         b = summary["baseline"]
         if b["asked"] < b["requests"]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -83,6 +83,7 @@ SECTIONS: Final[dict[str, tuple[str, str]]] = {
     ),
 }
 DUMP_TYPES: Final = frozenset(SECTIONS)  # read section by section, as JSON
+BOOTSTRAP_DUMP: Final = "envoy.admin.v3.BootstrapConfigDump"
 
 # The fields of the admin dumps (envoy.admin.v3) and of a DiscoveryResponse: a key
 # outside these (a typo such as ``dynamic_active_cluster``, a newer Envoy's field)
@@ -117,6 +118,19 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
 
 def snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def strings(doc: Json) -> Iterator[str]:
+    """Every string in a JSON value, keys aside."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, Mapping):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def unknown_keys(doc: Mapping[str, Json], known: frozenset[str]) -> list[str]:
@@ -157,6 +171,11 @@ class Walk:
                 "{resources: [...]}, or a list of those or of resources",
             )
 
+    def bootstrap(self, doc: Mapping[str, Json], path: str) -> None:
+        """The Envoy's own bootstrap: no control plane serves it, and its static
+        resources are in the dump's static sections too; a walk that needs more of it
+        (the clusters it names) reads it here."""
+
     def unknown(self, doc: Mapping[str, Json], known: str, path: str) -> None:
         for key in unknown_keys(doc, KNOWN_KEYS[known]):
             self.notes.append(Skipped(f"{path}.{key}", f"not a field of {known}, not read"))
@@ -169,8 +188,13 @@ class Walk:
 
     def config(self, config: Json, path: str) -> None:
         kind = type_name(config, path)
+        if kind == BOOTSTRAP_DUMP:
+            assert isinstance(config, Mapping)  # type_name saw to it
+            self.bootstrap(get(config, "bootstrap", path, Mapping) or {}, f"{path}.bootstrap")
+            return
         if kind not in SECTIONS:
-            self.notes.append(Skipped(path, f"config of type {kind} ignored"))
+            if set(config) - {"@type"}:  # an empty one (no scoped routes) holds nothing
+                self.notes.append(Skipped(path, f"config of type {kind} ignored"))
             return
         assert isinstance(config, Mapping)  # type_name saw to it
         self.unknown(config, kind, path)
@@ -198,7 +222,7 @@ class Walk:
                 self.notes.append(Skipped(path, f"no {step}"))
                 return
             node, path = value, f"{path}.{step}"
-        self.resource(node, path, None)
+        self.resource(as_served(node) if steps[-1] == "endpoint_config" else node, path, None)
 
     def unwrapped(self, doc: Json, path: str, expected: str | None) -> str | None:
         """The resource's type name, once a ``Resource`` wrapper was opened (then None:
@@ -218,6 +242,26 @@ class Walk:
             self.notes.append(Skipped(path, f"resource type {name} ignored"))
             return None
         return name
+
+
+def as_served(assignment: Mapping[str, Json]) -> Mapping[str, Json]:
+    """An admin dump's ClusterLoadAssignment as a control plane would have served it.
+
+    The dump shows Envoy's hosts, with what Envoy fills in: a locality weight that
+    was not set is printed as ``load_balancing_weight: 0``, which no control plane can
+    serve (the field's minimum is 1, and Envoy rejects the update), so 0 there means
+    unset. Read literally, every live Envoy's EDS would be invalid (``EV101``)."""
+    localities = assignment.get("endpoints")  # one spelling in both JSON forms
+    if not isinstance(localities, list):
+        return assignment
+    weights = ("load_balancing_weight", "loadBalancingWeight")
+    served = [
+        {k: v for k, v in loc.items() if not (k in weights and v == 0)}
+        if isinstance(loc, Mapping)
+        else loc
+        for loc in localities
+    ]
+    return {**assignment, "endpoints": served} if served != localities else assignment
 
 
 def camel(name: str) -> str:

@@ -30,6 +30,8 @@ from verifier.xds.layout import (
     Skipped,
     Walk,
     XdsLoadError,
+    snake,
+    strings,
     walk_path,
 )
 from verifier.xds.validation import (
@@ -106,6 +108,11 @@ class Snapshot:
     read_as: Mapping[int, tuple[betterproto2.Message, bytes]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # Every name the Envoy's own bootstrap gives outside its node and its static
+    # resources, when the xDS is a config_dump that shows it: the xDS server's cluster
+    # (ads_config, a config source), stats sinks, tracing, access-log services. No
+    # control plane serves the bootstrap, so what it uses is used though no route is.
+    bootstrap_names: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for kind in (*KINDS, "secrets"):
@@ -293,6 +300,7 @@ class _Loader(Walk):
     # the records decoder declines (verifier.xds.records.Decline) is decoded as messages.
     records: bool = False
     read_as: dict[int, tuple[betterproto2.Message, bytes]] = field(default_factory=dict)
+    bootstrap_names: set[str] = field(default_factory=set)
 
     def snapshot(self) -> Snapshot:
         def of(kind: str) -> Any:
@@ -305,6 +313,7 @@ class _Loader(Walk):
             of("routes"),
             of("secrets"),
             read_as=self.read_as,
+            bootstrap_names=frozenset(self.bootstrap_names),
         )
 
     def document(self, doc: Json, root: str) -> None:
@@ -313,6 +322,12 @@ class _Loader(Walk):
 
             preload_types(doc, skip=DUMP_TYPES)
         super().document(doc, root)
+
+    def bootstrap(self, doc: Mapping[str, Json], path: str) -> None:
+        """The strings of its parts but the node (its identity, and the list of every
+        extension built in) and the static resources (read from the dump's sections)."""
+        parts = [v for k, v in doc.items() if snake(k) not in ("node", "static_resources")]
+        self.bootstrap_names.update(strings(parts))
 
     def _decoded(self, url: str, doc: Json, path: str) -> tuple[Any, list[Skipped]]:
         if self.records:
