@@ -48,26 +48,34 @@ UNSUPPORTED_FILTER_TYPES = frozenset({"ExtensionRef", "ExternalAuth"})
 UNSUPPORTED_RULE_FIELDS = ("retry", "sessionPersistence")
 
 
-def unsupported_features(route: HTTPRoute) -> list[str]:
-    """Features of ``route`` the edge rejects, with where they are."""
-    found: list[str] = []
+def unsupported_fields(route: HTTPRoute) -> list[tuple[str, str]]:
+    """Where ``route`` uses a feature the edge rejects: (field path, what is there)."""
+    found: list[tuple[str, str]] = []
     for rule in route.rules:
         filters = list(rule.filters)
         for b in rule.backend_refs:
             filters.extend(b.filters)
         found.extend(
-            f"{f.path or rule.path}: filter {f.type}"
+            (f.path or rule.path, f"filter {f.type}")
             for f in filters
             if f.type in UNSUPPORTED_FILTER_TYPES
         )
     raw_rules = _raw_rules(route)
     for i, raw in enumerate(raw_rules):
         found.extend(
-            f"spec.rules[{i}].{key}"
+            (f"spec.rules[{i}].{key}", key)
             for key in UNSUPPORTED_RULE_FIELDS
             if isinstance(raw, dict) and raw.get(key) is not None
         )
     return found
+
+
+def unsupported_features(route: HTTPRoute) -> list[str]:
+    """Features of ``route`` the edge rejects, with where they are."""
+    return [
+        path if what in UNSUPPORTED_RULE_FIELDS else f"{path}: {what}"
+        for path, what in unsupported_fields(route)
+    ]
 
 
 def _raw_rules(route: HTTPRoute) -> list[Any]:

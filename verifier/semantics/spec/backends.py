@@ -36,11 +36,18 @@ SUPPORTED_APP_PROTOCOLS = {
 
 @dataclass(frozen=True)
 class Resolved:
-    """A backendRef resolved to a Service port, or the reason it is invalid."""
+    """A backendRef resolved to a Service port, or the reason it is invalid.
+
+    An invalid one also names the ResolvedRefs reason the spec gives (InvalidKind,
+    RefNotPermitted, BackendNotFound, UnsupportedProtocol) and the backendRef field
+    that is at fault (kind, namespace, name, port; empty when the fault is the
+    Service's), so a report can point at that field."""
 
     backend: Backend | None
     problem: str | None
     protocol: str = ""
+    reason: str = ""
+    field: str = ""
 
 
 def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -> Resolved:
@@ -50,7 +57,8 @@ def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -
     has not been explicitly allowed by a ReferenceGrant ... * It refers to a
     Kubernetes Service that has an incompatible appProtocol"."""
     if (ref.group, ref.kind) not in SUPPORTED_BACKEND_KINDS:
-        return Resolved(None, f"InvalidKind {ref.group or 'core'}/{ref.kind} {ref.name}")
+        problem = f"InvalidKind {ref.group or 'core'}/{ref.kind} {ref.name}"
+        return Resolved(None, problem, reason="InvalidKind", field="kind")
     ns = ref.namespace or route.meta.namespace
     allowed, why = reference_allowed(
         res,
@@ -63,17 +71,19 @@ def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -
         to_name=ref.name,
     )
     if not allowed:
-        return Resolved(None, f"RefNotPermitted Service {ns}/{ref.name}: {why}")
+        problem = f"RefNotPermitted Service {ns}/{ref.name}: {why}"
+        return Resolved(None, problem, reason="RefNotPermitted", field="namespace")
     svc = res.services.get((ns, ref.name))
     if svc is None:
-        return Resolved(None, f"BackendNotFound Service {ns}/{ref.name}")
+        problem = f"BackendNotFound Service {ns}/{ref.name}"
+        return Resolved(None, problem, reason="BackendNotFound", field="name")
     port = next((p for p in svc.ports if p.port == ref.port), None)
     if port is None:
-        return Resolved(None, f"BackendNotFound Service {ns}/{ref.name} has no port {ref.port}")
+        problem = f"BackendNotFound Service {ns}/{ref.name} has no port {ref.port}"
+        return Resolved(None, problem, reason="BackendNotFound", field="port")
     if port.app_protocol not in SUPPORTED_APP_PROTOCOLS:
-        return Resolved(
-            None, f"UnsupportedProtocol appProtocol {port.app_protocol} on {ns}/{ref.name}"
-        )
+        problem = f"UnsupportedProtocol appProtocol {port.app_protocol} on {ns}/{ref.name}"
+        return Resolved(None, problem, reason="UnsupportedProtocol")
     return Resolved(
         Backend(ns, ref.name, port.port, weight), None, SUPPORTED_APP_PROTOCOLS[port.app_protocol]
     )
