@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from verifier import expected
 from verifier.check import DEFAULT_CONTROLLER, Context
 from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
@@ -75,6 +76,8 @@ class Scenario:
     expected_errors: str | None = None
     mesh_registry: str | None = None
     cluster: ClusterSource | None = None
+    # expected-findings.yaml: the findings a deliberately broken scenario must report.
+    expected_findings: str | None = None
 
 
 @dataclass
@@ -90,6 +93,8 @@ class ScenarioResult:
     requests: int = 0
     asked: int = 0
     agreed: frozenset[bytes] = frozenset()
+    # The findings reported as the scenario's expected-findings.yaml declares them.
+    expected: list[Finding] = field(default_factory=list)
 
 
 MESH_REGISTRY = "mesh-registry.yaml"
@@ -113,6 +118,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
             cases = child / "cases.yaml"
             errors = child / "expected-errors.yaml"
             registry = child / MESH_REGISTRY
+            declared = child / expected.FILE
             out.append(
                 Scenario(
                     child.name,
@@ -120,6 +126,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
                     (str(cases),) if cases.is_file() else (),
                     str(errors) if errors.is_file() else None,
                     str(registry) if registry.is_file() else None,
+                    expected_findings=str(declared) if declared.is_file() else None,
                 )
             )
         if opts.cases or opts.mesh_registry:
@@ -145,6 +152,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
             _own_cases(paths, opts.cases),
             None,
             _own_registry(paths, opts.mesh_registry),
+            expected_findings=_own_file(paths, expected.FILE),
         )
     ]
 
@@ -167,9 +175,15 @@ def _own_registry(paths: Sequence[str], given: str | None) -> str | None:
     reads it); a folder's registry changes how its backends are dialled."""
     if given is not None:
         return given
-    found = [str(Path(p) / MESH_REGISTRY) for p in paths if (Path(p) / MESH_REGISTRY).is_file()]
+    return _own_file(paths, MESH_REGISTRY, "name one with --mesh-registry")
+
+
+def _own_file(paths: Sequence[str], name: str, choose: str = "give one folder") -> str | None:
+    """The file ``name`` of the one folder given that has it, as the suite reads it
+    (mesh-registry.yaml, expected-findings.yaml); two such folders are ambiguous."""
+    found = [str(Path(p) / name) for p in paths if (Path(p) / name).is_file()]
     if len(found) > 1:
-        why = f"{len(found)} folders bring one ({', '.join(found)}): name one with --mesh-registry"
+        why = f"{len(found)} folders bring one ({', '.join(found)}): {choose}"
         raise InputErrors([InputError(found[1], 0, "", "ambiguous", why)])
     return found[0] if found else None
 
@@ -607,6 +621,14 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
     with loaded_objects_frozen():
         ran = run(rules, ctx)
     result.findings, result.ran, result.skipped = ran.findings, ran.rules_run, ran.rules_skipped
+    if scn.expected_findings:
+        try:
+            judged = expected.judge(scn.expected_findings, ran.findings)
+        except InputErrors as exc:
+            result.input_errors += exc.errors
+        else:
+            result.findings, result.expected = judged.unexpected, judged.expected
+            result.input_errors += judged.missing
     if "comparisons" in ctx.__dict__:  # the models were asked (cached_property)
         result.requests, result.asked, result.agreed = len(ctx.witnesses), ctx.asked, ctx.agreed
     return result
@@ -683,6 +705,8 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
         "rules_run": max((len(r.ran) for r in results), default=0),
         "rules_skipped": max((len(r.skipped) for r in results), default=0),
     }
+    if any(r.expected for r in results):  # declared by their scenarios: they pass
+        out["expected"] = sum(len(r.expected) for r in results)
     if len(results) > 1 or (results and results[0].scenario.name != "input"):
         out["scenarios"] = len(results)
     if baseline:
