@@ -222,6 +222,22 @@ def test_namespace_restricts_namespaced_reads(
             assert "/namespaces/edge-infra/" in p, p
 
 
+def test_a_namespace_limited_read_judges_only_what_it_read(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --namespace the cluster's other namespaces are not read, so a backendRef
+    into one (edge-web) names a Service and ReferenceGrants the input cannot know:
+    it is not judged, while the one into a namespace read (edge-infra) is."""
+    _, kubeconfig = serve("httproute-cross-namespace")
+    scoped = ["--namespace", "edge-apps", "--namespace", "edge-infra"]
+    code, out, err = run(["check", "--format", "json", "--kubeconfig", kubeconfig, *scoped], capsys)
+    found = json.loads(out)["findings"]
+    assert code == 1, err
+    assert [(f["code"], f["actual"]["service"]) for f in found] == [
+        ("EV908", "edge-infra/infra-backend-v2")
+    ]
+
+
 def test_unreachable_server_is_exit_2_in_bounded_time(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
