@@ -16,8 +16,11 @@ from verifier.rules import (
     envoy_invalid_values,
     gateway_frontend_client_certificate_validation,
     gateway_https_misdirected_requests,
+    gateway_listeners,
     host_rewrite_with_host_header,
+    httproute_accepted,
     httproute_backend_protocol,
+    httproute_backend_refs,
     httproute_backend_request_header_modification,
     httproute_backend_weights,
     httproute_cors,
@@ -42,6 +45,7 @@ from verifier.rules import (
     httproute_timeouts,
     listener_per_gateway_port,
     listener_set,
+    listener_set_accepted,
     no_missing_clusters,
     no_orphan_clusters,
     no_route_default_404,
@@ -66,8 +70,11 @@ RULES: tuple[Rule, ...] = (
     envoy_invalid_values.RULE,
     gateway_frontend_client_certificate_validation.RULE,
     gateway_https_misdirected_requests.RULE,
+    gateway_listeners.RULE,
     host_rewrite_with_host_header.RULE,
+    httproute_accepted.RULE,
     httproute_backend_protocol.RULE,
+    httproute_backend_refs.RULE,
     httproute_backend_request_header_modification.RULE,
     httproute_backend_weights.RULE,
     httproute_cors.RULE,
@@ -92,6 +99,7 @@ RULES: tuple[Rule, ...] = (
     httproute_timeouts.RULE,
     listener_per_gateway_port.RULE,
     listener_set.RULE,
+    listener_set_accepted.RULE,
     no_missing_clusters.RULE,
     no_orphan_clusters.RULE,
     no_route_default_404.RULE,
@@ -102,4 +110,15 @@ RULES: tuple[Rule, ...] = (
     unreachable_routes.RULE,
     virtual_host_domains.RULE,
     whole_config_equivalence.RULE,
+)
+
+# The rules that judge the Gateway API resources alone, never the xDS: configuration
+# mistakes (a backendRef to a Service that does not exist, a route no listener takes).
+# A scenario that makes one on purpose declares it (verifier/expected.py), and the
+# fuzzer declares those of the worlds it writes as fixtures (verifier/fuzz/fixtures.py).
+CONFIGURATION: tuple[Rule, ...] = (
+    gateway_listeners.RULE,
+    httproute_accepted.RULE,
+    httproute_backend_refs.RULE,
+    listener_set_accepted.RULE,
 )

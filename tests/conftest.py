@@ -123,6 +123,13 @@ def fixture_dirs() -> list[Path]:
     )
 
 
+def declared_findings() -> int:
+    """How many findings the fixtures' expected-findings.yaml declare, in all."""
+    from verifier.inputs import load_yaml_file
+
+    return sum(len(load_yaml_file(str(p)) or []) for p in FIXTURES.glob("*/expected-findings.yaml"))
+
+
 def is_invalid(scenario: Path) -> bool:
     """Invalid-input scenarios must be rejected, so they have no xDS and no status."""
     return scenario.name.startswith("invalid-")

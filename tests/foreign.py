@@ -132,6 +132,8 @@ def with_named_target_ports(folders: list[Path], out: Path) -> list[Path]:
     for folder in folders:
         copy_to = out / folder.name
         shutil.copytree(folder, copy_to)
+        # Its lines are those of the files as written, which are rewritten here.
+        (copy_to / "expected-findings.yaml").unlink(missing_ok=True)
         for path in sorted(copy_to.glob("*.yaml")):
             if folder.name != "base" and path.name != "resources.yaml":
                 continue  # cases, expected status, mesh registry: not resources

@@ -190,13 +190,13 @@ MISTAKES = {
     "backendRef port the Service lacks": (
         "- name: cart-canary\n      port: 8080",
         "- name: cart-canary\n      port: 8081",
-        "- name: cart-canary",
+        "port: 8081",
         "BackendNotFound, EV906",
     ),
     "route hostname no listener has": (
         "- cart.shop.example.com",
         "- cart.shop.exmaple.com",
-        "  hostnames:",
+        "- cart.shop.exmaple.com",
         "NoMatchingListenerHostname, EV903",
     ),
     "parentRef to a Gateway that does not exist": (
@@ -216,12 +216,44 @@ def test_a_case_failing_on_a_configuration_mistake_is_reported_at_the_mistake(
     folder = scenario(tmp_path, old, new)
     r = edge_verify("check", "shop", "--format", "json")
     assert r.code == 1, r.err
-    (finding,) = case_findings(r)  # one finding, not one per model at the case
-    assert finding["code"] == "EV702"
+    # One finding: the configuration rule's, at the mistake's line, with the case that
+    # fails because of it as a related place (not one per model at the case, nor a
+    # second finding for the case at the same line).
+    (finding,) = r.findings()
+    assert finding["code"] == reason.split(", ")[1]
     assert finding["location"] == line_of(folder, on_line)
     assert finding["resource"] == "HTTPRoute shop/cart"
-    assert f"({reason})" in finding["message"] and "beta-split" in finding["message"]
-    assert finding["related"] == [{"location": "shop/cases.yaml:1", "what": "case beta-split"}]
+    assert reason.split(", ")[0] in finding["message"]
+    (case,) = finding["related"]
+    assert case["location"] == "shop/cases.yaml:1"
+    assert case["what"].startswith("case beta-split fails because of it: ")
+    assert finding["request"]["path"] == "/cart/1"  # the case's request shows it
+
+
+def test_a_case_mistake_no_configuration_finding_reports_stays_its_own_finding() -> None:
+    """The EV702 is folded into the configuration finding at its line only: where none
+    stands there (its rule skipped, or the mistake placed elsewhere), it is kept."""
+    from verifier.findings import Related, new
+    from verifier.registry import _folded
+
+    case = Related("shop/cases.yaml", 1, "case beta-split fails because of it: status [500]")
+    at = {"file": "shop/resources.yaml", "line": 112, "resource": "HTTPRoute shop/cart"}
+    ev702 = new(
+        "EV702",
+        "case-expectations",
+        **at,
+        related=(case,),
+        request={"path": "/cart/1"},
+        case="beta-split",
+        reason="BackendNotFound, EV905",
+        mistake="m",
+        problems="p",
+    )
+    ev905 = new("EV905", "httproute-backend-refs", **at, service="shop/cart-canry", fix="f")
+    elsewhere = new("EV905", "httproute-backend-refs", **{**at, "line": 9}, service="x", fix="f")
+    (folded,) = _folded([ev702, ev905])
+    assert (folded.code, folded.related, folded.request) == ("EV905", (case,), ev702.request)
+    assert sorted(_folded([ev702, elsewhere])) == sorted([ev702, elsewhere])
 
 
 def test_the_mistake_and_its_case_in_text_and_sarif(tmp_path: Path, edge_verify: Any) -> None:
@@ -230,14 +262,16 @@ def test_the_mistake_and_its_case_in_text_and_sarif(tmp_path: Path, edge_verify:
     r = edge_verify("check", "shop")
     assert r.code == 1
     first = r.out.splitlines()[0]
-    assert first.startswith(f"{line_of(folder, on_line)}: error EV702 ")
-    assert "    related: shop/cases.yaml:1: case beta-split" in r.out.splitlines()
+    assert first.startswith(f"{line_of(folder, on_line)}: error EV905 ")
+    related_line = "    related: shop/cases.yaml:1: case beta-split fails because of it: "
+    assert any(ln.startswith(related_line) for ln in r.out.splitlines()), r.out
     r = edge_verify("check", "shop", "--format", "sarif")
-    (result,) = [x for x in json.loads(r.out)["runs"][0]["results"] if x["ruleId"] == "EV702"]
+    (result,) = json.loads(r.out)["runs"][0]["results"]
+    assert result["ruleId"] == "EV905"
     (related,) = result["relatedLocations"]
     assert related["physicalLocation"]["artifactLocation"]["uri"] == "shop/cases.yaml"
     assert related["physicalLocation"]["region"]["startLine"] == 1
-    assert related["message"]["text"] == "case beta-split"
+    assert related["message"]["text"].startswith("case beta-split fails because of it: ")
 
 
 def test_a_split_ratio_is_judged_offline(tmp_path: Path, edge_verify: Any) -> None:
@@ -277,4 +311,5 @@ def test_live_sends_a_case_both_models_explain_once(tmp_path: Path, edge_verify:
     assert "cart-canry" in case["problems"][-1]
     (finding,) = [f for f in case_findings(r) if f["code"] == "EV808"]
     assert finding["location"] == line_of(folder, on_line)
-    assert finding["related"] == [{"location": "shop/cases.yaml:1", "what": "case beta-split"}]
+    (case,) = finding["related"]
+    assert case["location"] == "shop/cases.yaml:1" and case["what"].startswith("case beta-split")

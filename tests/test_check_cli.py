@@ -29,7 +29,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 import yaml
-from conftest import BASE, FIXTURES, REPO_ROOT, fixture_dirs, rel
+from conftest import BASE, FIXTURES, REPO_ROOT, declared_findings, fixture_dirs, rel
 from docblocks import check_block
 from verifier.rules import RULES
 
@@ -381,6 +381,9 @@ def test_fixture_suite_is_clean(suite: SuiteRuns) -> None:
         "scenarios": len(fixture_dirs()),
         "left_to_live": _stating_live_only(),
         "input_notes": len(notes),
+        # The deliberately broken scenarios' findings, as their expected-findings.yaml
+        # declare them (tests/test_config_mistakes.py holds each to its declaration).
+        "expected": declared_findings(),
     }
     # Each is said on stderr, at its case's line: not judged is never silently passed.
     assert r.err.count("judged by edge-verify live") == _stating_live_only() > 0

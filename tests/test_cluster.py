@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 from k8s_standin import StandIn, fixture_objects
 
 from verifier.cli import main
@@ -73,18 +74,28 @@ def test_check_and_status_from_the_cluster_match_the_files(
     cases = ["--cases", str(FIXTURES / scenario / "cases.yaml")]
     files = run(["check", "--format", "json", str(BASE), str(FIXTURES / scenario)], capsys)
     live = run(["check", "--format", "json", "--kubeconfig", kubeconfig, *cases], capsys)
-    assert files[0] == live[0] == 0, live[2]
-    # The same check, but for the scenario's name (the files' folder, the cluster's
-    # --context, here none: "cluster"), and the input notes, which say the same of
-    # each object, each at its own place (a file's line, the cluster's object).
+    # The scenario's deliberate configuration mistakes (its expected-findings.yaml, which
+    # a folder declares and a cluster cannot) are found in the cluster's objects alike.
+    declared = FIXTURES / scenario / "expected-findings.yaml"
+    entries = yaml.safe_load(declared.read_text()) if declared.is_file() else []
     got, want = json.loads(live[1]), json.loads(files[1])
+    found = got["findings"]
+    assert {(f["code"], f["resource"]) for f in found} == {
+        (e["code"], e["resource"]) for e in entries
+    }
+    assert all(f["location"].startswith("cluster:standin/") for f in found)
+    assert (files[0], live[0]) == (0, 1 if entries else 0), live[2]
+    if entries:
+        return
+    # Otherwise the same check, but for the scenario's name (the files' folder, the
+    # cluster's --context, here none: "cluster"), and the input notes, which say the
+    # same of each object, each at its own place (a file's line, the cluster's object).
     assert [s.pop("name") for s in got["scenarios"]] == ["cluster"]
     assert [s.pop("name") for s in want["scenarios"]] == [scenario]
     assert sorted(map(_unplaced, got.pop("input_notes", []))) == sorted(
         map(_unplaced, want.pop("input_notes", []))
     )
     assert got == want
-    assert got["findings"] == []
     for fmt in ("text", "yaml"):
         want = run(["status", "--format", fmt, str(BASE), str(FIXTURES / scenario)], capsys)
         got = run(["status", "--format", fmt, "--kubeconfig", kubeconfig], capsys)
@@ -224,6 +235,22 @@ def test_namespace_restricts_namespaced_reads(
     for p in paths:
         if p.rsplit("/", 1)[-1] in namespaced:
             assert "/namespaces/edge-infra/" in p, p
+
+
+def test_a_namespace_limited_read_judges_only_what_it_read(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --namespace the cluster's other namespaces are not read, so a backendRef
+    into one (edge-web) names a Service and ReferenceGrants the input cannot know:
+    it is not judged, while the one into a namespace read (edge-infra) is."""
+    _, kubeconfig = serve("httproute-cross-namespace")
+    scoped = ["--namespace", "edge-apps", "--namespace", "edge-infra"]
+    code, out, err = run(["check", "--format", "json", "--kubeconfig", kubeconfig, *scoped], capsys)
+    found = json.loads(out)["findings"]
+    assert code == 1, err
+    assert [(f["code"], f["actual"]["service"]) for f in found] == [
+        ("EV908", "edge-infra/infra-backend-v2")
+    ]
 
 
 def test_unreachable_server_is_exit_2_in_bounded_time(

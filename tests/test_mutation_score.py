@@ -13,7 +13,7 @@ from pathlib import Path
 
 import background
 import pytest
-from verifier.rules import RULES
+from verifier.rules import CONFIGURATION, RULES
 
 from verifier import pipeline
 from verifier.mutate.run import MutationReport, mutate_all
@@ -73,6 +73,10 @@ FIRED_ELSEWHERE = {
     # The catch-all: every mutant is owned by a feature rule, which is the
     # point; tests/test_ownership.py shows what falls through to it.
     "whole-config-equivalence",
+    # Configuration mistakes: they read the resources, never the xDS, so no mutant
+    # changes them; the scenarios' expected-findings.yaml and
+    # tests/test_config_mistakes.py make each of them fire.
+    *(r.name for r in CONFIGURATION),
 }
 
 

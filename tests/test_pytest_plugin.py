@@ -111,8 +111,9 @@ def test_edge_live_sends_each_case_through_envoy(pytester: pytest.Pytester) -> N
 def test_a_case_failing_on_a_configuration_mistake_fails_its_own_item(
     pytester: pytest.Pytester,
 ) -> None:
-    """The mistake's finding (EV702) is placed at the backendRef, not at the case; the
-    case's item still fails with it, since the finding names the case as related."""
+    """The mistake's finding (EV905, the case folded in) is placed at the backendRef,
+    not at the case; the case's item still fails with it, since the finding names the
+    case as related."""
     from test_case_mistakes import CASES, RESOURCES
 
     suite = pytester.path / "suite"
@@ -123,7 +124,7 @@ def test_a_case_failing_on_a_configuration_mistake_fails_its_own_item(
     (suite / "shop" / "cases.yaml").write_text(CASES, encoding="utf-8")
     result = pytester.runpytest_subprocess("--edge-fixtures", "suite", *QUIET)
     result.stdout.fnmatch_lines(["FAILED suite::shop::beta-split*"])
-    finding = "error EV702 [case-expectations] case beta-split"
+    finding = "error EV905 [httproute-backend-refs] backendRef names Service shop/cart-canry"
     assert any("/shop/resources.yaml:" in line and finding in line for line in result.outlines), (
         result.stdout.str()
     )

@@ -447,6 +447,7 @@ def _check(args: argparse.Namespace) -> int:
                 state = "rejected as expected"
             else:
                 state = f"{len(r.findings)} findings"
+                state += f" (and {len(r.expected)} expected)" if r.expected else ""
             Console(stderr=True).print(f"[{i}/{n}] {r.scenario.name}: {state}", highlight=False)
 
     results = pipeline.check_all(args.paths, opts, RULES, progress)

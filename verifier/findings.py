@@ -71,6 +71,13 @@ def retired() -> frozenset[str]:
     return frozenset((_messages_yaml().get("retired") or {}).keys())
 
 
+def hint(key: str, **params: Any) -> str:
+    """A fix a finding suggests (``hints:`` in messages.yaml), filled with ``params``:
+    the wording of a "did you mean" lives in the catalogue like the findings'."""
+    template = str(_messages_yaml()["hints"][key])
+    return template.format(**params)
+
+
 @dataclass(frozen=True, order=True)
 class Related:
     """Another place a finding is about: the resource line behind a failing case, the

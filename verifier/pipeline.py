@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from verifier import expected
 from verifier.check import DEFAULT_CONTROLLER, Context
 from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
@@ -76,6 +77,8 @@ class Scenario:
     mesh_registry: str | None = None
     cluster: ClusterSource | None = None
     suite: bool = False
+    # expected-findings.yaml: the findings a deliberately broken scenario must report.
+    expected_findings: str | None = None
 
 
 @dataclass
@@ -100,6 +103,8 @@ class ScenarioResult:
     left_to_live: list[tuple[str, int, str, tuple[str, ...]]] = field(default_factory=list)
     # How many requests were not judged: their Envoy answer rests on an assumption.
     unjudged: int = 0
+    # The findings reported as the scenario's expected-findings.yaml declares them.
+    expected: list[Finding] = field(default_factory=list)
 
 
 MESH_REGISTRY = "mesh-registry.yaml"
@@ -124,6 +129,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
             cases = child / "cases.yaml"
             errors = child / "expected-errors.yaml"
             registry = child / MESH_REGISTRY
+            declared = child / expected.FILE
             out.append(
                 Scenario(
                     child.name,
@@ -132,6 +138,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
                     str(errors) if errors.is_file() else None,
                     str(registry) if registry.is_file() else None,
                     suite=True,
+                    expected_findings=str(declared) if declared.is_file() else None,
                 )
             )
         if opts.cases or opts.mesh_registry:
@@ -157,6 +164,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
             _own_cases(paths, opts.cases),
             None,
             _own_registry(paths, opts.mesh_registry),
+            expected_findings=_own_file(paths, expected.FILE),
         )
     ]
 
@@ -221,9 +229,16 @@ def _own_registry(paths: Sequence[str], given: str | None) -> str | None:
     the suite reads it); a folder's registry changes how its backends are dialled."""
     if given is not None:
         return given
-    found = [str(f / MESH_REGISTRY) for f in _folders(paths) if (f / MESH_REGISTRY).is_file()]
+    return _own_file(paths, MESH_REGISTRY, "name one with --mesh-registry")
+
+
+def _own_file(paths: Sequence[str], name: str, choose: str = "give one folder") -> str | None:
+    """The file ``name`` of the one folder given (or holding a file given) that has it,
+    as the suite reads it (mesh-registry.yaml, expected-findings.yaml); two such
+    folders are ambiguous."""
+    found = [str(f / name) for f in _folders(paths) if (f / name).is_file()]
     if len(found) > 1:
-        why = f"{len(found)} folders bring one ({', '.join(found)}): name one with --mesh-registry"
+        why = f"{len(found)} folders bring one ({', '.join(found)}): {choose}"
         raise InputErrors([InputError(found[1], 0, "", "ambiguous", why)])
     return found[0] if found else None
 
@@ -674,6 +689,14 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
         for c in ctx.cases
         if c.live_only
     ]
+    if scn.expected_findings:
+        try:
+            judged = expected.judge(scn.expected_findings, ran.findings)
+        except InputErrors as exc:
+            result.input_errors += exc.errors
+        else:
+            result.findings, result.expected = judged.unexpected, judged.expected
+            result.input_errors += judged.missing
     if "comparisons" in ctx.__dict__:  # the models were asked (cached_property)
         result.requests, result.asked, result.agreed = len(ctx.witnesses), ctx.asked, ctx.agreed
         result.unjudged = len(ctx.assumed)
@@ -772,6 +795,8 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
         "rules_run": max((len(r.ran) for r in results), default=0),
         "rules_skipped": max((len(r.skipped) for r in results), default=0),
     }
+    if any(r.expected for r in results):  # declared by their scenarios: they pass
+        out["expected"] = sum(len(r.expected) for r in results)
     notes = sum(len(r.warnings) for r in results)
     if notes:  # counted apart: a note is about the input, never a finding
         out["input_notes"] = notes

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from verifier.pipeline import Scenario, ScenarioResult
 
 OPTION = "--edge-fixtures"
-# case-expectations: reported by the case's own item (EV702 is at the configuration
-# mistake the case fails on, and names the case among its related locations).
+# case-expectations: reported by the case's own item. A finding at a configuration
+# mistake a case fails on (EV702, or the EV9xx finding it was folded into) names the
+# case among its related locations, and fails the case's item too.
 CASE_CODES = ("EV701", "EV702")
 
 
@@ -174,7 +175,8 @@ class CaseItem(_EdgeItem):
         mine = [
             f
             for f in result.findings
-            if f.code in CASE_CODES and (f.resource == me or any(r.what == me for r in f.related))
+            if (f.code in CASE_CODES and f.resource == me)
+            or any(r.what == me or r.what.startswith(f"{me} ") for r in f.related)
         ]
         lines = _lines(mine)
         if self.config.getoption("--edge-live"):

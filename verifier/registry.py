@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from verifier.features import PROFILES
@@ -95,7 +95,8 @@ def run(rules: Iterable[Rule], ctx: Context) -> RunResult:
         if child is not None:
             answered, found = child.result()
             findings.extend(found if answered and found is not None else _checked(aside, ctx))
-    return RunResult(sorted(set(_unrestated(findings))), [r.name for r in claimed], skipped)
+    found = _folded(_unrestated(findings))
+    return RunResult(sorted(set(found)), [r.name for r in claimed], skipped)
 
 
 def _unrestated(findings: list[Finding]) -> list[Finding]:
@@ -107,6 +108,33 @@ def _unrestated(findings: list[Finding]) -> list[Finding]:
     if not any(f.code not in ("EV701", "EV702") and f.request is not None for f in findings):
         return findings
     return [f for f in findings if not (f.code == "EV701" and "the Envoy model" in f.message)]
+
+
+def _folded(findings: list[Finding]) -> list[Finding]:
+    """One mistake, one finding: a case that fails because of a configuration mistake
+    (EV702, at the mistake's line) when the configuration rules already report that
+    mistake there (EV9xx, with its fix) is told on that finding, as a related place
+    with what the models predict of the case, and its request; the EV702 goes. Where no
+    configuration finding stands at that line (its rule skipped, say), the EV702 stays."""
+    cases = [f for f in findings if f.code == "EV702"]
+    if not cases:
+        return findings
+    static = {(f.file, f.line): f for f in findings if f.code.startswith("EV9") and f.file}
+    out = [f for f in findings if f.code != "EV702" and f not in static.values()]
+    for c in cases:
+        host = static.get((c.file, c.line))
+        if host is None:
+            out.append(c)
+            continue
+        static[(c.file, c.line)] = replace(
+            host,
+            related=(*host.related, *c.related),
+            request=host.request or c.request,
+            expected=host.expected or c.expected,
+            actual=host.actual or c.actual,
+            xds_path=host.xds_path or c.xds_path,
+        )
+    return out + list(static.values())
 
 
 # Below this many xDS routes the rules that only read the config take less time

@@ -116,8 +116,10 @@ def related(ctx: Context, found: tuple[Mistake, ...]) -> tuple[Related, ...]:
     return tuple(Related(*mistake_location(ctx, m), m.describe()) for m in found)
 
 
-def case_related(ctx: Context, case: Case) -> Related:
-    return Related(*case_location(ctx, case), f"case {case.name}")
+def case_related(ctx: Context, case: Case, problems: str = "") -> Related:
+    """The case as a related place; with ``problems``, what the models predict of it."""
+    what = f"case {case.name}" + (f" fails because of it: {problems}" if problems else "")
+    return Related(*case_location(ctx, case), what)
 
 
 def mistake_finding(ctx: Context, judged: Judged, code: str, rule: str, problems: str) -> Finding:
@@ -136,7 +138,7 @@ def mistake_finding(ctx: Context, judged: Judged, code: str, rule: str, problems
         request=case.request.to_json(),
         expected=judged.spec.outcome.to_json(),
         actual=judged.envoy.outcome.to_json(),
-        related=(case_related(ctx, case), *related(ctx, judged.mistakes[1:])),
+        related=(case_related(ctx, case, problems), *related(ctx, judged.mistakes[1:])),
         case=case.name,
         reason=reason(first),
         mistake=first.describe(),

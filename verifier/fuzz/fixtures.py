@@ -2,23 +2,30 @@
 
 ``OUT/`` is a suite: ``OUT/base/base.yaml`` (what every world stands on) and one
 folder per counterexample with ``resources.yaml`` (the world), ``cases.yaml``
-(its requests and the spec model's answers to them) and a README line naming the
-property. ``edge-verify check OUT/`` checks them all; copying a folder and the
-base into a fixtures tree makes it a regression test.
+(its requests and the spec model's answers to them), ``expected-findings.yaml``
+when the world holds configuration mistakes (drawn on purpose: a Service that does
+not exist, a route no listener takes) and a README line naming the property.
+``edge-verify check OUT/`` checks them all; copying a folder and the base into a
+fixtures tree makes it a regression test.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from verifier import expected
+from verifier.check import Context
 from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.resources import load_resources
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import possible_statuses
 from verifier.semantics.request import Outcome
 from verifier.semantics.spec.model import spec_evaluate
+from verifier.xds.snapshot import Snapshot
 
 from .properties import Failure
 from .trial import load_world
@@ -40,12 +47,42 @@ def write_found(out: Path, failure: Failure, name: str, note: str) -> Path:
     if cases:
         text = yaml.safe_dump(cases, sort_keys=False, default_flow_style=None, width=100)
         (folder / "cases.yaml").write_text(text, encoding="utf-8")
+    declared = declared_findings(base.parent, folder)
+    if declared:
+        text = yaml.safe_dump(declared, sort_keys=False, default_flow_style=None, width=100)
+        (folder / expected.FILE).write_text(DECLARED_HEADER + text, encoding="utf-8")
     (folder / "README.md").write_text(
         f"Found by `edge-verify fuzz`: property `{failure.property}` failed.\n\n"
         f"{failure.summary}\n",
         encoding="utf-8",
     )
     return folder
+
+
+DECLARED_HEADER = (
+    "# The world's configuration mistakes, drawn on purpose (a backendRef to a Service\n"
+    "# that does not exist, a route no listener takes): check reports them as it must.\n"
+)
+
+
+def declared_findings(base: Path, folder: Path) -> list[dict[str, Any]]:
+    """The findings of the configuration rules on the written world, as
+    expected-findings.yaml declares them: drawn worlds hold mistakes on purpose, and
+    the fixture must pass ``check`` with a correct translator."""
+    from verifier.rules import CONFIGURATION
+
+    res = load_resources([str(base), str(folder)])
+    ctx = Context(res, Snapshot(), controller_name=CONTROLLER)
+    found = sorted(f for rule in CONFIGURATION for f in rule.check(ctx))
+    return [
+        {
+            "code": f.code,
+            "file": os.path.relpath(f.file, folder),
+            "line": f.line,
+            "resource": f.resource,
+        }
+        for f in found
+    ]
 
 
 def check_out(out: Path) -> None:

@@ -368,6 +368,8 @@ def load_cluster_resources(source: ClusterSource) -> Resources:
     read = read_cluster(source)
     res = build(read.loaded)
     res.warnings[:0] = read.warnings
+    if source.namespaces:
+        res.scope = frozenset(source.namespaces)
     return res
 
 

@@ -32,7 +32,13 @@ YAML_SUFFIXES = (".yaml", ".yml")
 STR_TAG = "tag:yaml.org,2002:str"
 # Files in a fixture folder that describe expectations, not cluster resources.
 NOT_RESOURCES = frozenset(
-    {"cases.yaml", "expected-errors.yaml", "expected-status.yaml", "mesh-registry.yaml"}
+    {
+        "cases.yaml",
+        "expected-errors.yaml",
+        "expected-findings.yaml",
+        "expected-status.yaml",
+        "mesh-registry.yaml",
+    }
 )
 
 

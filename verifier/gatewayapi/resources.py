@@ -64,6 +64,14 @@ class Resources:
     other_routes: dict[tuple[str, str, str], m.OtherRoute] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    # The namespaces the input holds everything of, when it holds only some (a cluster
+    # read with --namespace); None: the input is taken as complete. A reference into a
+    # namespace outside it names an object the input cannot know to be missing.
+    scope: frozenset[str] | None = None
+
+    def knows(self, namespace: str) -> bool:
+        """Whether an object missing from ``namespace`` is missing, not merely unread."""
+        return self.scope is None or namespace in self.scope
 
     def namespace_labels(self, ns: str) -> dict[str, str]:
         found = self.namespaces.get(ns)

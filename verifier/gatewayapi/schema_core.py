@@ -19,6 +19,7 @@ import re2
 
 from verifier.errors import InputError
 from verifier.gatewayapi.load import RawObject
+from verifier.suggest import closest
 
 
 @dataclass
@@ -256,12 +257,13 @@ def _check_obj(ctx: Ctx, node: Obj, value: Any, path: str) -> None:
         spec = node.fields.get(key)
         if spec is None:
             if not node.open:
+                near = closest(str(key), node.fields)
                 ctx.error(
                     join(path, key),
                     "unknown-field",
                     f"unknown field {key!r}: not in the Gateway API v1.5 schema; the API "
                     "server rejects it (strict field validation, kubectl's default) or "
-                    "silently prunes it",
+                    "silently prunes it" + (f"; did you mean {near!r}?" if near else ""),
                 )
             continue
         if child is not None:  # null is pruned like an absent field

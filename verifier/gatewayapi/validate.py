@@ -79,6 +79,7 @@ from verifier.gatewayapi.schema_gateway import (
     REFERENCEGRANT_SPEC,
 )
 from verifier.gatewayapi.schema_httproute import HTTPROUTE_SPEC
+from verifier.suggest import closest
 
 _ANY = Obj({}, open=True)
 
@@ -206,7 +207,11 @@ def _check_metadata(ctx: Ctx, name_rule: tuple[str, int, str]) -> None:
         return
     for key in meta:
         if key not in METADATA_FIELDS:
-            ctx.error(join("metadata", key), "unknown-field", f"unknown field {key!r} in metadata")
+            near = closest(str(key), METADATA_FIELDS)
+            hint = f"; did you mean {near!r}?" if near else ""
+            ctx.error(
+                join("metadata", key), "unknown-field", f"unknown field {key!r} in metadata{hint}"
+            )
     if meta.get("name") in (None, ""):
         ctx.error("metadata.name", "required", "required field 'name' is missing")
     else:

@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verifier import pipeline
+from verifier import expected, pipeline
 from verifier.check import Context
 from verifier.errors import InputError, InputErrors
+from verifier.findings import Finding
 from verifier.forked import map_forked
 from verifier.mutate.catalog import equivalent, mutants
 from verifier.registry import Rule, run
@@ -78,7 +79,7 @@ def mutate_scenario(
             raise InputErrors(result.input_errors)
         return  # a negative scenario: no xDS to mutate
     active = [r for r in rules if r.name not in SKIPPED_RULES]
-    baseline = run(rules, base).findings
+    baseline = _undeclared(scn, run(rules, base).findings)
     report.baseline_findings += [f"{scn.name}: {f.code} {f.message}" for f in baseline]
     spec_cache = base.spec_cache
     hostless = backend_directory_from(base.res).unready_names()
@@ -97,7 +98,7 @@ def mutate_scenario(
             mesh_registry=base.mesh_registry,
             spec_cache=spec_cache,
         )
-        findings = run(active, ctx).findings
+        findings = _undeclared(scn, run(active, ctx).findings)
         for rule in {f.rule for f in findings}:
             report.fired[rule] = report.fired.get(rule, 0) + 1
         if findings:
@@ -111,6 +112,18 @@ def mutate_scenario(
                     "detail": mutant.detail,
                 }
             )
+
+
+def _undeclared(scn: pipeline.Scenario, findings: list[Finding]) -> list[Finding]:
+    """``findings`` less those the scenario declares (expected-findings.yaml): a
+    configuration mistake made on purpose is found on every mutant alike, so it kills
+    none. A declaration the unmutated config does not meet is bad input, as for check."""
+    if not scn.expected_findings:
+        return findings
+    judged = expected.judge(scn.expected_findings, findings)
+    if judged.missing:
+        raise InputErrors(judged.missing)
+    return judged.unexpected
 
 
 def mutate_all(

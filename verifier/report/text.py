@@ -38,10 +38,16 @@ def render(findings: list[Finding], summary: dict[str, Any], notes: Sequence[str
     return "\n".join(out) + "\n"
 
 
+def _expected(n: int) -> str:
+    """The findings scenarios declare (expected-findings.yaml), which pass."""
+    return f"{n} expected finding{'s' if n != 1 else ''} reported"
+
+
 def summary_line(summary: dict[str, Any]) -> str:
     parts = [
         f"{summary['errors']} error{'s' if summary['errors'] != 1 else ''}",
         f"{summary['warnings']} warning{'s' if summary['warnings'] != 1 else ''}",
+        *([_expected(summary["expected"])] if "expected" in summary else []),
         f"{summary['rules_run']} rules run",
         f"{summary['rules_skipped']} skipped",
     ]

@@ -49,31 +49,34 @@ UNSUPPORTED_FILTER_TYPES = frozenset({"ExtensionRef", "ExternalAuth"})
 UNSUPPORTED_RULE_FIELDS = ("retry", "sessionPersistence")
 
 
-def unsupported_features(route: HTTPRoute) -> list[str]:
-    """Features of ``route`` the edge rejects, with where they are."""
-    return [text for _path, text in _unsupported(route)]
-
-
-def _unsupported(route: HTTPRoute) -> list[tuple[str, str]]:
-    """(field path, what is unsupported there) for each feature the edge rejects."""
+def unsupported_fields(route: HTTPRoute) -> list[tuple[str, str]]:
+    """Where ``route`` uses a feature the edge rejects: (field path, what is there)."""
     found: list[tuple[str, str]] = []
     for rule in route.rules:
         filters = list(rule.filters)
         for b in rule.backend_refs:
             filters.extend(b.filters)
         found.extend(
-            (f.path or rule.path, f"{f.path or rule.path}: filter {f.type}")
+            (f.path or rule.path, f"filter {f.type}")
             for f in filters
             if f.type in UNSUPPORTED_FILTER_TYPES
         )
     raw_rules = _raw_rules(route)
     for i, raw in enumerate(raw_rules):
         found.extend(
-            (f"spec.rules[{i}].{key}", f"spec.rules[{i}].{key}")
+            (f"spec.rules[{i}].{key}", key)
             for key in UNSUPPORTED_RULE_FIELDS
             if isinstance(raw, dict) and raw.get(key) is not None
         )
     return found
+
+
+def unsupported_features(route: HTTPRoute) -> list[str]:
+    """Features of ``route`` the edge rejects, with where they are."""
+    return [
+        path if what in UNSUPPORTED_RULE_FIELDS else f"{path}: {what}"
+        for path, what in unsupported_fields(route)
+    ]
 
 
 def _raw_rules(route: HTTPRoute) -> list[Any]:
@@ -213,10 +216,10 @@ def attachment_refusal(
         return Refusal("NotAllowedByListeners", _parent_field(route, gw), problem)
     if not effective_hostnames(lst.hostname, route.hostnames):
         why = f"no hostname intersects listener hostname {lst.hostname!r}"
-        return Refusal("NoMatchingListenerHostname", "spec.hostnames", why)
-    unsupported = _unsupported(route)
+        return Refusal("NoMatchingListenerHostname", "spec.hostnames[0]", why)
+    unsupported = unsupported_fields(route)
     if unsupported:
-        why = "not Accepted (UnsupportedValue): " + ", ".join(t for _, t in unsupported)
+        why = "not Accepted (UnsupportedValue): " + ", ".join(unsupported_features(route))
         return Refusal("UnsupportedValue", unsupported[0][0], why)
     return None
 

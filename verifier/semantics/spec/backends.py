@@ -36,16 +36,23 @@ SUPPORTED_APP_PROTOCOLS = {
 
 @dataclass(frozen=True)
 class Resolved:
-    """A backendRef resolved to a Service port, or why it is invalid: ``reason`` is the
-    ResolvedRefs reason a controller writes (BackendNotFound, InvalidKind,
-    RefNotPermitted, UnsupportedProtocol), ``problem`` says it for people, and
-    ``missing_port`` tells a Service without that port from a missing Service."""
+    """A backendRef resolved to a Service port, or the reason it is invalid.
+
+    An invalid one also names the ResolvedRefs reason the spec gives (InvalidKind,
+    RefNotPermitted, BackendNotFound, UnsupportedProtocol) and the backendRef field
+    that is at fault (kind, namespace, name, port; empty when the fault is the
+    Service's), so a report can point at that field."""
 
     backend: Backend | None
     problem: str | None
     protocol: str = ""
     reason: str = ""
-    missing_port: bool = False
+    field: str = ""
+
+    @property
+    def missing_port(self) -> bool:
+        """A BackendNotFound for a port the Service lacks, not for a missing Service."""
+        return self.reason == "BackendNotFound" and self.field == "port"
 
 
 def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -> Resolved:
@@ -55,8 +62,8 @@ def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -
     has not been explicitly allowed by a ReferenceGrant ... * It refers to a
     Kubernetes Service that has an incompatible appProtocol"."""
     if (ref.group, ref.kind) not in SUPPORTED_BACKEND_KINDS:
-        kind = f"{ref.group or 'core'}/{ref.kind}"
-        return Resolved(None, f"InvalidKind {kind} {ref.name}", reason="InvalidKind")
+        problem = f"InvalidKind {ref.group or 'core'}/{ref.kind} {ref.name}"
+        return Resolved(None, problem, reason="InvalidKind", field="kind")
     ns = ref.namespace or route.meta.namespace
     allowed, why = reference_allowed(
         res,
@@ -69,18 +76,19 @@ def resolve_ref(res: Resources, route: HTTPRoute, ref: ObjectRef, weight: int) -
         to_name=ref.name,
     )
     if not allowed:
-        why = f"RefNotPermitted Service {ns}/{ref.name}: {why}"
-        return Resolved(None, why, reason="RefNotPermitted")
+        problem = f"RefNotPermitted Service {ns}/{ref.name}: {why}"
+        return Resolved(None, problem, reason="RefNotPermitted", field="namespace")
     svc = res.services.get((ns, ref.name))
     if svc is None:
-        return Resolved(None, f"BackendNotFound Service {ns}/{ref.name}", reason="BackendNotFound")
+        problem = f"BackendNotFound Service {ns}/{ref.name}"
+        return Resolved(None, problem, reason="BackendNotFound", field="name")
     port = next((p for p in svc.ports if p.port == ref.port), None)
     if port is None:
-        why = f"BackendNotFound Service {ns}/{ref.name} has no port {ref.port}"
-        return Resolved(None, why, reason="BackendNotFound", missing_port=True)
+        problem = f"BackendNotFound Service {ns}/{ref.name} has no port {ref.port}"
+        return Resolved(None, problem, reason="BackendNotFound", field="port")
     if port.app_protocol not in SUPPORTED_APP_PROTOCOLS:
-        why = f"UnsupportedProtocol appProtocol {port.app_protocol} on {ns}/{ref.name}"
-        return Resolved(None, why, reason="UnsupportedProtocol")
+        problem = f"UnsupportedProtocol appProtocol {port.app_protocol} on {ns}/{ref.name}"
+        return Resolved(None, problem, reason="UnsupportedProtocol")
     return Resolved(
         Backend(ns, ref.name, port.port, weight), None, SUPPORTED_APP_PROTOCOLS[port.app_protocol]
     )

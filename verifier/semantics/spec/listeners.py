@@ -97,16 +97,33 @@ def _conflicts(gw: Gateway) -> dict[str, str]:
     return out
 
 
-def _certificate_problem(
-    res: Resources, gw: Gateway, lst: GatewayListener, ref: SecretObjectRef
-) -> str | None:
-    """Why one certificateRef cannot be used (InvalidCertificateRef/RefNotPermitted).
+@dataclass(frozen=True)
+class CertificateProblem:
+    """Why a certificateRef cannot be used: the ResolvedRefs reason the spec gives,
+    what is wrong, and the (namespace, name) of a Secret that does not exist."""
 
+    reason: str
+    detail: str
+    missing: tuple[str, str] | None = None
+
+
+def certificate_problem(
+    res: Resources, gw: Gateway, lst: GatewayListener, ref: SecretObjectRef
+) -> CertificateProblem | None:
+    """Why one certificateRef cannot be used, or None.
+
+    ListenerConditionReason: "InvalidCertificateRef ... A CertificateRef is
+    considered invalid when it refers to a nonexistent or unsupported resource or
+    kind, or when the data within that resource is malformed"; "RefNotPermitted
+    ... references an object in another namespace, where the object in the other
+    namespace does not have a ReferenceGrant explicitly allowing the reference".
     A ListenerSet's listener refers from the ListenerSet: "A ListenerSet must be
     able to reference a secret/backend in the same namespace as itself without a
     ReferenceGrant", and grants to the Gateway are not inherited."""
+    invalid = "InvalidCertificateRef"
     if (ref.group, ref.kind) not in CERTIFICATE_KINDS:
-        return f"certificateRef kind {ref.group or 'core'}/{ref.kind} is not supported"
+        detail = f"certificateRef kind {ref.group or 'core'}/{ref.kind} is not supported"
+        return CertificateProblem(invalid, detail)
     if lst.listener_set is None:
         owner_kind, owner_ns = "Gateway", gw.meta.namespace
     else:
@@ -114,14 +131,16 @@ def _certificate_problem(
     ns = ref.namespace or owner_ns
     allowed, why = gateway_may_use(res, owner_ns, "Secret", ns, ref.name, from_kind=owner_kind)
     if not allowed:
-        return f"Secret {ns}/{ref.name}: RefNotPermitted ({why})"
+        detail = f"Secret {ns}/{ref.name}: RefNotPermitted ({why})"
+        return CertificateProblem("RefNotPermitted", detail)
     secret = res.secrets.get((ns, ref.name))
     if secret is None:
-        return f"Secret {ns}/{ref.name} does not exist"
+        return CertificateProblem(invalid, f"Secret {ns}/{ref.name} does not exist", (ns, ref.name))
     if secret.type != TLS_SECRET_TYPE:
-        return f"Secret {ns}/{ref.name} has type {secret.type}, not {TLS_SECRET_TYPE}"
+        detail = f"Secret {ns}/{ref.name} has type {secret.type}, not {TLS_SECRET_TYPE}"
+        return CertificateProblem(invalid, detail)
     if "BEGIN" not in secret.cert_pem or "BEGIN" not in secret.key_pem:
-        return f"Secret {ns}/{ref.name} lacks a PEM tls.crt/tls.key"
+        return CertificateProblem(invalid, f"Secret {ns}/{ref.name} lacks a PEM tls.crt/tls.key")
     return None
 
 
@@ -151,12 +170,20 @@ def shared_peers(res: Resources, gw: Gateway, controller_name: str) -> tuple[Gat
     return tuple(found)
 
 
+def listener_conflict(
+    gw: Gateway, lst: GatewayListener, peers: tuple[GatewayListener, ...] = ()
+) -> str | None:
+    """Why the Listener is Conflicted ("ProtocolConflict on port 80", "HostnameConflict
+    ..."), or None; ``peers`` as for ``listener_problem``."""
+    return _conflicts(gw).get(lst.uid) or _shared_conflict(lst, peers)
+
+
 def listener_problem(
     res: Resources, gw: Gateway, lst: GatewayListener, peers: tuple[GatewayListener, ...] = ()
 ) -> str | None:
     """Why the Listener is not programmed (None when it serves traffic); ``peers`` are
     the listeners of other Gateways on the same address (shared addressing only)."""
-    conflict = _conflicts(gw).get(lst.uid) or _shared_conflict(lst, peers)
+    conflict = listener_conflict(gw, lst, peers)
     if conflict:
         return f"Conflicted: {conflict}"
     protocol = lst.protocol.upper()
@@ -173,9 +200,9 @@ def listener_problem(
         if not lst.certificate_refs:
             return "no certificateRefs"
         for ref in lst.certificate_refs:
-            problem = _certificate_problem(res, gw, lst, ref)
+            problem = certificate_problem(res, gw, lst, ref)
             if problem:
-                return f"ResolvedRefs=False: {problem}"
+                return f"ResolvedRefs=False: {problem.detail}"
         trust = port_trust(res, gw, lst.port)
         if trust is not None and not trust.usable:
             why = "; ".join(msg for _, _, msg in trust.problems) or "no caCertificateRefs"

@@ -98,18 +98,24 @@ def _in_rule(res: Resources, route: HTTPRoute, rule: RouteRule) -> tuple[Mistake
             continue  # "no traffic should be forwarded for this entry": no request fails on it
         resolved = resolve_ref(res, route, b.ref, b.weight)
         if resolved.backend is None:
-            found.append(
-                _of(route, resolved.reason, b.path, resolved.problem or "", resolved.missing_port)
-            )
+            where = _at(b.ref.path or b.path, resolved.field)
+            problem = resolved.problem or ""
+            found.append(_of(route, resolved.reason, where, problem, resolved.missing_port))
     for f in rule.filters:
         mirror = f.request_mirror
         if mirror is None or not mirror_share_ppm(mirror):
             continue
         resolved = resolve_ref(res, route, mirror.backend, 1)
         if resolved.backend is None:
-            where = mirror.backend.path or f.path
+            where = _at(mirror.backend.path or f.path, resolved.field)
             found.append(_of(route, resolved.reason, where, resolved.problem or ""))
     return tuple(found)
+
+
+def _at(path: str, field: str) -> str:
+    """The backendRef field at fault (its name, port, kind, namespace), where a
+    configuration finding would place the same mistake."""
+    return f"{path}.{field}" if field and path else path
 
 
 def _of(
@@ -157,7 +163,7 @@ def _missing_parents(res: Resources, route: HTTPRoute, request: Request) -> list
         _of(
             route,
             "NoMatchingParent",
-            p.path,
+            _at(p.path, "name"),
             f"parentRef names Gateway {p.namespace}/{p.name}, which does not exist",
         )
         for p in route.parent_refs

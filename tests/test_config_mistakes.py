@@ -1,0 +1,503 @@
+"""Configuration mistakes are errors at their field, whether or not a case exercises them.
+
+Issue 31's trial: a new user's scenario (a Gateway, two Services with Deployments, an
+HTTPRoute with a 90/10 split, no cases) passed ``check`` with a backendRef to a
+Service that does not exist, a port the Service lacks, or a route hostname no listener
+takes. Each is now a finding at the line the user must edit, with its code. Then one
+compact test for each other reason the configuration rules give, the declared findings
+of deliberately broken scenarios (expected-findings.yaml), the loader's "did you mean"
+for field names, and the fuzzer's fixtures, which declare their worlds' mistakes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import string
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import BASE, FIXTURES
+from verifier.rules import CONFIGURATION
+
+from verifier import pipeline
+from verifier.check import Context
+from verifier.cli import main
+from verifier.errors import InputErrors
+from verifier.findings import Finding
+from verifier.fuzz.fixtures import write_found
+from verifier.fuzz.properties import Failure
+from verifier.fuzz.worlds import World
+from verifier.gatewayapi.resources import Resources, load_resources
+from verifier.xds.snapshot import Snapshot
+
+# The scenario as the issue's new user wrote it, with the route's backendRefs and
+# hostname left to each test.
+SHOP = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: gateway.aether.io/edge}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: web, namespace: shop}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - name: http
+    protocol: HTTP
+    port: 80
+    hostname: "*.shop.example.com"
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cart, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: cart}}
+  template:
+    metadata: {labels: {app: cart}}
+    spec:
+      containers:
+      - {name: echo, image: echo, ports: [{containerPort: 3000}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cart, namespace: shop}
+spec:
+  selector: {app: cart}
+  ports:
+  - {port: 8080, targetPort: 3000}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cart-canary, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: cart-canary}}
+  template:
+    metadata: {labels: {app: cart-canary}}
+    spec:
+      containers:
+      - {name: echo, image: echo, ports: [{containerPort: 3000}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cart-canary, namespace: shop}
+spec:
+  selector: {app: cart-canary}
+  ports:
+  - {port: 8080, targetPort: 3000}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cart, namespace: shop}
+spec:
+  parentRefs:
+  - name: web
+  hostnames:
+  - ${hostname}
+  rules:
+  - matches:
+    - path: {type: PathPrefix, value: /cart}
+      headers:
+      - {name: x-beta, value: "yes"}
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        add:
+        - {name: x-canary, value: "1"}
+    backendRefs:
+    - name: cart
+      port: 8080
+      weight: 90
+    - name: ${canary}
+      port: ${port}
+      weight: 10
+"""
+
+# The three mistakes of the issue: (route values, code, the line's text, the fix offered).
+MISTAKES = {
+    "service-does-not-exist": (
+        {"canary": "cart-canry"},
+        "EV905",
+        "    - name: cart-canry",
+        "did you mean cart-canary?",
+    ),
+    "port-the-service-lacks": ({"port": "9090"}, "EV906", "      port: 9090", "port 8080"),
+    "hostname-no-listener-takes": (
+        {"hostname": "cart.shop.example.org"},
+        "EV903",
+        "  - cart.shop.example.org",
+        "*.shop.example.com",
+    ),
+}
+
+
+def shop(folder: Path, **values: str) -> Path:
+    """The user's scenario in ``folder``: one resources.yaml, no cases."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fields = {"hostname": "cart.shop.example.com", "canary": "cart-canary", "port": "8080"}
+    text = string.Template(SHOP).substitute({**fields, **values})
+    (folder / "resources.yaml").write_text(text, "utf-8")
+    return folder
+
+
+CHECK = (sys.executable, "-m", "verifier.cli", "check")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, object]]]:
+    """``edge-verify check DIR --fail-on warning --format json`` in a process of its
+    own, as a user runs it, for each mistake at once."""
+    root = tmp_path_factory.mktemp("mistakes")
+    procs = {
+        name: subprocess.Popen(
+            [*CHECK, str(shop(root / name, **values)), "--fail-on", "warning", "--format", "json"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, (values, *_rest) in MISTAKES.items()
+    }
+    done = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        assert "Traceback" not in err, err
+        done[name] = (proc.returncode, json.loads(out) if out else {"err": err})
+    return done
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_a_users_mistake_is_an_error_at_its_line(
+    mistake: str,
+    installed: dict[str, tuple[int, dict[str, object]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    values, code, text, fix = MISTAKES[mistake]
+    rc, doc = installed[mistake]
+    assert rc == 1, doc
+    findings = doc["findings"]
+    assert isinstance(findings, list)
+    (finding,) = findings
+    file, _, line = finding["location"].rpartition(":")
+    assert (finding["code"], finding["resource"]) == (code, "HTTPRoute shop/cart")
+    assert Path(file).read_text("utf-8").splitlines()[int(line) - 1] == text
+    assert fix in finding["message"]
+    # The default --fail-on error fails too, and the text report leads with the line.
+    folder = shop(tmp_path / mistake, **values)
+    assert main(["check", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{folder / 'resources.yaml'}:{line}: error {code} ")
+
+
+def test_the_scenario_without_mistakes_passes(tmp_path: Path) -> None:
+    assert main(["check", str(shop(tmp_path / "shop")), "--fail-on", "warning"]) == 0
+
+
+# ---------------------------------------------------------------- each other reason
+
+
+def mistakes_in(tmp_path: Path, text: str, *, scope: frozenset[str] | None = None) -> list[Finding]:
+    """The configuration rules' findings on the user's scenario plus ``text``."""
+    folder = shop(tmp_path / "in")
+    (folder / "more.yaml").write_text(text, "utf-8")
+    res: Resources = load_resources([str(folder)])
+    res.scope = scope
+    ctx = Context(res, Snapshot())
+    return sorted(f for rule in CONFIGURATION for f in rule.check(ctx))
+
+
+def line_of(f: Finding) -> str:
+    return Path(f.file).read_text("utf-8").splitlines()[f.line - 1].strip()
+
+
+ROUTE = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: other, namespace: shop}}
+spec:
+  parentRefs:
+  - {parent}
+  rules:
+  - {rule}
+"""
+TO_CART = "backendRefs: [{name: cart, port: 8080}]"
+NO_BACKEND = "matches: [{path: {type: PathPrefix, value: /}}]"
+EXTENSION = "{type: ExtensionRef, extensionRef: {group: x.io, kind: K, name: k}}"
+
+
+def route(parent: str = "{name: web}", rule: str = TO_CART) -> str:
+    return ROUTE.format(parent=parent, rule=rule)
+
+
+CASES: dict[str, tuple[str, str, str, str]] = {
+    # name: (more YAML, code, the line's text, in the message)
+    "gateway-not-found": (route("{name: wbe}"), "EV901", "- {name: wbe}", "did you mean web?"),
+    "listener-set-not-found": (
+        route("{kind: ListenerSet, name: team}"),
+        "EV901",
+        "- {kind: ListenerSet, name: team}",
+        "ListenerSet shop/team does not exist",
+    ),
+    "section-name": (
+        route("{name: web, sectionName: htp}"),
+        "EV901",
+        "- {name: web, sectionName: htp}",
+        "did you mean sectionName http?",
+    ),
+    "namespace-not-allowed": (
+        route("{name: web}", NO_BACKEND).replace("namespace: shop", "namespace: other")
+        + "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n",
+        "EV901",  # the parentRef's namespace defaults to the route's: no Gateway there
+        "- {name: web}",
+        "did you mean shop/web?",
+    ),
+    "not-allowed-by-listeners": (
+        route("{name: web, namespace: shop}", NO_BACKEND).replace(
+            "namespace: shop}", "namespace: x}", 1
+        )
+        + "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
+        "EV902",
+        "- {name: web, namespace: shop}",
+        "allowedRoutes from Same",
+    ),
+    "unsupported-value": (
+        route(
+            rule="filters: [{type: ExtensionRef, extensionRef: {group: x.io, kind: K, name: k}}]"
+        ),
+        "EV904",
+        "- filters: [{type: ExtensionRef, extensionRef: {group: x.io, kind: K, name: k}}]",
+        "filter ExtensionRef",
+    ),
+    "mirror-to-nothing": (
+        route(
+            rule="filters: [{type: RequestMirror, requestMirror: {backendRef: "
+            "{name: carts, port: 8080}}}]"
+        ),
+        "EV905",
+        "- filters: [{type: RequestMirror, requestMirror: {backendRef: "
+        "{name: carts, port: 8080}}}]",
+        "did you mean cart?",
+    ),
+    "invalid-kind": (
+        route(rule="backendRefs: [{group: x.io, kind: Bucket, name: cart}]"),
+        "EV907",
+        "- backendRefs: [{group: x.io, kind: Bucket, name: cart}]",
+        "x.io/Bucket",
+    ),
+    "ref-not-permitted": (
+        route(rule="backendRefs: [{name: api, namespace: x, port: 80}]"),
+        "EV908",
+        "- backendRefs: [{name: api, namespace: x, port: 80}]",
+        "ReferenceGrant in namespace x",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_route_reason_is_found_at_its_field(case: str, tmp_path: Path) -> None:
+    text, code, line, said = CASES[case]
+    (found,) = mistakes_in(tmp_path, text)
+    assert (found.code, line_of(found)) == (code, line), found
+    assert said in found.message, found.message
+
+
+WSS = """\
+apiVersion: v1
+kind: Service
+metadata: {name: tls-only, namespace: shop}
+spec:
+  ports:
+  - {port: 8443, appProtocol: kubernetes.io/wss}
+"""
+
+
+def test_an_app_protocol_the_edge_cannot_speak(tmp_path: Path) -> None:
+    text = route(rule="backendRefs: [{name: tls-only, port: 8443}]") + "---\n" + WSS
+    (found,) = mistakes_in(tmp_path, text)
+    assert found.code == "EV909" and "kubernetes.io/wss" in found.message
+
+
+HTTPS = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: tls, namespace: shop}}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - name: https
+    protocol: HTTPS
+    port: 443
+    tls:
+      certificateRefs:
+      - {ref}
+  - name: twin
+    protocol: HTTP
+    port: {port}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: shop-tls, namespace: shop}}
+type: kubernetes.io/tls
+data: {{tls.crt: "", tls.key: ""}}
+"""
+
+
+def test_listener_certificate_refs_and_conflicts(tmp_path: Path) -> None:
+    found = mistakes_in(tmp_path, HTTPS.format(ref="{name: shop-tsl}", port=443))
+    assert [(f.code, f.resource, line_of(f)) for f in found] == [
+        # the HTTP listener on the HTTPS listener's port: ProtocolConflict, both sides
+        ("EV910", "Gateway shop/tls", "- name: https"),
+        ("EV911", "Gateway shop/tls", "- {name: shop-tsl}"),
+        ("EV910", "Gateway shop/tls", "- name: twin"),
+    ]
+    assert "did you mean shop-tls?" in found[1].message
+    other = mistakes_in(tmp_path / "2", HTTPS.format(ref="{name: x, namespace: vault}", port=80))
+    assert [(f.code, (f.actual or {}).get("reason")) for f in other] == [
+        ("EV911", "RefNotPermitted")
+    ]
+
+
+LISTENER_SET = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {{name: team, namespace: {namespace}}}
+spec:
+  parentRef: {{name: {parent}, namespace: shop}}
+  listeners:
+  - {{name: extra, protocol: HTTP, port: 8081}}
+"""
+
+
+def test_a_listener_set_that_is_not_accepted(tmp_path: Path) -> None:
+    (refused,) = mistakes_in(tmp_path, LISTENER_SET.format(namespace="shop", parent="web"))
+    assert (refused.code, refused.resource, line_of(refused)) == (
+        "EV912",
+        "ListenerSet shop/team",
+        "parentRef: {name: web, namespace: shop}",
+    )
+    assert "allowedListeners" in refused.message
+    (orphan,) = mistakes_in(tmp_path / "2", LISTENER_SET.format(namespace="shop", parent="wbe"))
+    assert orphan.code == "EV912" and "did you mean web?" in orphan.message
+
+
+def test_what_a_namespace_limited_read_cannot_know_is_not_judged(tmp_path: Path) -> None:
+    """A cluster read with --namespace shop cannot show that a Gateway, Service or
+    ReferenceGrant in another namespace is missing: nothing is said about those."""
+    text = (
+        route("{name: edge, namespace: infra}")
+        + "---\n"
+        + route(rule="backendRefs: [{name: api, namespace: x, port: 80}]").replace(
+            "name: other", "name: third"
+        )
+    )
+    assert [f.code for f in mistakes_in(tmp_path, text)] == ["EV901", "EV908"]
+    assert mistakes_in(tmp_path / "2", text, scope=frozenset({"shop"})) == []
+
+
+# ---------------------------------------------------------------- declared findings
+
+
+def suite_with(tmp_path: Path, scenario: str, edit: Callable[[list[str]], list[str]]) -> Path:
+    """``base`` and ``scenario`` copied as a suite, its expected-findings.yaml edited."""
+    root = tmp_path / "suite"
+    shutil.copytree(BASE, root / "base")
+    shutil.copytree(FIXTURES / scenario, root / scenario)
+    declared = root / scenario / "expected-findings.yaml"
+    declared.write_text("\n".join(edit(declared.read_text("utf-8").splitlines())) + "\n")
+    return root
+
+
+def checked(root: Path) -> pipeline.ScenarioResult:
+    from verifier.rules import RULES
+
+    (scn,) = pipeline.discover([str(root)], pipeline.CheckOptions())
+    return pipeline.check_scenario(scn, pipeline.CheckOptions(), RULES)
+
+
+def test_declared_findings_pass_and_a_missing_or_extra_one_fails(tmp_path: Path) -> None:
+    scenario = "httproute-status-backend-not-found"
+    exact = checked(suite_with(tmp_path / "a", scenario, lambda lines: lines))
+    assert (exact.findings, exact.input_errors, len(exact.expected)) == ([], [], 2)
+    # One declaration dropped: that finding is reported as found.
+    extra = checked(suite_with(tmp_path / "b", scenario, lambda lines: lines[:-1]))
+    assert [f.code for f in extra.findings] == ["EV905"] and extra.input_errors == []
+    # One declared that is not found: an input error at its line, the extras beside it.
+    moved = checked(
+        suite_with(tmp_path / "c", scenario, lambda ls: [*ls[:-1], ls[-1].replace("38", "39")])
+    )
+    assert [(e.code, e.line) for e in moved.input_errors] == [
+        ("expected-finding", 4),
+        ("unexpected-finding", 38),
+    ]
+    assert moved.findings == []
+
+
+def test_a_malformed_declaration_is_bad_input(tmp_path: Path) -> None:
+    scenario = "httproute-status-backend-not-found"
+    root = suite_with(tmp_path, scenario, lambda ls: [*ls, "- {code: EV905, file: x.yaml}"])
+    (error,) = checked(root).input_errors
+    assert (error.line, error.field, error.code) == (5, "[2].line", "type")
+
+
+# ---------------------------------------------------------------- the loader; the fuzzer
+
+
+def test_a_mistyped_field_names_the_one_meant(tmp_path: Path) -> None:
+    folder = shop(tmp_path / "shop")
+    path = folder / "resources.yaml"
+    path.write_text(path.read_text("utf-8").replace("  - matches:", "  - matchs:"), "utf-8")
+    with pytest.raises(InputErrors) as raised:
+        load_resources([str(folder)])
+    (error,) = raised.value.errors
+    assert (error.field, error.code) == ("spec.rules[0].matchs", "unknown-field")
+    assert error.message.endswith("did you mean 'matches'?")
+    assert main(["check", str(folder)]) == 2
+
+
+MISSING_SERVICE_WORLD = World(
+    (
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": "gw-0", "namespace": "ns-a"},
+            "spec": {
+                "gatewayClassName": "aether",
+                "listeners": [{"name": "l", "protocol": "HTTP", "port": 80}],
+            },
+        },
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "r", "namespace": "ns-a"},
+            "spec": {
+                "parentRefs": [{"name": "gw-0"}],
+                "rules": [{"backendRefs": [{"name": "svc-missing", "port": 8080}]}],
+            },
+        },
+    )
+)
+
+
+def test_a_fuzzer_fixture_declares_its_worlds_mistakes(tmp_path: Path) -> None:
+    """Drawn worlds hold invalid backendRefs on purpose: the written fixture declares
+    the finding, so it passes check with a correct translator, as it must."""
+    failure = Failure("models-agree", "a summary", MISSING_SERVICE_WORLD)
+    folder = write_found(tmp_path / "out", failure, "found-1", "a note")
+    declared = yaml.safe_load((folder / "expected-findings.yaml").read_text("utf-8"))
+    assert [(d["code"], d["file"], d["resource"]) for d in declared] == [
+        ("EV905", "resources.yaml", "HTTPRoute ns-a/r")
+    ]
+    assert main(["check", str(tmp_path / "out")]) == 0
