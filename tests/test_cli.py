@@ -234,36 +234,83 @@ def test_help_names_exit_codes() -> None:
     assert proc.stderr == ""
 
 
+def _readme_blocks(lang: str) -> list[str]:
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, flags=re.S | re.M)
+
+
 def _readme_commands() -> list[list[str]]:
     """The ``edge-verify`` command lines in README code blocks, so the README cannot rot."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M)
     return [
         shlex.split(line)[1:]
-        for block in blocks
+        for block in _readme_blocks("sh")
         for line in block.splitlines()
         if line.startswith("edge-verify ")
     ]
 
 
+def _readme_files(root: Path) -> list[Path]:
+    """The files the README's "your own config" walk-through asks the reader to write: each
+    YAML block that starts with ``# <path>``, written under ``root`` as it stands."""
+    written = []
+    for block in _readme_blocks("yaml"):
+        first, _, body = block.partition("\n")
+        if first.startswith("# ") and first.endswith(".yaml"):
+            path = root / first[2:].strip()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def _in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "verifier.cli", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+
+
 def test_readme_commands_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """Each runs as written, as a process of its own; `run fixtures/` is the session's
-    run of that very command (tests/live_suite.py), which sends every fixture's traffic
-    through Envoy once for all the tests that need it."""
+    """Each runs as written, as a process of its own, a newcomer's own scenario from
+    the files the README shows; `run fixtures/` is the session's run of that very
+    command (tests/live_suite.py), which sends every fixture's traffic through Envoy
+    once for all the tests that need it."""
     commands = _readme_commands()
-    assert len(commands) >= 2, "README lost its first-use commands"
+    assert ["run", "fixtures/"] in commands, "README lost its main job"
+    written = _readme_files(tmp_path)
+    assert {p.name for p in written} == {"resources.yaml", "cases.yaml"}, written
     for args in commands:
         if args == ["run", "fixtures/"]:
             shared: SuiteRun = request.getfixturevalue("fixtures_run")
             assert shared.code == 0, f"edge-verify run fixtures/:\n{shared.err}"
             assert "edge-verify live: " in shared.err  # its summary (stdout: only problems)
             continue
-        if args[0] == "translate" and "-o" in args:
-            i = args.index("-o") + 1
-            args[i] = str(tmp_path / args[i])
-        proc = run(*args)
-        assert proc.returncode == 0, f"edge-verify {shlex.join(args)}:\n{proc.stderr}"
-        assert proc.stdout or args[0] == "translate"
+        proc = _in(tmp_path, *args)
+        assert proc.returncode == 0, f"edge-verify {shlex.join(args)}:\n{proc.stdout}{proc.stderr}"
+
+
+def test_readme_mistake_is_pointed_out_as_shown(tmp_path: Path) -> None:
+    """The walk-through's mistake (the backendRef misspelt ``crat``) gives the finding
+    the README prints, at the line it prints, and exit 1."""
+    (resources, _cases) = _readme_files(tmp_path)
+    text = resources.read_text(encoding="utf-8")
+    misspelt = "    backendRefs:\n    - name: crat\n"
+    assert text.count("    backendRefs:\n    - name: cart\n") == 1
+    resources.write_text(
+        text.replace("    - name: cart\n      port", "    - name: crat\n      port")
+    )
+    assert misspelt in resources.read_text(encoding="utf-8")
+    proc = _in(tmp_path, "check", f"{resources.parent.name}/")
+    shown = [b.strip() for b in _readme_blocks("text") if "error EV" in b]
+    assert len(shown) == 1, shown
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines()[0] == shown[0], proc.stdout
 
 
 def _children(pid: int) -> list[int]:

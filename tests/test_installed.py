@@ -114,3 +114,24 @@ def test_every_package_of_the_tree_is_installed(installed: Path) -> None:
     }
     shipped = {str(p.parent.relative_to(installed)) for p in installed.rglob("__init__.py")}
     assert tree - shipped == set()
+
+
+def test_every_link_of_the_readme_and_the_docs_resolves() -> None:
+    """A newcomer follows the README's links, then the docs' own: each relative link
+    names a file of the checkout, and a ``#anchor`` on a Markdown page one of its
+    headings."""
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(root)}: {target}: no such file")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{page.relative_to(root)}: {target}: no heading #{anchor}")
+    assert not broken, "\n".join(broken)

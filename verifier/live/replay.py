@@ -2,12 +2,12 @@
 
 ``verifier.semantics.cases`` parses what every checker shares (a ``Request``
 and the expectations an ``Outcome`` can show). Some fields of cases.yaml only
-mean something on the wire (fixtures/README.md): ``samples`` with
+mean something on the wire (docs/cases.md): ``samples`` with
 status/backend/mirror ratios, ``mirrored_to``/``not_mirrored_to``,
 ``websocket``, ``request.protocol: h2c``, and the echo's ``proto``. They are
 parsed here, next to the only place that can observe them.
 
-``live_unmet`` applies the README's rules that a single live answer needs:
+``live_unmet`` applies the cases format's rules (docs/cases.md) that a single live answer needs:
 backend, namespace and ``expect.request`` apply only to 2xx answers from an
 echo pod, and, as in the conformance suite, a backend must see the method,
 path and (when the case sets one) host that were sent unless the case says

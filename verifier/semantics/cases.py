@@ -92,7 +92,7 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 # Every key a cases table may use, per level: the static check's and the live pass's
-# (fixtures/README.md). A key outside these is a typo, and a typo must not turn into
+# (docs/cases.md). A key outside these is a typo, and a typo must not turn into
 # a default ("requesst:" sent as GET /, "statuss:" expecting 200).
 KEYS: Final[dict[str, frozenset[str]]] = {
     "": frozenset({"name", "gateway", "request", "expect", "samples"}),
@@ -200,7 +200,7 @@ def _header_lists(value: Any, where: str) -> HeaderLists:
 
 
 def _shares(exp: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The ratio expectations of ``expect`` (fixtures/README.md, "Sampled cases")."""
+    """The ratio expectations of ``expect`` (docs/cases.md, "Sampled cases")."""
     statuses = _mapping(exp.get("status_ratio"), f"{where}.status_ratio")
     backends = _mapping(exp.get("backend_ratio"), f"{where}.backend_ratio")
     mirrored = exp.get("mirrored_ratio")

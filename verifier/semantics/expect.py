@@ -1,7 +1,7 @@
 """What a case expects, and whether an Outcome meets it.
 
 Fields mean what Gateway API conformance's ExpectedResponse means
-(fixtures/README.md). ``unmet`` judges one answer: a model's, or one live
+(docs/cases.md). ``unmet`` judges one answer: a model's, or one live
 sample's; ``model_unmet`` also judges the shares of traffic a model's answer
 states (``verifier.semantics.shares``), which a live pass counts over samples.
 Pure: parsing is ``verifier.semantics.cases``.
