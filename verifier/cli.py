@@ -419,6 +419,7 @@ def _check(args: argparse.Namespace) -> int:
         addressing=_addressing(args),
         cluster=_cluster_source(args),
         save_baseline=bool(args.save_baseline),
+        translator_timeout=args.translator_timeout,
     )
     before = None
     if args.baseline:
@@ -1010,6 +1011,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--translator",
         metavar="CMD",
         help="external translator: run as CMD PATH...; it prints a config_dump",
+    )
+    ck.add_argument(
+        "--translator-timeout",
+        type=_seconds,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long one run of --translator may take before it and everything it "
+        "started are killed (default: 600); its output is bounded by --max-input-bytes",
     )
     _add_profile(ck)
     ck.add_argument(
