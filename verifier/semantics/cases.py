@@ -183,6 +183,8 @@ def _client_cert(value: Any, where: str, base_dir: str | None) -> ClientCert | N
 def parse_case(
     data: Any, index: int, default_port: int | None = None, base_dir: str | None = None
 ) -> Case:
+    from verifier.semantics.live_fields import check_live_fields  # it raises CaseError
+
     where = f"[{index}]"
     item = _mapping(data, where)
     _known_keys(item, where)
@@ -245,6 +247,7 @@ def parse_case(
         ),
         redirect=None if redirect is None else _mapping(redirect, f"{where}.expect.redirect"),
     )
+    check_live_fields(item, where)  # read here too, so that a typo fails every command
     return Case(name, gateway, request, expect, index)
 
 
