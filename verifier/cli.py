@@ -122,6 +122,8 @@ def _cluster_source(args: argparse.Namespace) -> ClusterSource | None:
         args.context,
         tuple(dict.fromkeys(args.namespace or ())),
         args.cluster_timeout,
+        deadline=args.cluster_deadline,
+        exec_timeout=args.exec_timeout,
     )
 
 
@@ -844,7 +846,23 @@ def _add_cluster(p: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=10.0,
         metavar="SECONDS",
-        help="how long one request to the API server may take (default: 10)",
+        help="how long one request to the API server may take, from connecting to its "
+        "last byte (default: 10)",
+    )
+    g.add_argument(
+        "--cluster-deadline",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long the whole read of the cluster may take, every page and the "
+        "kubeconfig's credential plugin included (default: 300)",
+    )
+    g.add_argument(
+        "--exec-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long the kubeconfig's exec credential plugin may run (default: 60)",
     )
 
 

@@ -10,25 +10,35 @@ so findings still name something a person can ``kubectl get``.
 What an SRE pointing a read-only tool at production expects: only GET requests
 (list and get; nothing is ever written), Secrets fetched one by one by name and
 only when a listener references them (never listed cluster-wide, never printed),
-a timeout on every request, and a clear exit-2 error naming the kind and the RBAC
-verb when the tool's role is missing one. The ``kubernetes`` client is untyped, so
-it is used through one narrow function (``_Api.get``).
+bounds on every request and on the whole read (``kubeapi``), and a clear exit-2
+error naming the kind and the RBAC verb when the tool's role is missing one. The
+kubeconfig is read by ``kubeconfig`` (its credential plugin by ``credentials``).
+
+An answer must have the shape asked for: a list is an object whose ``items`` is a
+list of objects, each with a name; paging ends within a bound and never repeats a
+token. Anything else is an error naming the server, the kind and the field, never
+an empty read: a read that checked nothing must not pass.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.kubeapi import Api, Status, json_type
+from verifier.gatewayapi.kubeconfig import endpoint
 from verifier.gatewayapi.load import LoadResult, RawObject
 from verifier.gatewayapi.resources import Resources, build
+from verifier.inputs import LIMIT_FLAGS, limits
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
-DEFAULT_TIMEOUT = 10.0
+DEFAULT_TIMEOUT = 10.0  # one request, connect to last byte (--cluster-timeout)
+DEFAULT_DEADLINE = 300.0  # the whole read, credential plugin included (--cluster-deadline)
+DEFAULT_EXEC_TIMEOUT = 60.0  # a kubeconfig's credential plugin (--exec-timeout)
 PAGE_SIZE = 500
 
 
@@ -83,6 +93,8 @@ class ClusterSource:
     namespaces: tuple[str, ...] = ()
     timeout: float = DEFAULT_TIMEOUT
     page_size: int = PAGE_SIZE
+    deadline: float = DEFAULT_DEADLINE
+    exec_timeout: float = DEFAULT_EXEC_TIMEOUT
 
 
 @dataclass
@@ -91,79 +103,14 @@ class ClusterRead:
     warnings: list[str] = field(default_factory=list)
 
 
-class _Status(Exception):
-    """A non-2xx answer, kept apart from the client's exception types."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"{status} {reason}")
-        self.status = status
-        self.reason = reason
-
-
-class _Api:
-    """The kubernetes client, narrowed to one typed call: GET a path, get JSON back."""
-
-    def __init__(self, source: ClusterSource) -> None:
-        import importlib
-
-        # Partly typed, partly not: held as Any here and nowhere else.
-        client: Any = importlib.import_module("kubernetes.client")
-        config: Any = importlib.import_module("kubernetes.config")
-
-        self.where = f"cluster:{source.context or '<current-context>'}"
-        try:
-            contexts, active = config.list_kube_config_contexts(config_file=source.kubeconfig)
-            name = source.context or (active or {}).get("name", "")
-            if source.context and source.context not in {c.get("name") for c in contexts}:
-                raise config.ConfigException(f"no context {source.context!r} in the kubeconfig")
-            self.where = f"cluster:{name}"
-            conf = client.Configuration()
-            conf.retries = 0  # bounded time: one attempt per request, each with a timeout
-            config.load_kube_config(
-                config_file=source.kubeconfig,
-                context=source.context,
-                client_configuration=conf,
-                persist_config=False,
-            )
-            self._client = client.ApiClient(conf)
-        except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
-            raise InputErrors(
-                [InputError(source.kubeconfig, 0, "--kubeconfig", "kubeconfig", str(exc))]
-            ) from None
-        self.timeout = source.timeout
-        self.server = str(conf.host)
-
-    def get(self, path: str, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-        import urllib3
-
-        method, url, headers, _body, _post = self._client.param_serialize(
-            "GET",
-            path,
-            query_params=list(query),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        try:
-            response: Any = self._client.call_api(
-                method, url, header_params=headers, _request_timeout=self.timeout
-            )
-            response.read()
-        except urllib3.exceptions.HTTPError as exc:
-            message = (
-                f"cannot reach the API server at {self.server} (timeout {self.timeout:g}s): {exc}"
-            )
-            raise InputErrors([InputError(self.where, 0, "", "unreachable", message)]) from None
-        status = int(response.status)
-        if not 200 <= status < 300:
-            raise _Status(status, str(response.reason or ""))
-        try:
-            data = json.loads(response.data)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            message = f"GET {path}: the API server answered something other than a JSON object"
-            raise InputErrors([InputError(self.where, 0, "", "bad-answer", message)])
-        return data
+def connect(source: ClusterSource, deadline: float | None = None) -> Api:
+    """The API server the kubeconfig names, with its credentials (a credential plugin
+    run now), bounded by ``deadline`` (time.monotonic(); default: --cluster-deadline
+    from now)."""
+    if deadline is None:
+        deadline = time.monotonic() + source.deadline
+    target = endpoint(source.kubeconfig, source.context, source.exec_timeout, deadline)
+    return Api(target, source.timeout, deadline)
 
 
 def _forbidden(where: str, verb: str, kind: Kind, namespace: str | None) -> InputError:
@@ -176,7 +123,7 @@ def _forbidden(where: str, verb: str, kind: Kind, namespace: str | None) -> Inpu
     return InputError(where, 0, kind.kind, "forbidden", message)
 
 
-def _unexpected(where: str, verb: str, kind: Kind, exc: _Status) -> InputError:
+def _unexpected(where: str, verb: str, kind: Kind, exc: Status) -> InputError:
     message = f"cannot {verb} {kind.plural} ({kind.kind}): the API server answered {exc}"
     return InputError(where, 0, kind.kind, "api-error", message)
 
@@ -198,7 +145,7 @@ def _clean(kind: Kind, item: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Reader:
-    def __init__(self, api: _Api, source: ClusterSource) -> None:
+    def __init__(self, api: Api, source: ClusterSource) -> None:
         self.api = api
         self.source = source
         self.context = api.where.removeprefix("cluster:")
@@ -215,28 +162,76 @@ class _Reader:
 
     def pages(self, kind: Kind, path: str, namespace: str | None) -> Iterator[dict[str, Any]]:
         """Every item, page by page: a large cluster answers in bounded pieces, and the
-        continue token keeps every page at the first page's resourceVersion."""
+        continue token keeps every page at the first page's resourceVersion. A list
+        longer than --max-list-length, pages past what that many items take, or a
+        token given twice (a server that would page forever) is an error."""
         token = ""
-        while True:
+        seen: set[str] = set()
+        count = 0
+        most = limits().max_items
+        max_pages = most // self.source.page_size + 2
+        for page_number in range(1, max_pages + 1):
             query = [("limit", str(self.source.page_size))]
             if token:
                 query.append(("continue", token))
             try:
-                page = self.api.get(path, query)
-            except _Status as exc:
+                page = self.api.get(path, query, kind.kind)
+            except Status as exc:
                 if exc.status == 403:
                     raise InputErrors(
                         [_forbidden(self.api.where, "list", kind, namespace)]
                     ) from None
                 raise
-            items = page.get("items")
-            for item in items if isinstance(items, list) else ():
-                if isinstance(item, dict):
-                    yield item
-            meta = page.get("metadata")
-            token = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
+            items = self._items(page, path, kind)
+            count += len(items)
+            if count > most:
+                raise self._bound(kind, f"more than {most:,} items", "max_items")
+            yield from items
+            token = self._token(page, path, kind)
             if not token:
                 return
+            if token in seen:
+                why = f"GET {path}: page {page_number} repeats an earlier continue token"
+                raise self._bad(kind, "metadata.continue", why)
+            seen.add(token)
+        raise self._bound(kind, f"{max_pages:,} pages and still a continue token", "max_items")
+
+    def _items(self, page: dict[str, Any], path: str, kind: Kind) -> list[dict[str, Any]]:
+        """A list answer's items: a list of objects, each with a name."""
+        if "items" not in page:
+            raise self._bad(kind, "items", f"GET {path}: the {kind.kind} list has no items")
+        items = page["items"]
+        if not isinstance(items, list):
+            why = f"GET {path}: the {kind.kind} list's items is a {json_type(items)}, not a list"
+            raise self._bad(kind, "items", why)
+        for i, item in enumerate(items):
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if not isinstance(name, str) or not name:
+                why = f"GET {path}: items[{i}] is not a {kind.kind} with metadata.name"
+                raise self._bad(kind, f"items[{i}]", why)
+        return items
+
+    def _token(self, page: dict[str, Any], path: str, kind: Kind) -> str:
+        meta = page.get("metadata", {})
+        token = meta.get("continue", "") if isinstance(meta, dict) else None
+        if not isinstance(token, str):
+            why = f"GET {path}: the {kind.kind} list's metadata.continue is not a string"
+            raise self._bad(kind, "metadata.continue", why)
+        return token
+
+    def _bad(self, kind: Kind, field: str, why: str) -> InputErrors:
+        message = f"{self.api.endpoint.server}: {why}"
+        at = f"{kind.kind}.{field}"
+        return InputErrors([InputError(self.api.where, 0, at, "bad-answer", message)])
+
+    def _bound(self, kind: Kind, what: str, limit: str) -> InputErrors:
+        flag = LIMIT_FLAGS[limit]
+        message = (
+            f"{self.api.endpoint.server}: the {kind.kind} list has {what}, over the limit "
+            f"of {getattr(limits(), limit):,} items (raise it with {flag})"
+        )
+        return InputErrors([InputError(self.api.where, 0, kind.kind, "too-long", message)])
 
     def list_kind(self, kind: Kind) -> None:
         if kind.namespaced and self.source.namespaces:
@@ -252,7 +247,7 @@ class _Reader:
             try:
                 for item in self.pages(kind, path, ns):
                     self.objects.append(self.raw(kind, item))
-            except _Status as exc:
+            except Status as exc:
                 if exc.status == 404 and kind.optional:
                     self.warnings.append(
                         f"{self.api.where}: {kind.kind} ({kind.api_version}) is not served by "
@@ -266,8 +261,8 @@ class _Reader:
         dangling reference, as it does for files)."""
         path = f"{kind.base}/namespaces/{quote(namespace)}/{kind.plural}/{quote(name)}"
         try:
-            item = self.api.get(path)
-        except _Status as exc:
+            item = self.api.get(path, kind=kind.kind)
+        except Status as exc:
             if exc.status == 404:
                 return
             if exc.status == 403:
@@ -284,8 +279,8 @@ class _Reader:
             return
         for ns in self.source.namespaces:
             try:
-                item = self.api.get(f"/api/v1/namespaces/{quote(ns)}")
-            except _Status as exc:
+                item = self.api.get(f"/api/v1/namespaces/{quote(ns)}", kind=kind.kind)
+            except Status as exc:
                 if exc.status == 403:
                     raise InputErrors([_forbidden(self.api.where, "get", kind, None)]) from None
                 if exc.status == 404:
@@ -353,12 +348,12 @@ def _refs(spec: dict[str, Any], own_ns: str) -> Iterator[tuple[Kind, str, str]]:
 def read_cluster(source: ClusterSource) -> ClusterRead:
     """Every object the edge reads, from the cluster; InputErrors (exit 2) when the
     cluster cannot be read completely: a partial read would check too little and pass."""
-    api = _Api(source)
-    reader = _Reader(api, source)
-    reader.namespaces()
-    for kind in LISTED[1:]:
-        reader.list_kind(kind)
-    reader.referenced()
+    with connect(source) as api:
+        reader = _Reader(api, source)
+        reader.namespaces()
+        for kind in LISTED[1:]:
+            reader.list_kind(kind)
+        reader.referenced()
     loaded = LoadResult(objects=reader.objects, files=[api.where])
     return ClusterRead(loaded, reader.warnings)
 
@@ -402,18 +397,29 @@ def wait_for_gateway_address(
     seconds it is an exit-2 error naming the Gateway and the wait, since the live pass
     would have nowhere to send its cases. A GET, never a watch: the role stays get/list.
     """
-    import time
-
     pause = sleep or time.sleep
-    api = _Api(source)
+    deadline = time.monotonic() + wait
+    # Each poll within --cluster-timeout; all of them within the wait (and one more poll).
+    with connect(source, max(deadline, time.monotonic() + source.deadline)) as api:
+        return _poll(api, gateway, (wait, deadline), interval, pause)
+
+
+def _poll(
+    api: Api,
+    gateway: tuple[str, str],
+    waiting: tuple[float, float],
+    interval: float,
+    pause: Callable[[float], None],
+) -> str:
+    """``wait_for_gateway_address``'s polls; ``waiting``: (the wait, when it ends)."""
     ns, name = gateway
+    wait, deadline = waiting
     path = f"{GATEWAY.base}/namespaces/{quote(ns)}/{GATEWAY.plural}/{quote(name)}"
     where = f"{api.where}/Gateway/{ns}/{name}"
-    deadline = time.monotonic() + wait
     while True:
         try:
-            found = _published(api.get(path))
-        except _Status as exc:
+            found = _published(api.get(path, kind=GATEWAY.kind))
+        except Status as exc:
             if exc.status == 403:
                 raise InputErrors([_forbidden(api.where, "get", GATEWAY, ns)]) from None
             if exc.status == 404:
