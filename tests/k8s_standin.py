@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -156,43 +156,67 @@ class StandIn:
         parts = urlsplit(h.path)
         query = parse_qs(parts.query)
         self.requests.append((method, parts.path, query))
-        if method != "GET":
-            return _send(h, 405, _status(405, "MethodNotAllowed", "read-only stand-in"))
-        if h.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return _send(h, 401, _status(401, "Unauthorized", "no token"))
-        route = _route(parts.path)
-        if route is None:
-            return _send(h, 404, _status(404, "NotFound", "the server could not find it"))
-        group, version, ns, plural, name = route
-        if plural in self.missing or plural not in PLURALS:
-            return _send(h, 404, _status(404, "NotFound", "the server could not find it"))
-        kind = PLURALS[plural]
-        if plural in self.forbidden:
-            verb = "get" if name else "list"
-            message = f'{plural} is forbidden: User "edge" cannot {verb} resource "{plural}"'
-            return _send(h, 403, _status(403, "Forbidden", message))
-        api_version = f"{group}/{version}" if group else version
-        items = [
-            o
-            for o in self.objects
-            if o.get("kind") == kind
-            and (ns is None or o["metadata"].get("namespace") == ns)
-            and (name is None or o["metadata"].get("name") == name)
-        ]
-        if name is not None:
-            if not items:
-                return _send(h, 404, _status(404, "NotFound", f'{plural} "{name}" not found'))
-            return _send(h, 200, {**items[0], "apiVersion": api_version, "kind": kind})
-        start = int(query.get("continue", ["0"])[0] or 0)
-        limit = int(query.get("limit", ["0"])[0] or 0) or len(items) or 1
-        page = items[start : start + limit]
-        meta: dict[str, Any] = {"resourceVersion": RESOURCE_VERSION}
-        if start + limit < len(items):
-            meta["continue"] = str(start + limit)
-            meta["remainingItemCount"] = len(items) - start - limit
-        stripped = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in page]
-        body = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta}
-        return _send(h, 200, {**body, "items": stripped})
+        code, body = reply(
+            self.objects,
+            method,
+            parts.path,
+            query,
+            h.headers.get("Authorization"),
+            forbidden=self.forbidden,
+            missing=self.missing,
+        )
+        _send(h, code, body)
+
+
+def reply(
+    objects: list[dict[str, Any]],
+    method: str,
+    path: str,
+    query: dict[str, list[str]],
+    authorization: str | None,
+    *,
+    forbidden: Collection[str] = (),
+    missing: Collection[str] = (),
+) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) the API server answers for ``objects``: shared by the
+    stand-in and tests/hostile_k8s.py, whose lies start from this honest answer."""
+    if method != "GET":
+        return 405, _status(405, "MethodNotAllowed", "read-only stand-in")
+    if authorization != f"Bearer {TOKEN}":
+        return 401, _status(401, "Unauthorized", "no token")
+    route = _route(path)
+    if route is None:
+        return 404, _status(404, "NotFound", "the server could not find it")
+    group, version, ns, plural, name = route
+    if plural in missing or plural not in PLURALS:
+        return 404, _status(404, "NotFound", "the server could not find it")
+    kind = PLURALS[plural]
+    if plural in forbidden:
+        verb = "get" if name else "list"
+        message = f'{plural} is forbidden: User "edge" cannot {verb} resource "{plural}"'
+        return 403, _status(403, "Forbidden", message)
+    api_version = f"{group}/{version}" if group else version
+    items = [
+        o
+        for o in objects
+        if o.get("kind") == kind
+        and (ns is None or o["metadata"].get("namespace") == ns)
+        and (name is None or o["metadata"].get("name") == name)
+    ]
+    if name is not None:
+        if not items:
+            return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+        return 200, {**items[0], "apiVersion": api_version, "kind": kind}
+    start = int(query.get("continue", ["0"])[0] or 0)
+    limit = int(query.get("limit", ["0"])[0] or 0) or len(items) or 1
+    page = items[start : start + limit]
+    meta: dict[str, Any] = {"resourceVersion": RESOURCE_VERSION}
+    if start + limit < len(items):
+        meta["continue"] = str(start + limit)
+        meta["remainingItemCount"] = len(items) - start - limit
+    stripped = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in page]
+    body = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta}
+    return 200, {**body, "items": stripped}
 
 
 def _route(path: str) -> tuple[str, str, str | None, str, str | None] | None:

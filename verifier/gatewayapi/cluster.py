@@ -163,13 +163,15 @@ class _Reader:
     def pages(self, kind: Kind, path: str, namespace: str | None) -> Iterator[dict[str, Any]]:
         """Every item, page by page: a large cluster answers in bounded pieces, and the
         continue token keeps every page at the first page's resourceVersion. A list
-        longer than --max-list-length, pages past what that many items take, or a
-        token given twice (a server that would page forever) is an error."""
+        bounded as a file is (at most --max-list-length items and --max-input-bytes
+        over all its pages), pages past what that many items take, or a token given
+        twice (a server that would page forever) is an error."""
+        lim = limits()
         token = ""
         seen: set[str] = set()
         count = 0
-        most = limits().max_items
-        max_pages = most // self.source.page_size + 2
+        start = self.api.received
+        max_pages = lim.max_items // self.source.page_size + 2
         for page_number in range(1, max_pages + 1):
             query = [("limit", str(self.source.page_size))]
             if token:
@@ -184,8 +186,12 @@ class _Reader:
                 raise
             items = self._items(page, path, kind)
             count += len(items)
-            if count > most:
-                raise self._bound(kind, f"more than {most:,} items", "max_items")
+            if count > lim.max_items:
+                why = f"more than {lim.max_items:,} items"
+                raise self._bound(kind, why, "max_items")
+            if self.api.received - start > lim.max_bytes:
+                why = f"pages of more than {lim.max_bytes:,} bytes in all"
+                raise self._bound(kind, why, "max_bytes")
             yield from items
             token = self._token(page, path, kind)
             if not token:
@@ -194,7 +200,8 @@ class _Reader:
                 why = f"GET {path}: page {page_number} repeats an earlier continue token"
                 raise self._bad(kind, "metadata.continue", why)
             seen.add(token)
-        raise self._bound(kind, f"{max_pages:,} pages and still a continue token", "max_items")
+        why = f"a continue token after {max_pages:,} pages, more than {lim.max_items:,} items take"
+        raise self._bound(kind, why, "max_items")
 
     def _items(self, page: dict[str, Any], path: str, kind: Kind) -> list[dict[str, Any]]:
         """A list answer's items: a list of objects, each with a name."""
@@ -228,10 +235,10 @@ class _Reader:
     def _bound(self, kind: Kind, what: str, limit: str) -> InputErrors:
         flag = LIMIT_FLAGS[limit]
         message = (
-            f"{self.api.endpoint.server}: the {kind.kind} list has {what}, over the limit "
-            f"of {getattr(limits(), limit):,} items (raise it with {flag})"
+            f"{self.api.endpoint.server}: the {kind.kind} list has {what} (raise it with {flag})"
         )
-        return InputErrors([InputError(self.api.where, 0, kind.kind, "too-long", message)])
+        code = "too-large" if limit == "max_bytes" else "too-long"
+        return InputErrors([InputError(self.api.where, 0, kind.kind, code, message)])
 
     def list_kind(self, kind: Kind) -> None:
         if kind.namespaced and self.source.namespaces:

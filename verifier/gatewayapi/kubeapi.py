@@ -53,6 +53,7 @@ class Api:
         self.where = f"cluster:{endpoint.context}"
         self.timeout = timeout
         self.deadline = deadline
+        self.received = 0  # bytes of every answer so far
         self._loop = asyncio.new_event_loop()
 
         async def session() -> aiohttp.ClientSession:
@@ -101,6 +102,7 @@ class Api:
                 "(raise it with --cluster-timeout)"
             )
             raise self.error("timeout", message, kind) from None
+        self.received += len(body)
         if not 200 <= status < 300:
             raise Status(status, reason, _status_message(body))
         return self._object(path, body, kind)
