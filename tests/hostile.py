@@ -28,6 +28,7 @@ from entry_points import Run, run_forked
 from hostile_k8s import url
 from k8s_standin import TOKEN
 
+from verifier.children import marked
 from verifier.orphans import die_with_parent
 
 HERE = Path(__file__).resolve().parent
@@ -114,16 +115,7 @@ class Ran:
 
 def running(mark: str) -> list[int]:
     """Processes (not zombies) whose environment holds ``HOSTILE_MARK=mark``."""
-    needle = f"{MARK}={mark}\0".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    return marked(f"{MARK}={mark}")
 
 
 def _fresh(mark: str) -> None:

@@ -211,11 +211,12 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def leashed(leash: str) -> list[int]:
-    """The processes that carry ``leash`` in their environment (zombies carry none)."""
-    mark = f"{LEASH_VAR}={leash}\0".encode()
+def marked(entry: str) -> list[int]:
+    """The processes whose environment holds ``entry`` (``NAME=value``); zombies hold
+    none. Through /proc: where there is none, nothing is found."""
+    mark = f"{entry}\0".encode()
     found = []
-    for pid in os.listdir("/proc"):
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not pid.isdigit():
             continue
         try:
@@ -227,13 +228,18 @@ def leashed(leash: str) -> list[int]:
     return found
 
 
+def leashed(leash: str) -> list[int]:
+    """The processes that carry ``leash``: the program and what it started."""
+    return marked(f"{LEASH_VAR}={leash}")
+
+
 def _kill_all(proc: subprocess.Popen[bytes], leash: str) -> None:
     """The program, its process group and every process with its mark, until none is
     left; then the program reaped. Its group first, while the program's zombie
     still holds the group's id; the marks by content, never by a number the system
     may have reused."""
     _kill_group(proc)
-    for _ in range(KILL_ROUNDS if os.path.isdir("/proc") else 0):
+    for _ in range(KILL_ROUNDS):
         found = leashed(leash)
         if not found:
             break
