@@ -127,6 +127,17 @@ def _cluster_source(args: argparse.Namespace) -> ClusterSource | None:
     )
 
 
+def _splittable(command: str) -> None:
+    """A --translator that cannot be split (an unbalanced quote) or is empty is bad
+    input at once; an empty one must not mean the reference translator, silently."""
+    from verifier.children import ChildError, parse_command
+
+    try:
+        parse_command(command, "--translator")
+    except ChildError as exc:
+        raise InputErrors([InputError("--translator", 0, "", exc.code, exc.message)]) from None
+
+
 def _load(args: argparse.Namespace) -> tuple[Resources, str]:
     """The resources of PATHs or of the cluster, and how to name them in messages."""
     source = _cluster_source(args)
@@ -378,6 +389,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Check the xDS against the spec, scenario by scenario; exit 1 on findings."""
     from verifier.xds import validation
 
+    if args.translator is not None:
+        _splittable(args.translator)
     if args.xds:
         if args.xds == "-":
             from verifier.inputs import read_stdin_once
