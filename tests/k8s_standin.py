@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -97,12 +98,14 @@ class StandIn:
     missing: set[str] = field(default_factory=set)  # plurals answered 404 (no CRD)
     requests: list[tuple[str, str, dict[str, list[str]]]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
+    # https with this context; a client certificate it verified stands for the token
+    tls: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
         assert self.server is not None
         host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
     def start(self) -> StandIn:
         standin = self
@@ -127,6 +130,10 @@ class StandIn:
                 standin.answer(self, "DELETE")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if self.tls is not None:  # https: the handshake happens in each handler thread
+            self.server.socket = self.tls.wrap_socket(
+                self.server.socket, server_side=True, do_handshake_on_connect=False
+            )
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
@@ -156,12 +163,15 @@ class StandIn:
         parts = urlsplit(h.path)
         query = parse_qs(parts.query)
         self.requests.append((method, parts.path, query))
+        authorization = h.headers.get("Authorization")
+        if isinstance(h.connection, ssl.SSLSocket) and h.connection.getpeercert():
+            authorization = f"Bearer {TOKEN}"  # a client certificate the CA signed
         code, body = reply(
             self.objects,
             method,
             parts.path,
             query,
-            h.headers.get("Authorization"),
+            authorization,
             forbidden=self.forbidden,
             missing=self.missing,
         )
