@@ -529,7 +529,7 @@ def _remote(args: argparse.Namespace, source: ClusterSource | None) -> Remote | 
             "(the live pass would otherwise send nothing and pass)"
         )
         raise InputErrors([InputError("--kubeconfig", 0, "--cases", "required", message)])
-    from verifier.gatewayapi.cluster import wait_for_gateway_address
+    from verifier.gatewayapi.gateway_address import wait_for_gateway_address
     from verifier.live.remote import Remote
 
     for text in args.gateway_address or ():

@@ -23,7 +23,7 @@ an empty read: a read that checked nothing must not pass.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -113,7 +113,7 @@ def connect(source: ClusterSource, deadline: float | None = None) -> Api:
     return Api(target, source.timeout, deadline)
 
 
-def _forbidden(where: str, verb: str, kind: Kind, namespace: str | None) -> InputError:
+def forbidden(where: str, verb: str, kind: Kind, namespace: str | None) -> InputError:
     scope = f" in namespace {namespace}" if namespace else " cluster-wide"
     group = kind.api_version.rsplit("/", 1)[0] if "/" in kind.api_version else '""'
     message = (
@@ -123,7 +123,7 @@ def _forbidden(where: str, verb: str, kind: Kind, namespace: str | None) -> Inpu
     return InputError(where, 0, kind.kind, "forbidden", message)
 
 
-def _unexpected(where: str, verb: str, kind: Kind, exc: Status) -> InputError:
+def unexpected(where: str, verb: str, kind: Kind, exc: Status) -> InputError:
     message = f"cannot {verb} {kind.plural} ({kind.kind}): the API server answered {exc}"
     return InputError(where, 0, kind.kind, "api-error", message)
 
@@ -181,7 +181,7 @@ class _Reader:
             except Status as exc:
                 if exc.status == 403:
                     raise InputErrors(
-                        [_forbidden(self.api.where, "list", kind, namespace)]
+                        [forbidden(self.api.where, "list", kind, namespace)]
                     ) from None
                 raise
             items = self._items(page, path, kind)
@@ -261,7 +261,7 @@ class _Reader:
                         "this cluster (CRD not installed?); read none"
                     )
                     return
-                raise InputErrors([_unexpected(self.api.where, "list", kind, exc)]) from None
+                raise InputErrors([unexpected(self.api.where, "list", kind, exc)]) from None
 
     def get_one(self, kind: Kind, namespace: str, name: str) -> None:
         """A referenced object by name; absent is not an error (the check reports the
@@ -273,8 +273,8 @@ class _Reader:
             if exc.status == 404:
                 return
             if exc.status == 403:
-                raise InputErrors([_forbidden(self.api.where, "get", kind, namespace)]) from None
-            raise InputErrors([_unexpected(self.api.where, "get", kind, exc)]) from None
+                raise InputErrors([forbidden(self.api.where, "get", kind, namespace)]) from None
+            raise InputErrors([unexpected(self.api.where, "get", kind, exc)]) from None
         self.objects.append(self.raw(kind, item))
 
     def namespaces(self) -> None:
@@ -289,11 +289,11 @@ class _Reader:
                 item = self.api.get(f"/api/v1/namespaces/{quote(ns)}", kind=kind.kind)
             except Status as exc:
                 if exc.status == 403:
-                    raise InputErrors([_forbidden(self.api.where, "get", kind, None)]) from None
+                    raise InputErrors([forbidden(self.api.where, "get", kind, None)]) from None
                 if exc.status == 404:
                     self.warnings.append(f"{self.api.where}: namespace {ns} does not exist")
                     continue
-                raise InputErrors([_unexpected(self.api.where, "get", kind, exc)]) from None
+                raise InputErrors([unexpected(self.api.where, "get", kind, exc)]) from None
             self.objects.append(self.raw(kind, item))
 
     def referenced(self) -> None:
@@ -371,78 +371,3 @@ def load_cluster_resources(source: ClusterSource) -> Resources:
     res = build(read.loaded)
     res.warnings[:0] = read.warnings
     return res
-
-
-GATEWAY = LISTED[2]
-POLL_INTERVAL = 1.0
-
-
-def _published(gateway: dict[str, Any]) -> str | None:
-    """The first address a controller wrote into the Gateway's status (an IP, or a
-    hostname a load balancer was given), or None while it has written none."""
-    status = gateway.get("status")
-    addresses = status.get("addresses") if isinstance(status, dict) else None
-    for entry in addresses if isinstance(addresses, list) else ():
-        value = entry.get("value") if isinstance(entry, dict) else None
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def wait_for_gateway_address(
-    source: ClusterSource,
-    gateway: tuple[str, str],
-    wait: float,
-    *,
-    interval: float = POLL_INTERVAL,
-    sleep: Callable[[float], None] | None = None,
-) -> str:
-    """The address ``Gateway.status.addresses`` publishes, polled by GET until it has one.
-
-    A LoadBalancer address can take minutes to appear after an install (the aether
-    conformance runner waits 180 s), so a missing one is waited for; after ``wait``
-    seconds it is an exit-2 error naming the Gateway and the wait, since the live pass
-    would have nowhere to send its cases. A GET, never a watch: the role stays get/list.
-    """
-    pause = sleep or time.sleep
-    deadline = time.monotonic() + wait
-    # Each poll within --cluster-timeout; all of them within the wait (and one more poll).
-    with connect(source, max(deadline, time.monotonic() + source.deadline)) as api:
-        return _poll(api, gateway, (wait, deadline), interval, pause)
-
-
-def _poll(
-    api: Api,
-    gateway: tuple[str, str],
-    waiting: tuple[float, float],
-    interval: float,
-    pause: Callable[[float], None],
-) -> str:
-    """``wait_for_gateway_address``'s polls; ``waiting``: (the wait, when it ends)."""
-    ns, name = gateway
-    wait, deadline = waiting
-    path = f"{GATEWAY.base}/namespaces/{quote(ns)}/{GATEWAY.plural}/{quote(name)}"
-    where = f"{api.where}/Gateway/{ns}/{name}"
-    while True:
-        try:
-            found = _published(api.get(path, kind=GATEWAY.kind))
-        except Status as exc:
-            if exc.status == 403:
-                raise InputErrors([_forbidden(api.where, "get", GATEWAY, ns)]) from None
-            if exc.status == 404:
-                message = f"--gateway {ns}/{name}: no such Gateway in the cluster"
-                raise InputErrors(
-                    [InputError(where, 0, "--gateway", "not-found", message)]
-                ) from None
-            raise InputErrors([_unexpected(api.where, "get", GATEWAY, exc)]) from None
-        if found is not None:
-            return found
-        left = deadline - time.monotonic()
-        if left <= 0:
-            message = (
-                f"Gateway {ns}/{name} has no address in status.addresses after waiting "
-                f"{wait:g}s (--gateway-wait); is its controller running and a load balancer "
-                "available? --gateway-address NS/NAME=IP names one instead"
-            )
-            raise InputErrors([InputError(where, 0, "--gateway", "no-address", message)])
-        pause(min(interval, left))
