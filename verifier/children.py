@@ -43,6 +43,7 @@ STDERR_TAIL = 64 * 1024  # what is kept of a program's standard error: its last 
 KILL_ROUNDS = 50  # a marked process that forks as fast as it is killed is given up on
 _READ = 64 * 1024
 _POLL_S = 0.05
+_WAIT_S = 3600.0  # one wait at most: a deadline far off (1e300 s) is waited in pieces
 
 
 class ChildError(Exception):
@@ -171,7 +172,7 @@ def _collect(
             left = deadline - time.monotonic()
             if left <= 0:
                 return bytes(out), bytes(err[-STDERR_TAIL:]), "timeout"
-            for key, _ in sel.select(left if pidfd is not None else min(left, _POLL_S)):
+            for key, _ in sel.select(min(left, _WAIT_S if pidfd is not None else _POLL_S)):
                 if key.fd == pidfd:
                     sel.unregister(pidfd)
                     exited = True

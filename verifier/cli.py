@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -902,7 +903,7 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
+    if not (value > 0 and math.isfinite(value)):  # a bound is a number: never inf or nan
         raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
     return value
 
