@@ -240,3 +240,13 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+@pytest.mark.parametrize("flag", ["--cluster-timeout", "--cluster-deadline", "--exec-timeout"])
+@pytest.mark.parametrize("value", ["inf", "nan", "0"])
+def test_a_bound_is_a_finite_number_of_seconds(
+    server: str, tmp_path: Path, flag: str, value: str
+) -> None:
+    ran = check(kubeconfig(tmp_path / "kc", server), flag, value)
+    ok(ran, 5.0)
+    assert f"argument {flag}: expected a number of seconds above 0" in ran.err
