@@ -255,6 +255,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("damaged inputs per entry point")
         for line in fuzzed.summary():
             terminalreporter.write_line(line)
+    hostile = sys.modules.get("test_hostile_cluster")
+    if hostile is not None and hostile.FIGURES:
+        terminalreporter.section("hostile peers per surface (tests/test_hostile_cluster.py)")
+        for line in hostile.summary():
+            terminalreporter.write_line(line)
     seeded = sys.modules.get("test_fuzz_seeded_bugs")
     if seeded is not None and seeded.FIGURES:
         terminalreporter.section("edge-verify fuzz: seeded translator bugs")

@@ -92,20 +92,30 @@ REGISTRY_YAML = "services:\n  - namespace: web\n    name: echo\n  - web/other\n"
 @dataclass(frozen=True)
 class Run:
     """How one child ended: its exit code (None when it did not exit), its output,
-    and what went wrong outside the exit code (a timeout or a signal), if anything."""
+    what went wrong outside the exit code (a timeout or a signal), if anything, and
+    its peak resident memory in KiB (what it shares with the parent included)."""
 
     code: int | None
     out: str
     err: str
     killed: str
+    max_rss_kib: int = 0
 
 
-def _child(argv: list[str], files: tuple[int, int, int], memory: int) -> None:
+def _child(
+    argv: list[str],
+    files: tuple[int, int, int],
+    memory: int,
+    prepare: Callable[[], None] | None = None,
+) -> None:
     """In the forked child: bound it, give it fresh standard streams, run ``main``,
-    and leave with its exit code without running the parent's exit handlers."""
+    and leave with its exit code without running the parent's exit handlers.
+    ``prepare`` runs first (a hostile-peer test's own reaper, say)."""
     code = ESCAPED
     try:
         os.setpgid(0, 0)
+        if prepare is not None:
+            prepare()
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         for fd, target in enumerate(files):
             os.dup2(target, fd)
@@ -139,7 +149,11 @@ def _without_envoy() -> None:
 
 
 def run_forked(
-    argv: list[str], stdin: bytes = b"", timeout_s: float = TIMEOUT_S, memory: int = MEMORY
+    argv: list[str],
+    stdin: bytes = b"",
+    timeout_s: float = TIMEOUT_S,
+    memory: int = MEMORY,
+    prepare: Callable[[], None] | None = None,
 ) -> Run:
     """``main(argv)`` in a bounded child process."""
     with (
@@ -153,7 +167,7 @@ def run_forked(
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _child(argv, (inp.fileno(), out.fileno(), err.fileno()), memory)
+            _child(argv, (inp.fileno(), out.fileno(), err.fileno()), memory, prepare)
         with suppress(OSError):  # the child may already have done it (or be gone)
             os.setpgid(pid, pid)
         pidfd = os.pidfd_open(pid)
@@ -164,16 +178,18 @@ def run_forked(
         # Its forked helpers too: the child is at most a zombie, so the group is its own.
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
+    rss = usage.ru_maxrss
     if not ended:
-        return Run(None, stdout, stderr, f"no exit after {timeout_s:.0f} s")
+        return Run(None, stdout, stderr, f"no exit after {timeout_s:g} s", rss)
     if os.WIFSIGNALED(status):
-        return Run(None, stdout, stderr, f"killed by {signal.Signals(os.WTERMSIG(status)).name}")
-    return Run(os.WEXITSTATUS(status), stdout, stderr, "")
+        signame = signal.Signals(os.WTERMSIG(status)).name
+        return Run(None, stdout, stderr, f"killed by {signame}", rss)
+    return Run(os.WEXITSTATUS(status), stdout, stderr, "", rss)
 
 
 def problem(run: Run, names: tuple[str, ...]) -> str | None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -97,12 +98,14 @@ class StandIn:
     missing: set[str] = field(default_factory=set)  # plurals answered 404 (no CRD)
     requests: list[tuple[str, str, dict[str, list[str]]]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
+    # https with this context; a client certificate it verified stands for the token
+    tls: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
         assert self.server is not None
         host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
     def start(self) -> StandIn:
         standin = self
@@ -127,6 +130,10 @@ class StandIn:
                 standin.answer(self, "DELETE")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if self.tls is not None:  # https: the handshake happens in each handler thread
+            self.server.socket = self.tls.wrap_socket(
+                self.server.socket, server_side=True, do_handshake_on_connect=False
+            )
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
@@ -156,43 +163,70 @@ class StandIn:
         parts = urlsplit(h.path)
         query = parse_qs(parts.query)
         self.requests.append((method, parts.path, query))
-        if method != "GET":
-            return _send(h, 405, _status(405, "MethodNotAllowed", "read-only stand-in"))
-        if h.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return _send(h, 401, _status(401, "Unauthorized", "no token"))
-        route = _route(parts.path)
-        if route is None:
-            return _send(h, 404, _status(404, "NotFound", "the server could not find it"))
-        group, version, ns, plural, name = route
-        if plural in self.missing or plural not in PLURALS:
-            return _send(h, 404, _status(404, "NotFound", "the server could not find it"))
-        kind = PLURALS[plural]
-        if plural in self.forbidden:
-            verb = "get" if name else "list"
-            message = f'{plural} is forbidden: User "edge" cannot {verb} resource "{plural}"'
-            return _send(h, 403, _status(403, "Forbidden", message))
-        api_version = f"{group}/{version}" if group else version
-        items = [
-            o
-            for o in self.objects
-            if o.get("kind") == kind
-            and (ns is None or o["metadata"].get("namespace") == ns)
-            and (name is None or o["metadata"].get("name") == name)
-        ]
-        if name is not None:
-            if not items:
-                return _send(h, 404, _status(404, "NotFound", f'{plural} "{name}" not found'))
-            return _send(h, 200, {**items[0], "apiVersion": api_version, "kind": kind})
-        start = int(query.get("continue", ["0"])[0] or 0)
-        limit = int(query.get("limit", ["0"])[0] or 0) or len(items) or 1
-        page = items[start : start + limit]
-        meta: dict[str, Any] = {"resourceVersion": RESOURCE_VERSION}
-        if start + limit < len(items):
-            meta["continue"] = str(start + limit)
-            meta["remainingItemCount"] = len(items) - start - limit
-        stripped = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in page]
-        body = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta}
-        return _send(h, 200, {**body, "items": stripped})
+        authorization = h.headers.get("Authorization")
+        if isinstance(h.connection, ssl.SSLSocket) and h.connection.getpeercert():
+            authorization = f"Bearer {TOKEN}"  # a client certificate the CA signed
+        code, body = reply(
+            self.objects,
+            method,
+            parts.path,
+            query,
+            authorization,
+            forbidden=self.forbidden,
+            missing=self.missing,
+        )
+        _send(h, code, body)
+
+
+def reply(
+    objects: list[dict[str, Any]],
+    method: str,
+    path: str,
+    query: dict[str, list[str]],
+    authorization: str | None,
+    *,
+    forbidden: Collection[str] = (),
+    missing: Collection[str] = (),
+) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) the API server answers for ``objects``: shared by the
+    stand-in and tests/hostile_k8s.py, whose lies start from this honest answer."""
+    if method != "GET":
+        return 405, _status(405, "MethodNotAllowed", "read-only stand-in")
+    if authorization != f"Bearer {TOKEN}":
+        return 401, _status(401, "Unauthorized", "no token")
+    route = _route(path)
+    if route is None:
+        return 404, _status(404, "NotFound", "the server could not find it")
+    group, version, ns, plural, name = route
+    if plural in missing or plural not in PLURALS:
+        return 404, _status(404, "NotFound", "the server could not find it")
+    kind = PLURALS[plural]
+    if plural in forbidden:
+        verb = "get" if name else "list"
+        message = f'{plural} is forbidden: User "edge" cannot {verb} resource "{plural}"'
+        return 403, _status(403, "Forbidden", message)
+    api_version = f"{group}/{version}" if group else version
+    items = [
+        o
+        for o in objects
+        if o.get("kind") == kind
+        and (ns is None or o["metadata"].get("namespace") == ns)
+        and (name is None or o["metadata"].get("name") == name)
+    ]
+    if name is not None:
+        if not items:
+            return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+        return 200, {**items[0], "apiVersion": api_version, "kind": kind}
+    start = int(query.get("continue", ["0"])[0] or 0)
+    limit = int(query.get("limit", ["0"])[0] or 0) or len(items) or 1
+    page = items[start : start + limit]
+    meta: dict[str, Any] = {"resourceVersion": RESOURCE_VERSION}
+    if start + limit < len(items):
+        meta["continue"] = str(start + limit)
+        meta["remainingItemCount"] = len(items) - start - limit
+    stripped = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in page]
+    body = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta}
+    return 200, {**body, "items": stripped}
 
 
 def _route(path: str) -> tuple[str, str, str | None, str, str | None] | None:

@@ -276,7 +276,7 @@ def test_bad_kubeconfig_and_bad_combinations_are_exit_2(
     bad = tmp_path / "bad"
     bad.write_text("apiVersion: v1\nkind: Config\n")
     code, _out, err = run(["check", "--kubeconfig", str(bad)], capsys)
-    assert code == 2 and "--kubeconfig" in err
+    assert code == 2 and f"{bad}: current-context:" in err
     code, _out, err = run(["check", "--kubeconfig", str(tmp_path / "absent")], capsys)
     assert code == 2
     _, kubeconfig = serve("gateway-https-listener")

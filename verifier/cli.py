@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -127,7 +128,20 @@ def _cluster_source(args: argparse.Namespace) -> ClusterSource | None:
         args.context,
         tuple(dict.fromkeys(args.namespace or ())),
         args.cluster_timeout,
+        deadline=args.cluster_deadline,
+        exec_timeout=args.exec_timeout,
     )
+
+
+def _splittable(command: str) -> None:
+    """A --translator that cannot be split (an unbalanced quote) or is empty is bad
+    input at once; an empty one must not mean the reference translator, silently."""
+    from verifier.children import ChildError, parse_command
+
+    try:
+        parse_command(command, "--translator")
+    except ChildError as exc:
+        raise InputErrors([InputError("--translator", 0, "", exc.code, exc.message)]) from None
 
 
 def _load(args: argparse.Namespace) -> tuple[Resources, str]:
@@ -380,6 +394,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Check the xDS against the spec, scenario by scenario; exit 1 on findings."""
     from verifier.xds import validation
 
+    if args.translator is not None:
+        _splittable(args.translator)
     if args.xds:
         if args.xds == "-":
             from verifier.inputs import read_stdin_once
@@ -423,6 +439,7 @@ def _check(args: argparse.Namespace) -> int:
         addressing=_addressing(args),
         cluster=_cluster_source(args),
         save_baseline=bool(args.save_baseline),
+        translator_timeout=args.translator_timeout,
     )
     before = None
     if args.baseline:
@@ -535,7 +552,7 @@ def _remote(args: argparse.Namespace, source: ClusterSource | None) -> Remote | 
             "(the live pass would otherwise send nothing and pass)"
         )
         raise InputErrors([InputError("--kubeconfig", 0, "--cases", "required", message)])
-    from verifier.gatewayapi.cluster import wait_for_gateway_address
+    from verifier.gatewayapi.gateway_address import wait_for_gateway_address
     from verifier.live.remote import Remote
 
     for text in args.gateway_address or ():
@@ -867,7 +884,23 @@ def _add_cluster(p: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=10.0,
         metavar="SECONDS",
-        help="how long one request to the API server may take (default: 10)",
+        help="how long one request to the API server may take, from connecting to its "
+        "last byte (default: 10)",
+    )
+    g.add_argument(
+        "--cluster-deadline",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long the whole read of the cluster may take, every page and the "
+        "kubeconfig's credential plugin included (default: 300)",
+    )
+    g.add_argument(
+        "--exec-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long the kubeconfig's exec credential plugin may run (default: 60)",
     )
 
 
@@ -894,7 +927,7 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
+    if not (value > 0 and math.isfinite(value)):  # a bound is a number: never inf or nan
         raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
     return value
 
@@ -1034,6 +1067,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--translator",
         metavar="CMD",
         help="external translator: run as CMD PATH...; it prints a config_dump",
+    )
+    ck.add_argument(
+        "--translator-timeout",
+        type=_seconds,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long one run of --translator may take before it and everything it "
+        "started are killed (default: 600); its output is bounded by --max-input-bytes",
     )
     _add_profile(ck)
     ck.add_argument(

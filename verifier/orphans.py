@@ -65,18 +65,50 @@ def follow_parent(sig: signal.Signals) -> None:
         os.kill(os.getpid(), sig)
 
 
-# --- directories that outlive no run ------------------------------------------------------
+# --- directories and programs that outlive no run ----------------------------------------
 
-# The reaper: a tiny process that reads directory paths, one per line, until its
-# standard input closes, then removes them. Its input is a pipe only the tool (and
-# its forked children) hold, so it closes when the last of them ends, however that
-# happens: a normal exit, an exception, Ctrl-C, or SIGKILL, which runs no cleanup.
-_REAPER = (
-    "import shutil, sys\n"
-    "paths = [line[:-1] for line in sys.stdin if line.endswith('\\n')]\n"
-    "for p in paths:\n"
-    "    shutil.rmtree(p, ignore_errors=True)\n"
-)
+# The reaper: a tiny process that reads lines until its standard input closes, then
+# removes the directories and kills the programs they name. Its input is a pipe only
+# the tool (and its forked children) hold, so it closes when the last of them ends,
+# however that happens: a normal exit, an exception, Ctrl-C, or SIGKILL, which runs
+# no cleanup. A line is a directory's path, or (after a NUL, which no path holds) ``+``
+# or ``-`` and a leash: the value of ``LEASH_VAR`` in the environment of a program the
+# tool started (``verifier.children``), which its descendants inherit, daemons that
+# left its process group and session included. Killed by that mark, never by a
+# process id or group, which the system may have given to someone else since.
+LEASH_VAR = "EDGE_VERIFY_LEASH"
+_REAPER = """\
+import os, shutil, signal, sys
+dirs, leashes = [], set()
+for line in sys.stdin.buffer:
+    if not line.endswith(b"\\n"):
+        break
+    if line.startswith(b"\\0+"):
+        leashes.add(line[2:-1])
+    elif line.startswith(b"\\0-"):
+        leashes.discard(line[2:-1])
+    else:
+        dirs.append(line[:-1])
+marks = [b"LEASH_VAR=" + m + b"\\0" for m in leashes]
+for _ in range(50 if marks else 0):
+    found = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/" + pid + "/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if any(m in env for m in marks):
+            found += 1
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+    if not found:
+        break
+for p in dirs:
+    shutil.rmtree(p, ignore_errors=True)
+""".replace("LEASH_VAR", LEASH_VAR)
 _reaper: subprocess.Popen[bytes] | None = None
 
 
@@ -99,21 +131,40 @@ def _reaper_input() -> IO[bytes] | None:
     return _reaper.stdin
 
 
+def _tell_reaper(line: bytes) -> bool:
+    pipe = _reaper_input()
+    if pipe is None:
+        return False
+    try:
+        pipe.write(line + b"\n")
+        pipe.flush()
+    except OSError:
+        return False
+    return True
+
+
+def reap_leash(leash: str) -> None:
+    """Have every process that carries ``leash`` (see ``LEASH_VAR``) killed when the
+    tool ends, even by SIGKILL; the caller still kills them when done (``release_leash``
+    then). Before the program starts: no instant in which it runs and nobody would."""
+    _tell_reaper(b"\0+" + leash.encode())
+
+
+def release_leash(leash: str) -> None:
+    """The processes carrying ``leash`` are gone: the reaper forgets it."""
+    _tell_reaper(b"\0-" + leash.encode())
+
+
 def private_dir(prefix: str, *, reap: bool = True) -> Path:
     """A new directory of mode 0700 (``mkdtemp``) that is removed when the tool ends,
     even by SIGKILL (unless ``reap`` is False: kept for a person to read). The caller
     still removes it when done; this is the backstop."""
-    pipe = _reaper_input() if reap else None
     while True:
         # Named and handed to the reaper before it exists: no instant in which the
         # directory is there and nobody would remove it.
         path = os.path.join(tempfile.gettempdir(), prefix + secrets.token_hex(6))
-        if pipe is not None:
-            try:
-                pipe.write(os.fsencode(path) + b"\n")
-                pipe.flush()
-            except OSError:
-                pass
+        if reap:
+            _tell_reaper(os.fsencode(path))
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:

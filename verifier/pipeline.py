@@ -10,8 +10,6 @@ translator command (``--translator``).
 from __future__ import annotations
 
 import re
-import shlex
-import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,7 +29,15 @@ from verifier.gatewayapi.load import LoadResult, load_paths
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, build, load_resources, skip_warning
 from verifier.heap import loaded_objects_frozen
-from verifier.inputs import line_of_field, load_json, load_yaml, load_yaml_file, read_text
+from verifier.inputs import (
+    LIMIT_FLAGS,
+    limits,
+    line_of_field,
+    load_json,
+    load_yaml,
+    load_yaml_file,
+    read_text,
+)
 from verifier.registry import Rule, run
 from verifier.report.scenario import ScenarioReport
 from verifier.semantics.cases import Case, CaseError, parse_case
@@ -43,6 +49,10 @@ from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
 
 if TYPE_CHECKING:
     from verifier.baseline import Baseline
+
+
+# How long one run of an external translator may take (--translator-timeout).
+TRANSLATOR_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,8 @@ class CheckOptions:
     baseline: Baseline | None = None
     # --save-baseline: record the requests the models agree on.
     save_baseline: bool = False
+    # --translator-timeout: how long one run of --translator may take.
+    translator_timeout: float = TRANSLATOR_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -320,41 +332,49 @@ def reference_snapshot(res: Resources, opts: CheckOptions, registry_file: str | 
 
 
 def external_snapshot(
-    command: str, paths: Sequence[str], *, records: bool = False
+    command: str,
+    paths: Sequence[str],
+    *,
+    records: bool = False,
+    timeout: float = TRANSLATOR_TIMEOUT,
 ) -> tuple[Snapshot, list[str]]:
     """Run ``command PATH...``; it must print a config_dump or DiscoveryResponses.
-    ``records`` as for ``file_snapshot``: its JSON is read as a file's is."""
-    argv = shlex.split(command)
-    argv = [a for a in argv if a != "{paths}"] + list(paths)
+    ``records`` as for ``file_snapshot``: its JSON is read as a file's is. It runs on
+    a leash (``verifier.children``): ``timeout`` seconds, at most --max-input-bytes
+    of output, and nothing it started outlives the call."""
+    from verifier import children
+
+    def error(code: str, message: str) -> InputErrors:
+        return InputErrors([InputError(command, 0, "--translator", code, message)])
+
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputErrors(
-            [InputError(command, 0, "--translator", "translator-failed", str(exc))]
-        ) from None
-    stderr = proc.stderr.decode("utf-8", "replace")
-    if proc.returncode != 0:
-        last = (stderr.strip().splitlines() or ["(no output on stderr)"])[-1]
-        raise InputErrors(
-            [
-                InputError(
-                    command,
-                    0,
-                    "--translator",
-                    "translator-failed",
-                    f"exited with code {proc.returncode}: {last}",
-                )
-            ]
+        argv = children.parse_command(command, "--translator")
+        argv = [a for a in argv if a != "{paths}"] + list(paths)
+        ended = children.run(
+            argv,
+            timeout=timeout,
+            max_output=limits().max_bytes,
+            flags=("--translator-timeout", LIMIT_FLAGS["max_bytes"]),
         )
+    except children.ChildError as exc:
+        code = {"too-much-output": "too-large"}.get(exc.code, exc.code)
+        if code in ("not-found", "cannot-start"):
+            code = "translator-failed"
+        raise error(code, exc.message) from None
+    if ended.returncode != 0:
+        how = (
+            f"exited with code {ended.returncode}"
+            if ended.returncode > 0
+            else f"was killed by signal {-ended.returncode}"
+        )
+        raise error("translator-failed", f"{how}: {ended.last_words()}")
     try:
-        stdout = proc.stdout.decode("utf-8")
+        stdout = ended.stdout.decode("utf-8")
     except UnicodeDecodeError as exc:
         message = f"output is not UTF-8 text: {exc.reason} at byte {exc.start}"
-        raise InputErrors([InputError(command, 0, "--translator", "bad-xds", message)]) from None
+        raise error("bad-xds", message) from None
     if not stdout.strip():
-        raise InputErrors(
-            [InputError(command, 0, "--translator", "bad-xds", "printed nothing on stdout")]
-        )
+        raise error("bad-xds", "printed nothing on stdout")
     try:
         doc = load_json(stdout, command)  # under the input limits, as a file is
     except InputErrors as exc:
@@ -367,9 +387,7 @@ def external_snapshot(
     try:
         snap, skipped = from_config_dump(doc, command, records=records)
     except XdsLoadError as exc:
-        raise InputErrors(
-            [InputError(command, 0, "--translator", "bad-xds", exc.message)]
-        ) from None
+        raise error("bad-xds", exc.message) from None
     return snap, [f"{s.path}: skipped: {s.reason}" for s in skipped]
 
 
@@ -566,7 +584,9 @@ def prepare(
             snapshot, notes = xds if xds is not None else file_snapshot(opts.xds, records=records)
             warnings += notes
         elif opts.translator:
-            snapshot, notes = external_snapshot(opts.translator, scn.paths, records=records)
+            snapshot, notes = external_snapshot(
+                opts.translator, scn.paths, records=records, timeout=opts.translator_timeout
+            )
             warnings += notes
         else:
             snapshot = reference_snapshot(res, opts, scn.mesh_registry)

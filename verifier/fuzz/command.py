@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -92,6 +93,15 @@ def add_parser(sub: Any, add_limits: Callable[[argparse.ArgumentParser], None]) 
         help="external translator, as for check: run as CMD PATH...; it prints a config_dump",
     )
     fz.add_argument(
+        "--translator-timeout",
+        type=budget,
+        default=60.0,
+        metavar="DURATION",
+        help="how long --translator may take on one world before it and everything it "
+        "started are killed, a failure of the translator (default 60s); its output is "
+        "bounded by --max-input-bytes",
+    )
+    fz.add_argument(
         "--envoy",
         action="store_true",
         help="also ask a real Envoy (needs root for a network namespace): envoy-accepts "
@@ -170,7 +180,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     names = _properties(args)
     check_out(Path(args.out))
     _writable_before_searching(args)
-    env = Env(Translator(args.translator), live=args.envoy)
+    if args.translator is not None:
+        _runnable(args.translator)
+    env = Env(Translator(args.translator, args.translator_timeout), live=args.envoy)
     if args.envoy or LIVE_PROPERTIES & set(names):
         _envoy_env(env)
     live = sys.stderr.isatty()
@@ -263,6 +275,23 @@ def report(campaign: Campaign, args: argparse.Namespace, env: Env) -> dict[str, 
             "requests": dict(sorted(campaign.features.items())),
         },
     }
+
+
+def _runnable(command: str) -> None:
+    """A --translator that cannot be split or found is bad input, refused before the
+    search: run per world, it would fail every world as if each were a finding."""
+    import shutil
+
+    from verifier.children import ChildError, parse_command
+
+    try:
+        program = parse_command(command, "--translator")[0]
+    except ChildError as exc:
+        raise InputErrors([InputError("--translator", 0, "", exc.code, exc.message)]) from None
+    found = shutil.which(program) if "/" not in program else program
+    if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
+        message = f"no such program: {program} (not found, or not executable)"
+        raise InputErrors([InputError("--translator", 0, "", "not-found", message)])
 
 
 def _writable_before_searching(args: argparse.Namespace) -> None:

@@ -9,7 +9,7 @@ external command under the ``check --translator`` contract.
 from __future__ import annotations
 
 import functools
-import tempfile
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,6 +20,7 @@ from verifier.errors import InputErrors
 from verifier.gatewayapi.attach import Graph, build_graph
 from verifier.gatewayapi.load import LoadResult, load_texts
 from verifier.gatewayapi.resources import Resources, build
+from verifier.orphans import private_dir
 from verifier.pipeline import external_snapshot
 from verifier.semantics import witness as wt
 from verifier.semantics.request import Evaluation, Request, evolve
@@ -105,8 +106,9 @@ class Trial:
 class Translator:
     """The reference translator, or ``command`` (the ``check --translator`` contract)."""
 
-    def __init__(self, command: str | None = None) -> None:
+    def __init__(self, command: str | None = None, timeout: float = 60.0) -> None:
         self.command = command
+        self.timeout = timeout  # seconds per world (--translator-timeout)
         self.calls = 0
 
     @property
@@ -122,12 +124,17 @@ class Translator:
             except Exception as exc:  # a crash on a valid world is a finding, not our error
                 raise TranslatorCrashed(f"{type(exc).__name__}: {exc}") from exc
             return Trial(world, res, snap)
-        with tempfile.TemporaryDirectory(prefix="edge-verify-fuzz-") as tmp:
-            paths = write_scenario(Path(tmp), world, base_yaml)
-            try:
-                snap, _notes = external_snapshot(self.command, [str(p) for p in paths])
-            except InputErrors as exc:
-                raise TranslatorCrashed("; ".join(e.message for e in exc.errors)) from None
+        # Removed by the reaper too if the tool is killed while the translator runs.
+        tmp = private_dir("edge-verify-fuzz-")
+        try:
+            paths = write_scenario(tmp, world, base_yaml)
+            snap, _notes = external_snapshot(
+                self.command, [str(p) for p in paths], timeout=self.timeout
+            )
+        except InputErrors as exc:
+            raise TranslatorCrashed("; ".join(e.message for e in exc.errors)) from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return Trial(world, res, snap)
 
 

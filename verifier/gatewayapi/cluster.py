@@ -10,25 +10,35 @@ so findings still name something a person can ``kubectl get``.
 What an SRE pointing a read-only tool at production expects: only GET requests
 (list and get; nothing is ever written), Secrets fetched one by one by name and
 only when a listener references them (never listed cluster-wide, never printed),
-a timeout on every request, and a clear exit-2 error naming the kind and the RBAC
-verb when the tool's role is missing one. The ``kubernetes`` client is untyped, so
-it is used through one narrow function (``_Api.get``).
+bounds on every request and on the whole read (``kubeapi``), and a clear exit-2
+error naming the kind and the RBAC verb when the tool's role is missing one. The
+kubeconfig is read by ``kubeconfig`` (its credential plugin by ``credentials``).
+
+An answer must have the shape asked for: a list is an object whose ``items`` is a
+list of objects, each with a name; paging ends within a bound and never repeats a
+token. Anything else is an error naming the server, the kind and the field, never
+an empty read: a read that checked nothing must not pass.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.kubeapi import Api, Status, json_type
+from verifier.gatewayapi.kubeconfig import endpoint
 from verifier.gatewayapi.load import LoadResult, RawObject
 from verifier.gatewayapi.resources import Resources, build
+from verifier.inputs import LIMIT_FLAGS, limits
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
-DEFAULT_TIMEOUT = 10.0
+DEFAULT_TIMEOUT = 10.0  # one request, connect to last byte (--cluster-timeout)
+DEFAULT_DEADLINE = 300.0  # the whole read, credential plugin included (--cluster-deadline)
+DEFAULT_EXEC_TIMEOUT = 60.0  # a kubeconfig's credential plugin (--exec-timeout)
 PAGE_SIZE = 500
 
 
@@ -83,6 +93,8 @@ class ClusterSource:
     namespaces: tuple[str, ...] = ()
     timeout: float = DEFAULT_TIMEOUT
     page_size: int = PAGE_SIZE
+    deadline: float = DEFAULT_DEADLINE
+    exec_timeout: float = DEFAULT_EXEC_TIMEOUT
 
 
 @dataclass
@@ -91,82 +103,17 @@ class ClusterRead:
     warnings: list[str] = field(default_factory=list)
 
 
-class _Status(Exception):
-    """A non-2xx answer, kept apart from the client's exception types."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"{status} {reason}")
-        self.status = status
-        self.reason = reason
-
-
-class _Api:
-    """The kubernetes client, narrowed to one typed call: GET a path, get JSON back."""
-
-    def __init__(self, source: ClusterSource) -> None:
-        import importlib
-
-        # Partly typed, partly not: held as Any here and nowhere else.
-        client: Any = importlib.import_module("kubernetes.client")
-        config: Any = importlib.import_module("kubernetes.config")
-
-        self.where = f"cluster:{source.context or '<current-context>'}"
-        try:
-            contexts, active = config.list_kube_config_contexts(config_file=source.kubeconfig)
-            name = source.context or (active or {}).get("name", "")
-            if source.context and source.context not in {c.get("name") for c in contexts}:
-                raise config.ConfigException(f"no context {source.context!r} in the kubeconfig")
-            self.where = f"cluster:{name}"
-            conf = client.Configuration()
-            conf.retries = 0  # bounded time: one attempt per request, each with a timeout
-            config.load_kube_config(
-                config_file=source.kubeconfig,
-                context=source.context,
-                client_configuration=conf,
-                persist_config=False,
-            )
-            self._client = client.ApiClient(conf)
-        except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
-            raise InputErrors(
-                [InputError(source.kubeconfig, 0, "--kubeconfig", "kubeconfig", str(exc))]
-            ) from None
-        self.timeout = source.timeout
-        self.server = str(conf.host)
-
-    def get(self, path: str, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-        import urllib3
-
-        method, url, headers, _body, _post = self._client.param_serialize(
-            "GET",
-            path,
-            query_params=list(query),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        try:
-            response: Any = self._client.call_api(
-                method, url, header_params=headers, _request_timeout=self.timeout
-            )
-            response.read()
-        except urllib3.exceptions.HTTPError as exc:
-            message = (
-                f"cannot reach the API server at {self.server} (timeout {self.timeout:g}s): {exc}"
-            )
-            raise InputErrors([InputError(self.where, 0, "", "unreachable", message)]) from None
-        status = int(response.status)
-        if not 200 <= status < 300:
-            raise _Status(status, str(response.reason or ""))
-        try:
-            data = json.loads(response.data)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            message = f"GET {path}: the API server answered something other than a JSON object"
-            raise InputErrors([InputError(self.where, 0, "", "bad-answer", message)])
-        return data
+def connect(source: ClusterSource, deadline: float | None = None) -> Api:
+    """The API server the kubeconfig names, with its credentials (a credential plugin
+    run now), bounded by ``deadline`` (time.monotonic(); default: --cluster-deadline
+    from now)."""
+    if deadline is None:
+        deadline = time.monotonic() + source.deadline
+    target = endpoint(source.kubeconfig, source.context, source.exec_timeout, deadline)
+    return Api(target, source.timeout, deadline)
 
 
-def _forbidden(where: str, verb: str, kind: Kind, namespace: str | None) -> InputError:
+def forbidden(where: str, verb: str, kind: Kind, namespace: str | None) -> InputError:
     scope = f" in namespace {namespace}" if namespace else " cluster-wide"
     group = kind.api_version.rsplit("/", 1)[0] if "/" in kind.api_version else '""'
     message = (
@@ -176,7 +123,7 @@ def _forbidden(where: str, verb: str, kind: Kind, namespace: str | None) -> Inpu
     return InputError(where, 0, kind.kind, "forbidden", message)
 
 
-def _unexpected(where: str, verb: str, kind: Kind, exc: _Status) -> InputError:
+def unexpected(where: str, verb: str, kind: Kind, exc: Status) -> InputError:
     message = f"cannot {verb} {kind.plural} ({kind.kind}): the API server answered {exc}"
     return InputError(where, 0, kind.kind, "api-error", message)
 
@@ -198,7 +145,7 @@ def _clean(kind: Kind, item: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Reader:
-    def __init__(self, api: _Api, source: ClusterSource) -> None:
+    def __init__(self, api: Api, source: ClusterSource) -> None:
         self.api = api
         self.source = source
         self.context = api.where.removeprefix("cluster:")
@@ -215,28 +162,83 @@ class _Reader:
 
     def pages(self, kind: Kind, path: str, namespace: str | None) -> Iterator[dict[str, Any]]:
         """Every item, page by page: a large cluster answers in bounded pieces, and the
-        continue token keeps every page at the first page's resourceVersion."""
+        continue token keeps every page at the first page's resourceVersion. A list
+        bounded as a file is (at most --max-list-length items and --max-input-bytes
+        over all its pages), pages past what that many items take, or a token given
+        twice (a server that would page forever) is an error."""
+        lim = limits()
         token = ""
-        while True:
+        seen: set[str] = set()
+        count = 0
+        start = self.api.received
+        max_pages = lim.max_items // self.source.page_size + 2
+        for page_number in range(1, max_pages + 1):
             query = [("limit", str(self.source.page_size))]
             if token:
                 query.append(("continue", token))
             try:
-                page = self.api.get(path, query)
-            except _Status as exc:
+                page = self.api.get(path, query, kind.kind)
+            except Status as exc:
                 if exc.status == 403:
                     raise InputErrors(
-                        [_forbidden(self.api.where, "list", kind, namespace)]
+                        [forbidden(self.api.where, "list", kind, namespace)]
                     ) from None
                 raise
-            items = page.get("items")
-            for item in items if isinstance(items, list) else ():
-                if isinstance(item, dict):
-                    yield item
-            meta = page.get("metadata")
-            token = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
+            items = self._items(page, path, kind)
+            count += len(items)
+            if count > lim.max_items:
+                why = f"more than {lim.max_items:,} items"
+                raise self._bound(kind, why, "max_items")
+            if self.api.received - start > lim.max_bytes:
+                why = f"pages of more than {lim.max_bytes:,} bytes in all"
+                raise self._bound(kind, why, "max_bytes")
+            yield from items
+            token = self._token(page, path, kind)
             if not token:
                 return
+            if token in seen:
+                why = f"GET {path}: page {page_number} repeats an earlier continue token"
+                raise self._bad(kind, "metadata.continue", why)
+            seen.add(token)
+        why = f"a continue token after {max_pages:,} pages, more than {lim.max_items:,} items take"
+        raise self._bound(kind, why, "max_items")
+
+    def _items(self, page: dict[str, Any], path: str, kind: Kind) -> list[dict[str, Any]]:
+        """A list answer's items: a list of objects, each with a name."""
+        if "items" not in page:
+            raise self._bad(kind, "items", f"GET {path}: the {kind.kind} list has no items")
+        items = page["items"]
+        if not isinstance(items, list):
+            why = f"GET {path}: the {kind.kind} list's items is a {json_type(items)}, not a list"
+            raise self._bad(kind, "items", why)
+        for i, item in enumerate(items):
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if not isinstance(name, str) or not name:
+                why = f"GET {path}: items[{i}] is not a {kind.kind} with metadata.name"
+                raise self._bad(kind, f"items[{i}]", why)
+        return items
+
+    def _token(self, page: dict[str, Any], path: str, kind: Kind) -> str:
+        meta = page.get("metadata", {})
+        token = meta.get("continue", "") if isinstance(meta, dict) else None
+        if not isinstance(token, str):
+            why = f"GET {path}: the {kind.kind} list's metadata.continue is not a string"
+            raise self._bad(kind, "metadata.continue", why)
+        return token
+
+    def _bad(self, kind: Kind, field: str, why: str) -> InputErrors:
+        message = f"{self.api.endpoint.server}: {why}"
+        at = f"{kind.kind}.{field}"
+        return InputErrors([InputError(self.api.where, 0, at, "bad-answer", message)])
+
+    def _bound(self, kind: Kind, what: str, limit: str) -> InputErrors:
+        flag = LIMIT_FLAGS[limit]
+        message = (
+            f"{self.api.endpoint.server}: the {kind.kind} list has {what} (raise it with {flag})"
+        )
+        code = "too-large" if limit == "max_bytes" else "too-long"
+        return InputErrors([InputError(self.api.where, 0, kind.kind, code, message)])
 
     def list_kind(self, kind: Kind) -> None:
         if kind.namespaced and self.source.namespaces:
@@ -252,27 +254,27 @@ class _Reader:
             try:
                 for item in self.pages(kind, path, ns):
                     self.objects.append(self.raw(kind, item))
-            except _Status as exc:
+            except Status as exc:
                 if exc.status == 404 and kind.optional:
                     self.warnings.append(
                         f"{self.api.where}: {kind.kind} ({kind.api_version}) is not served by "
                         "this cluster (CRD not installed?); read none"
                     )
                     return
-                raise InputErrors([_unexpected(self.api.where, "list", kind, exc)]) from None
+                raise InputErrors([unexpected(self.api.where, "list", kind, exc)]) from None
 
     def get_one(self, kind: Kind, namespace: str, name: str) -> None:
         """A referenced object by name; absent is not an error (the check reports the
         dangling reference, as it does for files)."""
         path = f"{kind.base}/namespaces/{quote(namespace)}/{kind.plural}/{quote(name)}"
         try:
-            item = self.api.get(path)
-        except _Status as exc:
+            item = self.api.get(path, kind=kind.kind)
+        except Status as exc:
             if exc.status == 404:
                 return
             if exc.status == 403:
-                raise InputErrors([_forbidden(self.api.where, "get", kind, namespace)]) from None
-            raise InputErrors([_unexpected(self.api.where, "get", kind, exc)]) from None
+                raise InputErrors([forbidden(self.api.where, "get", kind, namespace)]) from None
+            raise InputErrors([unexpected(self.api.where, "get", kind, exc)]) from None
         self.objects.append(self.raw(kind, item))
 
     def namespaces(self) -> None:
@@ -284,14 +286,14 @@ class _Reader:
             return
         for ns in self.source.namespaces:
             try:
-                item = self.api.get(f"/api/v1/namespaces/{quote(ns)}")
-            except _Status as exc:
+                item = self.api.get(f"/api/v1/namespaces/{quote(ns)}", kind=kind.kind)
+            except Status as exc:
                 if exc.status == 403:
-                    raise InputErrors([_forbidden(self.api.where, "get", kind, None)]) from None
+                    raise InputErrors([forbidden(self.api.where, "get", kind, None)]) from None
                 if exc.status == 404:
                     self.warnings.append(f"{self.api.where}: namespace {ns} does not exist")
                     continue
-                raise InputErrors([_unexpected(self.api.where, "get", kind, exc)]) from None
+                raise InputErrors([unexpected(self.api.where, "get", kind, exc)]) from None
             self.objects.append(self.raw(kind, item))
 
     def referenced(self) -> None:
@@ -353,12 +355,12 @@ def _refs(spec: dict[str, Any], own_ns: str) -> Iterator[tuple[Kind, str, str]]:
 def read_cluster(source: ClusterSource) -> ClusterRead:
     """Every object the edge reads, from the cluster; InputErrors (exit 2) when the
     cluster cannot be read completely: a partial read would check too little and pass."""
-    api = _Api(source)
-    reader = _Reader(api, source)
-    reader.namespaces()
-    for kind in LISTED[1:]:
-        reader.list_kind(kind)
-    reader.referenced()
+    with connect(source) as api:
+        reader = _Reader(api, source)
+        reader.namespaces()
+        for kind in LISTED[1:]:
+            reader.list_kind(kind)
+        reader.referenced()
     loaded = LoadResult(objects=reader.objects, files=[api.where])
     return ClusterRead(loaded, reader.warnings)
 
@@ -371,67 +373,3 @@ def load_cluster_resources(source: ClusterSource) -> Resources:
     if source.namespaces:
         res.scope = frozenset(source.namespaces)
     return res
-
-
-GATEWAY = LISTED[2]
-POLL_INTERVAL = 1.0
-
-
-def _published(gateway: dict[str, Any]) -> str | None:
-    """The first address a controller wrote into the Gateway's status (an IP, or a
-    hostname a load balancer was given), or None while it has written none."""
-    status = gateway.get("status")
-    addresses = status.get("addresses") if isinstance(status, dict) else None
-    for entry in addresses if isinstance(addresses, list) else ():
-        value = entry.get("value") if isinstance(entry, dict) else None
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def wait_for_gateway_address(
-    source: ClusterSource,
-    gateway: tuple[str, str],
-    wait: float,
-    *,
-    interval: float = POLL_INTERVAL,
-    sleep: Callable[[float], None] | None = None,
-) -> str:
-    """The address ``Gateway.status.addresses`` publishes, polled by GET until it has one.
-
-    A LoadBalancer address can take minutes to appear after an install (the aether
-    conformance runner waits 180 s), so a missing one is waited for; after ``wait``
-    seconds it is an exit-2 error naming the Gateway and the wait, since the live pass
-    would have nowhere to send its cases. A GET, never a watch: the role stays get/list.
-    """
-    import time
-
-    pause = sleep or time.sleep
-    api = _Api(source)
-    ns, name = gateway
-    path = f"{GATEWAY.base}/namespaces/{quote(ns)}/{GATEWAY.plural}/{quote(name)}"
-    where = f"{api.where}/Gateway/{ns}/{name}"
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            found = _published(api.get(path))
-        except _Status as exc:
-            if exc.status == 403:
-                raise InputErrors([_forbidden(api.where, "get", GATEWAY, ns)]) from None
-            if exc.status == 404:
-                message = f"--gateway {ns}/{name}: no such Gateway in the cluster"
-                raise InputErrors(
-                    [InputError(where, 0, "--gateway", "not-found", message)]
-                ) from None
-            raise InputErrors([_unexpected(api.where, "get", GATEWAY, exc)]) from None
-        if found is not None:
-            return found
-        left = deadline - time.monotonic()
-        if left <= 0:
-            message = (
-                f"Gateway {ns}/{name} has no address in status.addresses after waiting "
-                f"{wait:g}s (--gateway-wait); is its controller running and a load balancer "
-                "available? --gateway-address NS/NAME=IP names one instead"
-            )
-            raise InputErrors([InputError(where, 0, "--gateway", "no-address", message)])
-        pause(min(interval, left))

@@ -34,10 +34,10 @@ import h2.exceptions
 from multidict import CIMultiDict
 from yarl import URL
 
+from verifier.semantics.live_fields import PROTOCOLS
 from verifier.semantics.request import Request
 
 DEFAULT_TIMEOUT = 10.0
-PROTOCOLS = ("http1", "h2c")
 _SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 
 

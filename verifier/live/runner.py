@@ -200,10 +200,18 @@ async def _run_scenario(
             ]
             plain = [c for c in plain if c not in elsewhere]
             mirrored = []
+        # A case's budget runs from its first request, so only as many cases are under
+        # way at once as requests may be: with all of them started together, each
+        # case's later attempts queued behind every other case's first, and a table
+        # of 10,000 cases failed every case on its budget, not on its answers.
+        under_way = asyncio.Semaphore(PARALLEL_REQUESTS)
+
+        async def judged(c: LiveCase) -> tuple[CaseResult, list[Finding]]:
+            async with under_way:
+                return await _judge_case(h, ctx, p.scenario.name, c, opts, requests)
+
         for batch in (plain, mirrored):
-            found += await asyncio.gather(
-                *(_judge_case(h, ctx, p.scenario.name, c, opts, requests) for c in batch)
-            )
+            found += await asyncio.gather(*(judged(c) for c in batch))
         if opts.witnesses:
             witnesses = [
                 w

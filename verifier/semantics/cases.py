@@ -266,9 +266,14 @@ def _client_cert(value: Any, where: str, base_dir: str | None) -> ClientCert | N
 def parse_case(
     data: Any, index: int, default_port: int | None = None, base_dir: str | None = None
 ) -> Case:
+    from verifier.semantics.live_fields import check_live_fields  # it raises CaseError
+
     where = f"[{index}]"
     item = _mapping(data, where)
     _known_keys(item, where)
+    # The fields only live reads (samples, ratios, mirrors, protocol), with their
+    # bounds, first: so that a typo fails every command, at its own field.
+    check_live_fields(item, where)
     name = item.get("name")
     if not isinstance(name, str) or not name:
         raise CaseError(f"{where}.name", "required: a unique case name")
