@@ -246,7 +246,9 @@ def test_shared_mode_reports_the_conflict_and_check_agrees(cli: CLI, tmp_path: P
         if d["kind"] == "Gateway"
     }
     assert len(set(addresses.values())) == len(addresses) == 3
-    # The conflicted port is not programmed, and check finds nothing to complain about.
+    # The conflicted port is not programmed, and the xDS does what the spec says of it:
+    # check's only findings are the conflict itself, a configuration mistake, on each
+    # side (EV910, at each listener).
     r = cli("translate", rel(BASE), rel(CONFLICT), "--addressing", "shared")
     listeners = json.loads(r.out)["configs"][2]["dynamic_listeners"]
     assert [li["name"] for li in listeners] == ["edge-8080"]
@@ -255,7 +257,9 @@ def test_shared_mode_reports_the_conflict_and_check_agrees(cli: CLI, tmp_path: P
     alone.mkdir()
     shutil.copy(CONFLICT / "resources.yaml", alone)
     r = cli("check", rel(BASE), str(alone), "--addressing", "shared", "--format", "json")
-    assert (r.rc, r.json()["findings"]) == (0, [])
+    found = sorted((f["code"], f["resource"]) for f in r.json()["findings"])
+    sides = ("edge-infra/conflict-b", "edge-infra/same-namespace")
+    assert (r.rc, found) == (1, [("EV910", f"Gateway {gw}") for gw in sides])
 
 
 def test_the_conformance_shape_in_shared_mode_is_conflicted_not_silently_lost(
