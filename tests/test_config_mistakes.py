@@ -25,6 +25,7 @@ from conftest import BASE, FIXTURES
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 from user_scenario import ISSUE, MISTAKES, line_of, write
 from verifier.rules import CONFIGURATION
+from worlds import one_route
 
 from verifier import pipeline
 from verifier.check import Context
@@ -32,7 +33,6 @@ from verifier.errors import InputErrors
 from verifier.findings import Finding
 from verifier.fuzz.fixtures import write_found
 from verifier.fuzz.properties import Failure
-from verifier.fuzz.worlds import World
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.xds.snapshot import Snapshot
 
@@ -354,38 +354,14 @@ def test_a_mistyped_field_names_the_one_meant(tmp_path: Path, cli: CLI) -> None:
     assert cli("check", str(folder)).rc == 2
 
 
-MISSING_SERVICE_WORLD = World(
-    (
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "Gateway",
-            "metadata": {"name": "gw-0", "namespace": "ns-a"},
-            "spec": {
-                "gatewayClassName": "aether",
-                "listeners": [{"name": "l", "protocol": "HTTP", "port": 80}],
-            },
-        },
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": {"name": "r", "namespace": "ns-a"},
-            "spec": {
-                "parentRefs": [{"name": "gw-0"}],
-                "rules": [{"backendRefs": [{"name": "svc-missing", "port": 8080}]}],
-            },
-        },
-    )
-)
-
-
 def test_a_fuzzer_fixture_declares_its_worlds_mistakes(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
     """Drawn worlds hold invalid backendRefs on purpose: the written fixture declares
     the finding, so it passes check with a correct translator, as it must."""
-    failure = Failure("models-agree", "a summary", MISSING_SERVICE_WORLD)
+    failure = Failure("models-agree", "a summary", one_route("svc-missing"))
     folder = write_found(tmp_path / "out", failure, "found-1", "a note")
     declared = yaml.safe_load((folder / "expected-findings.yaml").read_text("utf-8"))
     assert [(d["code"], d["file"], d["resource"]) for d in declared] == [
-        ("EV905", "resources.yaml", "HTTPRoute ns-a/r")
+        ("EV905", "resources.yaml", "HTTPRoute ns-a/r0")
     ]
     r = cli("check", str(tmp_path / "out"))
     assert r.rc == 0, r.out

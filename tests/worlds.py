@@ -39,6 +39,30 @@ def world_settings(examples: int) -> Any:
     )
 
 
+def one_route(service: str) -> World:
+    """The smallest world the fuzzer draws: Gateway ns-a/gw-0 with one HTTP listener and
+    HTTPRoute ns-a/r0 to port 8080 of Service ``service``."""
+    gateway = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "gw-0", "namespace": "ns-a"},
+        "spec": {
+            "gatewayClassName": "aether",
+            "listeners": [{"name": "l0", "port": 80, "protocol": "HTTP"}],
+        },
+    }
+    route = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "r0", "namespace": "ns-a"},
+        "spec": {
+            "parentRefs": [{"name": "gw-0"}],
+            "rules": [{"backendRefs": [{"name": service, "port": 8080}]}],
+        },
+    }
+    return World((gateway, route))
+
+
 def grant_from(ns: str) -> dict[str, Any]:
     """Routes in ``ns`` may use the Services in edge-infra."""
     return {
