@@ -28,8 +28,9 @@ from verifier.check import Context
 from verifier.findings import Finding, hint
 from verifier.gatewayapi import model as m
 from verifier.registry import Rule
+from verifier.semantics.spec.attach import Refusal
 from verifier.semantics.spec.listeners import shared_peers
-from verifier.semantics.spec.status import Refusal, listener_refusals
+from verifier.semantics.spec.status import listener_refusals
 
 NAME = "gateway-listeners"
 CONFLICTED = "EV910"

@@ -29,12 +29,8 @@ from verifier.check import Context
 from verifier.findings import Finding, hint
 from verifier.gatewayapi import model as m
 from verifier.registry import Rule
-from verifier.semantics.spec.status import (
-    Refusal,
-    parent_gateway,
-    parent_refusal,
-    unsupported_refusals,
-)
+from verifier.semantics.spec.attach import Refusal
+from verifier.semantics.spec.status import parent_gateway, parent_refusal, unsupported_refusals
 from verifier.suggest import closest
 
 NAME = "httproute-accepted"

@@ -40,17 +40,21 @@ COUNT_LINE = re.compile(r"^edge-verify: (\d+) input errors?$")
 ROUTE_ACCEPTED = "HTTPRoute web/echo -> Gateway web/edge: Accepted=True (Accepted)"
 
 
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m verifier.cli`` from the repo root, with no terminal attached."""
+def run(
+    *args: str, stdin: str | None = None, cwd: Path = REPO_ROOT
+) -> subprocess.CompletedProcess[str]:
+    """``python -m verifier.cli`` (this tree's) from the repo root or a user's ``cwd``,
+    with no terminal attached."""
     return subprocess.run(
         [sys.executable, "-m", "verifier.cli", *args],
-        cwd=REPO_ROOT,
+        cwd=cwd,
         input=stdin,
         stdin=None if stdin is not None else subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env=None if cwd == REPO_ROOT else {**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )
 
 
@@ -263,19 +267,6 @@ def _readme_files(root: Path) -> list[Path]:
     return written
 
 
-def _in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "verifier.cli", *args],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-    )
-
-
 def test_readme_commands_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Each runs as written, as a process of its own, a newcomer's own scenario from
     the files the README shows; `run fixtures/` is the session's run of that very
@@ -291,7 +282,7 @@ def test_readme_commands_run(tmp_path: Path, request: pytest.FixtureRequest) -> 
             assert shared.code == 0, f"edge-verify run fixtures/:\n{shared.err}"
             assert "edge-verify live: " in shared.err  # its summary (stdout: only problems)
             continue
-        proc = _in(tmp_path, *args)
+        proc = run(*args, cwd=tmp_path)
         assert proc.returncode == 0, f"edge-verify {shlex.join(args)}:\n{proc.stdout}{proc.stderr}"
 
 
@@ -306,7 +297,7 @@ def test_readme_mistake_is_pointed_out_as_shown(tmp_path: Path) -> None:
         text.replace("    - name: cart\n      port", "    - name: crat\n      port")
     )
     assert misspelt in resources.read_text(encoding="utf-8")
-    proc = _in(tmp_path, "check", f"{resources.parent.name}/")
+    proc = run("check", f"{resources.parent.name}/", cwd=tmp_path)
     shown = [b.strip() for b in _readme_blocks("text") if "error EV" in b]
     assert len(shown) == 1, shown
     assert proc.returncode == 1, proc.stderr

@@ -1,19 +1,19 @@
 """Configuration mistakes are errors at their field, whether or not a case exercises them.
 
-Issue 31's trial: a new user's scenario (a Gateway, two Services with Deployments, an
-HTTPRoute with a 90/10 split, no cases) passed ``check`` with a backendRef to a
-Service that does not exist, a port the Service lacks, or a route hostname no listener
-takes. Each is now a finding at the line the user must edit, with its code. Then one
-compact test for each other reason the configuration rules give, the declared findings
-of deliberately broken scenarios (expected-findings.yaml), the loader's "did you mean"
-for field names, and the fuzzer's fixtures, which declare their worlds' mistakes.
+Issue 31's trial: a new user's scenario (tests/user_scenario.py: a Gateway, two Services
+with Deployments, an HTTPRoute with a 90/10 split; here without cases) passed ``check``
+with a backendRef to a Service that does not exist, a port the Service lacks, or a route
+hostname no listener takes. Each is now a finding at the line the user must edit, with
+its code. Then one compact test for each other reason the configuration rules give, the
+declared findings of deliberately broken scenarios (expected-findings.yaml), the loader's
+"did you mean" for field names, and the fuzzer's fixtures, which declare their worlds'
+mistakes.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import string
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,137 +22,22 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import BASE, FIXTURES
+from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
+from user_scenario import ISSUE, MISTAKES, line_of, write
 from verifier.rules import CONFIGURATION
+from worlds import one_route
 
 from verifier import pipeline
 from verifier.check import Context
-from verifier.cli import main
 from verifier.errors import InputErrors
 from verifier.findings import Finding
 from verifier.fuzz.fixtures import write_found
 from verifier.fuzz.properties import Failure
-from verifier.fuzz.worlds import World
 from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.xds.snapshot import Snapshot
 
-# The scenario as the issue's new user wrote it, with the route's backendRefs and
-# hostname left to each test.
-SHOP = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: aether}
-spec: {controllerName: gateway.aether.io/edge}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: web, namespace: shop}
-spec:
-  gatewayClassName: aether
-  listeners:
-  - name: http
-    protocol: HTTP
-    port: 80
-    hostname: "*.shop.example.com"
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: cart, namespace: shop}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: cart}}
-  template:
-    metadata: {labels: {app: cart}}
-    spec:
-      containers:
-      - {name: echo, image: echo, ports: [{containerPort: 3000}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: cart, namespace: shop}
-spec:
-  selector: {app: cart}
-  ports:
-  - {port: 8080, targetPort: 3000}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: cart-canary, namespace: shop}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: cart-canary}}
-  template:
-    metadata: {labels: {app: cart-canary}}
-    spec:
-      containers:
-      - {name: echo, image: echo, ports: [{containerPort: 3000}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: cart-canary, namespace: shop}
-spec:
-  selector: {app: cart-canary}
-  ports:
-  - {port: 8080, targetPort: 3000}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: cart, namespace: shop}
-spec:
-  parentRefs:
-  - name: web
-  hostnames:
-  - ${hostname}
-  rules:
-  - matches:
-    - path: {type: PathPrefix, value: /cart}
-      headers:
-      - {name: x-beta, value: "yes"}
-    filters:
-    - type: RequestHeaderModifier
-      requestHeaderModifier:
-        add:
-        - {name: x-canary, value: "1"}
-    backendRefs:
-    - name: cart
-      port: 8080
-      weight: 90
-    - name: ${canary}
-      port: ${port}
-      weight: 10
-"""
-
-# The three mistakes of the issue: (route values, code, the line's text, the fix offered).
-MISTAKES = {
-    "service-does-not-exist": (
-        {"canary": "cart-canry"},
-        "EV905",
-        "    - name: cart-canry",
-        "did you mean cart-canary?",
-    ),
-    "port-the-service-lacks": ({"port": "9090"}, "EV906", "      port: 9090", "port 8080"),
-    "hostname-no-listener-takes": (
-        {"hostname": "cart.shop.example.org"},
-        "EV903",
-        "  - cart.shop.example.org",
-        "*.shop.example.com",
-    ),
-}
-
-
-def shop(folder: Path, **values: str) -> Path:
-    """The user's scenario in ``folder``: one resources.yaml, no cases."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fields = {"hostname": "cart.shop.example.com", "canary": "cart-canary", "port": "8080"}
-    text = string.Template(SHOP).substitute({**fields, **values})
-    (folder / "resources.yaml").write_text(text, "utf-8")
-    return folder
-
-
 CHECK = (sys.executable, "-m", "verifier.cli", "check")
+FLAGS = ("--fail-on", "warning", "--format", "json")
 
 
 @pytest.fixture(scope="module")
@@ -162,13 +47,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, 
     root = tmp_path_factory.mktemp("mistakes")
     procs = {
         name: subprocess.Popen(
-            [*CHECK, str(shop(root / name, **values)), "--fail-on", "warning", "--format", "json"],
+            [*CHECK, str(write(root / name, **MISTAKES[name].values)), *FLAGS],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for name, (values, *_rest) in MISTAKES.items()
+        for name in ISSUE
     }
     done = {}
     for name, proc in procs.items():
@@ -178,32 +63,33 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, 
     return done
 
 
-@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+@pytest.mark.parametrize("mistake", ISSUE)
 def test_a_users_mistake_is_an_error_at_its_line(
     mistake: str,
     installed: dict[str, tuple[int, dict[str, object]]],
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    cli: CLI,  # noqa: F811
 ) -> None:
-    values, code, text, fix = MISTAKES[mistake]
+    made = MISTAKES[mistake]
     rc, doc = installed[mistake]
     assert rc == 1, doc
     findings = doc["findings"]
     assert isinstance(findings, list)
     (finding,) = findings
     file, _, line = finding["location"].rpartition(":")
-    assert (finding["code"], finding["resource"]) == (code, "HTTPRoute shop/cart")
-    assert Path(file).read_text("utf-8").splitlines()[int(line) - 1] == text
-    assert fix in finding["message"]
+    assert (finding["code"], finding["resource"]) == (made.code, "HTTPRoute shop/cart")
+    assert int(line) == line_of(Path(file), made.line)
+    assert made.fix in finding["message"]
     # The default --fail-on error fails too, and the text report leads with the line.
-    folder = shop(tmp_path / mistake, **values)
-    assert main(["check", str(folder)]) == 1
-    out = capsys.readouterr().out
-    assert out.startswith(f"{folder / 'resources.yaml'}:{line}: error {code} ")
+    folder = write(tmp_path / mistake, **made.values)
+    r = cli("check", str(folder))
+    assert r.rc == 1, r.err
+    assert r.out.startswith(f"{folder / 'resources.yaml'}:{line}: error {made.code} ")
 
 
-def test_the_scenario_without_mistakes_passes(tmp_path: Path) -> None:
-    assert main(["check", str(shop(tmp_path / "shop")), "--fail-on", "warning"]) == 0
+def test_the_scenario_without_mistakes_passes(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    r = cli("check", str(write(tmp_path / "shop")), "--fail-on", "warning")
+    assert r.rc == 0, r.out
 
 
 # ---------------------------------------------------------------- each other reason
@@ -211,7 +97,7 @@ def test_the_scenario_without_mistakes_passes(tmp_path: Path) -> None:
 
 def mistakes_in(tmp_path: Path, text: str, *, scope: frozenset[str] | None = None) -> list[Finding]:
     """The configuration rules' findings on the user's scenario plus ``text``."""
-    folder = shop(tmp_path / "in")
+    folder = write(tmp_path / "in")
     (folder / "more.yaml").write_text(text, "utf-8")
     res: Resources = load_resources([str(folder)])
     res.scope = scope
@@ -219,7 +105,8 @@ def mistakes_in(tmp_path: Path, text: str, *, scope: frozenset[str] | None = Non
     return sorted(f for rule in CONFIGURATION for f in rule.check(ctx))
 
 
-def line_of(f: Finding) -> str:
+def text_at(f: Finding) -> str:
+    """The text of the line ``f`` is at."""
     return Path(f.file).read_text("utf-8").splitlines()[f.line - 1].strip()
 
 
@@ -310,7 +197,7 @@ CASES: dict[str, tuple[str, str, str, str]] = {
 def test_each_route_reason_is_found_at_its_field(case: str, tmp_path: Path) -> None:
     text, code, line, said = CASES[case]
     (found,) = mistakes_in(tmp_path, text)
-    assert (found.code, line_of(found)) == (code, line), found
+    assert (found.code, text_at(found)) == (code, line), found
     assert said in found.message, found.message
 
 
@@ -357,7 +244,7 @@ data: {{tls.crt: "", tls.key: ""}}
 
 def test_listener_certificate_refs_and_conflicts(tmp_path: Path) -> None:
     found = mistakes_in(tmp_path, HTTPS.format(ref="{name: shop-tsl}", port=443))
-    assert [(f.code, f.resource, line_of(f)) for f in found] == [
+    assert [(f.code, f.resource, text_at(f)) for f in found] == [
         # the HTTP listener on the HTTPS listener's port: ProtocolConflict, both sides
         ("EV910", "Gateway shop/tls", "- name: https"),
         ("EV911", "Gateway shop/tls", "- {name: shop-tsl}"),
@@ -383,7 +270,7 @@ spec:
 
 def test_a_listener_set_that_is_not_accepted(tmp_path: Path) -> None:
     (refused,) = mistakes_in(tmp_path, LISTENER_SET.format(namespace="shop", parent="web"))
-    assert (refused.code, refused.resource, line_of(refused)) == (
+    assert (refused.code, refused.resource, text_at(refused)) == (
         "EV912",
         "ListenerSet shop/team",
         "parentRef: {name: web, namespace: shop}",
@@ -455,8 +342,8 @@ def test_a_malformed_declaration_is_bad_input(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the loader; the fuzzer
 
 
-def test_a_mistyped_field_names_the_one_meant(tmp_path: Path) -> None:
-    folder = shop(tmp_path / "shop")
+def test_a_mistyped_field_names_the_one_meant(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
+    folder = write(tmp_path / "shop")
     path = folder / "resources.yaml"
     path.write_text(path.read_text("utf-8").replace("  - matches:", "  - matchs:"), "utf-8")
     with pytest.raises(InputErrors) as raised:
@@ -464,40 +351,17 @@ def test_a_mistyped_field_names_the_one_meant(tmp_path: Path) -> None:
     (error,) = raised.value.errors
     assert (error.field, error.code) == ("spec.rules[0].matchs", "unknown-field")
     assert error.message.endswith("did you mean 'matches'?")
-    assert main(["check", str(folder)]) == 2
+    assert cli("check", str(folder)).rc == 2
 
 
-MISSING_SERVICE_WORLD = World(
-    (
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "Gateway",
-            "metadata": {"name": "gw-0", "namespace": "ns-a"},
-            "spec": {
-                "gatewayClassName": "aether",
-                "listeners": [{"name": "l", "protocol": "HTTP", "port": 80}],
-            },
-        },
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": {"name": "r", "namespace": "ns-a"},
-            "spec": {
-                "parentRefs": [{"name": "gw-0"}],
-                "rules": [{"backendRefs": [{"name": "svc-missing", "port": 8080}]}],
-            },
-        },
-    )
-)
-
-
-def test_a_fuzzer_fixture_declares_its_worlds_mistakes(tmp_path: Path) -> None:
+def test_a_fuzzer_fixture_declares_its_worlds_mistakes(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
     """Drawn worlds hold invalid backendRefs on purpose: the written fixture declares
     the finding, so it passes check with a correct translator, as it must."""
-    failure = Failure("models-agree", "a summary", MISSING_SERVICE_WORLD)
+    failure = Failure("models-agree", "a summary", one_route("svc-missing"))
     folder = write_found(tmp_path / "out", failure, "found-1", "a note")
     declared = yaml.safe_load((folder / "expected-findings.yaml").read_text("utf-8"))
     assert [(d["code"], d["file"], d["resource"]) for d in declared] == [
-        ("EV905", "resources.yaml", "HTTPRoute ns-a/r")
+        ("EV905", "resources.yaml", "HTTPRoute ns-a/r0")
     ]
-    assert main(["check", str(tmp_path / "out")]) == 0
+    r = cli("check", str(tmp_path / "out"))
+    assert r.rc == 0, r.out

@@ -16,7 +16,7 @@ import broken_translators as bt
 import pytest
 from hypothesis import given
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
-from worlds import world_settings
+from worlds import one_route, world_settings
 
 from verifier.cli import main
 from verifier.fuzz.coverage import ALL_TAGS
@@ -156,28 +156,7 @@ def test_a_budget_that_is_not_a_duration_is_a_usage_error(
 def test_names_are_prefixed_consistently(tmp_path: Path) -> None:
     """The renamed variant changes names only: its translation has the same number
     of routes, every name carrying the prefix."""
-    world = World(
-        (
-            {
-                "apiVersion": "gateway.networking.k8s.io/v1",
-                "kind": "Gateway",
-                "metadata": {"name": "gw-0", "namespace": "ns-a"},
-                "spec": {
-                    "gatewayClassName": "aether",
-                    "listeners": [{"name": "l0", "port": 80, "protocol": "HTTP"}],
-                },
-            },
-            {
-                "apiVersion": "gateway.networking.k8s.io/v1",
-                "kind": "HTTPRoute",
-                "metadata": {"name": "r0", "namespace": "ns-a"},
-                "spec": {
-                    "parentRefs": [{"name": "gw-0"}],
-                    "rules": [{"backendRefs": [{"name": "svc-2", "port": 8080}]}],
-                },
-            },
-        )
-    )
+    world = one_route("svc-2")
     new, names = renamed(world)
     res = load_world(new)
     assert set(res.httproutes) == {("zns-a", "zr0")}

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from conftest import FIXTURES
 from small_suite import BROKEN, CLEAN, INVALID, WRONG_CASE, WRONG_LINE, small_suite
+from user_scenario import MISTAKES, SPLIT_CASE, write
 
 pytest_plugins = ["pytester"]
 
@@ -114,14 +115,9 @@ def test_a_case_failing_on_a_configuration_mistake_fails_its_own_item(
     """The mistake's finding (EV905, the case folded in) is placed at the backendRef,
     not at the case; the case's item still fails with it, since the finding names the
     case as related."""
-    from test_case_mistakes import CASES, RESOURCES
-
     suite = pytester.path / "suite"
     (suite / "base").mkdir(parents=True)
-    (suite / "shop").mkdir()
-    typo = RESOURCES.replace("- name: cart-canary\n      port", "- name: cart-canry\n      port")
-    (suite / "shop" / "resources.yaml").write_text(typo, encoding="utf-8")
-    (suite / "shop" / "cases.yaml").write_text(CASES, encoding="utf-8")
+    write(suite / "shop", SPLIT_CASE, **MISTAKES["service-does-not-exist"].values)
     result = pytester.runpytest_subprocess("--edge-fixtures", "suite", *QUIET)
     result.stdout.fnmatch_lines(["FAILED suite::shop::beta-split*"])
     finding = "error EV905 [httproute-backend-refs] backendRef names Service shop/cart-canry"

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from conftest import BASE, FIXTURES, rel
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
+from user_scenario import write
 
 from verifier.gatewayapi.cluster import ClusterSource
 from verifier.live.envoy_process import envoy_available
@@ -27,71 +28,19 @@ from verifier.pipeline import CheckOptions, discover, scenario_name
 
 pytest_plugins = ["pytester"]
 
-# Written as the README's newcomer would: a class, a Gateway, a Deployment and its
-# Service (no EndpointSlice: derived), one HTTPRoute.
-RESOURCES = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: aether}
-spec: {controllerName: gateway.aether.io/edge}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: web, namespace: shop}
-spec:
-  gatewayClassName: aether
-  listeners:
-  - {name: http, protocol: HTTP, port: 80, hostname: "*.shop.example.com"}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: cart, namespace: shop}
-spec:
-  selector: {matchLabels: {app: cart}}
-  template:
-    metadata: {labels: {app: cart}}
-    spec:
-      containers:
-      - {name: echo, image: echo, ports: [{containerPort: 3000}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: cart, namespace: shop}
-spec:
-  selector: {app: cart}
-  ports: [{port: 8080, targetPort: 3000}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: cart, namespace: shop}
-spec:
-  parentRefs: [{name: web}]
-  hostnames: [cart.shop.example.com]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /cart}}]
-    backendRefs: [{name: cart, port: 8080}]
-"""
+# One request of tests/user_scenario.py's newcomer, whichever backend of the split answers.
 CASES = """\
 - name: cart-is-served
   gateway: {namespace: shop, name: web}
-  request: {host: cart.shop.example.com, path: /cart/1}
-  expect: {status: 200, backend: cart, namespace: shop}
+  request: {host: cart.shop.example.com, path: /cart/1, headers: {x-beta: "yes"}}
+  expect: {status: 200, backends: [cart, cart-canary], namespace: shop}
 """
 
 
 def shop(root: Path, *, wrong: bool = False) -> Path:
     """``root/shop`` with its cases table; ``wrong``: the case expects an answer
     nobody gives, so only a run that replays the table fails."""
-    folder = root / "shop"
-    folder.mkdir(parents=True)
-    (folder / "resources.yaml").write_text(RESOURCES, encoding="utf-8")
-    cases = CASES.replace("status: 200", "status: 418") if wrong else CASES
-    (folder / "cases.yaml").write_text(cases, encoding="utf-8")
-    return folder
+    return write(root / "shop", CASES.replace("status: 200", "status: 418") if wrong else CASES)
 
 
 def test_explicit_paths_are_named_after_the_last(

@@ -1,6 +1,9 @@
 """Shared by the drawn-world tests: small Gateway API worlds that the translator
 and the spec model, which read the spec separately, must agree on, in the
-reference encoding and in another implementation's (tests/foreign.py)."""
+reference encoding and in another implementation's (tests/foreign.py). Worlds hold
+configuration mistakes on purpose (a ListenerSet no Gateway admits, a route no
+listener takes): each is declared (expected-findings.yaml, as the fuzzer's fixtures
+declare theirs), so that what fails the check is a disagreement of the models."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from foreign import reencode
 from hypothesis import HealthCheck, settings
 
 from verifier.cli import main
+from verifier.fuzz.fixtures import declare_findings
 from verifier.fuzz.trial import Translator, load_world, write_scenario
 from verifier.fuzz.worlds import World
 from verifier.gatewayapi.attach import build_graph
@@ -35,6 +39,30 @@ def world_settings(examples: int) -> Any:
     )
 
 
+def one_route(service: str) -> World:
+    """The smallest world the fuzzer draws: Gateway ns-a/gw-0 with one HTTP listener and
+    HTTPRoute ns-a/r0 to port 8080 of Service ``service``."""
+    gateway = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "gw-0", "namespace": "ns-a"},
+        "spec": {
+            "gatewayClassName": "aether",
+            "listeners": [{"name": "l0", "port": 80, "protocol": "HTTP"}],
+        },
+    }
+    route = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "r0", "namespace": "ns-a"},
+        "spec": {
+            "parentRefs": [{"name": "gw-0"}],
+            "rules": [{"backendRefs": [{"name": service, "port": 8080}]}],
+        },
+    }
+    return World((gateway, route))
+
+
 def grant_from(ns: str) -> dict[str, Any]:
     """Routes in ``ns`` may use the Services in edge-infra."""
     return {
@@ -49,14 +77,16 @@ def grant_from(ns: str) -> dict[str, Any]:
 
 
 def assert_check_finds_nothing(docs: list[dict[str, Any]]) -> None:
-    """``check`` on the world (with fixtures/base) exits 0; else the failure shows
-    the world's YAML and the findings. Objects drawn twice are written once."""
+    """``check`` on the world (with fixtures/base) exits 0, its configuration mistakes
+    declared; else the failure shows the world's YAML and the findings. Objects drawn
+    twice are written once."""
     unique = {(d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]): d for d in docs}
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp) / "world"
         scenario.mkdir()
         text = yaml.safe_dump_all(list(unique.values()), sort_keys=False)
         (scenario / "resources.yaml").write_text(text, encoding="utf-8")
+        declare_findings(BASE, scenario)
         report = Path(tmp) / "report.json"
         rc = main(["check", str(BASE), str(scenario), "--format", "json", "-o", str(report)])
         findings = json.loads(report.read_text(encoding="utf-8"))["findings"] if rc != 2 else []
@@ -71,10 +101,12 @@ def assert_check_finds_nothing(docs: list[dict[str, Any]]) -> None:
 
 
 def assert_fuzz_world_checks_clean(world: World) -> None:
-    """``check`` finds nothing in a world of the fuzzer's strategies (verifier/fuzz),
-    as the reference translator writes it and as another implementation would."""
+    """``check`` finds nothing but its declared configuration mistakes in a world of
+    the fuzzer's strategies (verifier/fuzz), as the reference translator writes it and
+    as another implementation would."""
     with tempfile.TemporaryDirectory() as tmp:
         base, scenario = write_scenario(Path(tmp), world)
+        declare_findings(base, scenario)
         report = Path(tmp) / "report.json"
         for extra in ([], ["--xds", str(Path(tmp) / "foreign.json"), "--profile", "gateway-api"]):
             if extra:

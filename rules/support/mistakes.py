@@ -13,7 +13,8 @@ from typing import Any
 from verifier.findings import Finding, hint, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
-from verifier.semantics.spec.status import Refusal, parent_gateway
+from verifier.semantics.spec.attach import Refusal
+from verifier.semantics.spec.status import parent_gateway
 from verifier.suggest import closest
 
 # How many existing names a fix lists when none is close to the one given.

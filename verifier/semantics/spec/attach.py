@@ -180,12 +180,17 @@ def allowed_routes_problem(
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a Route does not serve a Listener: ``reason`` is the Accepted=False reason a
-    controller writes, ``field`` the HTTPRoute field it is about, ``problem`` the words."""
+    """One thing a controller refuses, as its status would say it: the spec's condition
+    reason (Accepted=False on a Route, Conflicted or ResolvedRefs=False on a listener,
+    ...), the field at fault (a path in its resource's YAML), what is wrong, and, when a
+    reference names an object that does not exist, that object as (kind, namespace, name).
+    The request-centric answers (does this Route serve this Listener) and the status
+    (``spec.status``: which field would a controller refuse) say it alike."""
 
     reason: str
-    field: str
-    problem: str
+    path: str
+    detail: str
+    missing: tuple[str, str, str] | None = None
 
 
 def attachment_problem(
@@ -193,13 +198,37 @@ def attachment_problem(
 ) -> str | None:
     """Why ``route`` does not serve requests on ``lst`` (None when it does)."""
     refusal = attachment_refusal(res, gw, lst, route)
-    return None if refusal is None else refusal.problem
+    return None if refusal is None else refusal.detail
 
 
 def attachment_refusal(
     res: Resources, gw: Gateway, lst: GatewayListener, route: HTTPRoute
 ) -> Refusal | None:
-    """Why ``route`` does not serve requests on ``lst``, as a controller's reason.
+    """Why ``route`` does not serve requests on ``lst``, as a controller's reason: it
+    is not attached to it through any of its parentRefs (``listener_refusal``), or it
+    uses a feature the edge does not implement (UnsupportedValue, on every parent)."""
+    refusal = listener_refusal(res, gw, lst, route, route.parent_refs)
+    if refusal is not None:
+        return refusal
+    unsupported = unsupported_fields(route)
+    if unsupported:
+        why = "not Accepted (UnsupportedValue): " + ", ".join(unsupported_features(route))
+        return Refusal("UnsupportedValue", unsupported[0][0], why)
+    return None
+
+
+def listener_refusal(
+    res: Resources,
+    gw: Gateway,
+    lst: GatewayListener,
+    route: HTTPRoute,
+    refs: tuple[ParentRef, ...],
+) -> Refusal | None:
+    """Why none of ``refs`` (parentRefs of ``route``) attaches ``route`` to ``lst``, in
+    the order a controller decides it, or None when one does. The one reading of
+    attachment: a Route's answers on a listener (``attachment_refusal``, all its
+    parentRefs) and a parentRef's status over its Gateway's listeners
+    (``spec.status.parent_refusal``, one parentRef) are both built on it.
 
     "A Route is successfully attached to a Listener when it is selected by the
     Listener's AllowedRoutes field AND the Route has a valid ParentRef
@@ -208,25 +237,21 @@ def attachment_refusal(
     and HTTPRoute, there must be at least one intersecting hostname for the
     HTTPRoute to be attached to the Listener."
     """
-    if not any(parent_selects(ref, gw, lst) for ref in route.parent_refs):
+    if not any(parent_selects(ref, gw, lst) for ref in refs):
         why = "no parentRef selects this listener (name/sectionName/port)"
-        return Refusal("NoMatchingParent", _parent_field(route, gw), why)
+        return Refusal("NoMatchingParent", _parent_field(refs, gw), why)
     problem = allowed_routes_problem(res, gw, lst, route)
     if problem:
-        return Refusal("NotAllowedByListeners", _parent_field(route, gw), problem)
+        return Refusal("NotAllowedByListeners", _parent_field(refs, gw), problem)
     if not effective_hostnames(lst.hostname, route.hostnames):
         why = f"no hostname intersects listener hostname {lst.hostname!r}"
         return Refusal("NoMatchingListenerHostname", "spec.hostnames[0]", why)
-    unsupported = unsupported_fields(route)
-    if unsupported:
-        why = "not Accepted (UnsupportedValue): " + ", ".join(unsupported_features(route))
-        return Refusal("UnsupportedValue", unsupported[0][0], why)
     return None
 
 
-def _parent_field(route: HTTPRoute, gw: Gateway) -> str:
-    """The first parentRef of ``route`` that names ``gw`` (or a ListenerSet of it)."""
+def _parent_field(refs: tuple[ParentRef, ...], gw: Gateway) -> str:
+    """The first of ``refs`` that names ``gw`` (or a ListenerSet of it)."""
     return next(
-        (ref.path for ref in route.parent_refs if refers_to_gateway(ref, gw) and ref.path),
+        (ref.path for ref in refs if refers_to_gateway(ref, gw) and ref.path),
         "spec.parentRefs",
     )

@@ -152,7 +152,7 @@ def _refused(
     )
     if not (_covers_host(route, request) or nowhere):
         return []
-    return [_of(route, refusal.reason, refusal.field, refusal.problem)]
+    return [_of(route, refusal.reason, refusal.path, refusal.detail)]
 
 
 def _missing_parents(res: Resources, route: HTTPRoute, request: Request) -> list[Mistake]:

@@ -4,8 +4,8 @@ The rest of the spec model is request-centric: does this Route serve this reques
 this Listener. Someone who mistyped a Service name asks the other question: which
 parentRef, hostname, backendRef, listener or ListenerSet would a conformant controller
 refuse, with which of the spec's reasons, and at which field. The answers are built
-on the same readings the requests use (``attach.parent_selects``,
-``allowed_routes_problem``, ``effective_hostnames``, ``backends.resolve_ref``,
+on the same readings the requests use (``attach.listener_refusal``, ``Refusal``,
+``unsupported_fields``, ``backends.resolve_ref``,
 ``listeners.listener_conflict``/``certificate_problem``, ``listenersets.admits``),
 so the status and the answers cannot drift apart. Written from the spec's condition
 reasons (``apis/v1/shared_types.go`` RouteConditionReason, ``gateway_types.go``
@@ -15,7 +15,6 @@ ListenerConditionReason, ``listenerset_types.go``); pure, like the rest of the m
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from verifier.gatewayapi.model import (
     GATEWAY_GROUP,
@@ -27,11 +26,11 @@ from verifier.gatewayapi.model import (
 )
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.spec.attach import (
-    allowed_routes_problem,
+    Refusal,
+    listener_refusal,
     parent_selects,
     unsupported_fields,
 )
-from verifier.semantics.spec.hostnames import effective_hostnames
 from verifier.semantics.spec.listeners import (
     TLS_PROTOCOLS,
     certificate_problem,
@@ -39,19 +38,6 @@ from verifier.semantics.spec.listeners import (
     listener_conflict,
 )
 from verifier.semantics.spec.listenersets import admits, merged_gateway
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """One thing a controller refuses: the spec's condition reason, the field at fault
-    (a path in its resource's YAML), what is wrong, and, when a reference names an
-    object that does not exist, that object as (kind, namespace, name)."""
-
-    reason: str
-    path: str
-    detail: str
-    missing: tuple[str, str, str] | None = None
-
 
 # ---------------------------------------------------------------- HTTPRoute parents
 
@@ -103,8 +89,14 @@ def parent_refusal(res: Resources, route: HTTPRoute, ref: ParentRef, gw: Gateway
     "NoMatchingListenerHostname ... the Gateway has no compatible Listeners whose
     Hostname matches the route". Whether a selected listener is programmed is the
     listener's own status (Conflicted, ResolvedRefs), not the Route's."""
-    selected = [lst for lst in gw.listeners if parent_selects(ref, gw, lst)]
-    if not selected:
+    refused: list[tuple[GatewayListener, Refusal]] = []
+    for lst in gw.listeners:
+        refusal = listener_refusal(res, gw, lst, route, (ref,))
+        if refusal is None:
+            return None  # attached to one listener of the parent: accepted
+        if refusal.reason != "NoMatchingParent":
+            refused.append((lst, refusal))
+    if not refused:  # no listener selected
         what = _describe_parent(ref) or "any listener"
         detail = f"no listener of {ref.kind} {ref.namespace}/{ref.name} matches {what}"
         # At the sectionName when no listener has that name, else at the port.
@@ -114,12 +106,9 @@ def parent_refusal(res: Resources, route: HTTPRoute, ref: ParentRef, gw: Gateway
         )
         field = "sectionName" if ref.section_name and not named else "port"
         return Refusal("NoMatchingParent", f"{ref.path}.{field}", detail)
-    problems = [allowed_routes_problem(res, gw, lst, route) for lst in selected]
-    if all(problems):
-        return Refusal("NotAllowedByListeners", ref.path, str(problems[0]))
-    allowed = [lst for lst, p in zip(selected, problems, strict=True) if p is None]
-    if any(effective_hostnames(lst.hostname, route.hostnames) for lst in allowed):
-        return None
+    allowed = [lst for lst, r in refused if r.reason != "NotAllowedByListeners"]
+    if not allowed:  # every selected listener's allowedRoutes refuse it: the first says why
+        return refused[0][1]
     hosts = ", ".join(sorted({lst.hostname or "*" for lst in allowed}))
     detail = f"no hostname of the route intersects the listener hostnames ({hosts})"
     return Refusal("NoMatchingListenerHostname", "spec.hostnames[0]", detail)
