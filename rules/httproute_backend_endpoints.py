@@ -30,14 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from verifier.rules.support.mistakes import at, judged_routes
-from verifier.rules.support.pods import (
-    judged,
-    labels,
-    selected,
-    shows_pods,
-    slices_of,
-    workloads_in,
-)
+from verifier.rules.support.pods import Pods, judged, labels
 
 from verifier.check import Context
 from verifier.findings import Finding, Related, hint
@@ -52,15 +45,13 @@ NAME = "httproute-backend-endpoints"
 CODE = "EV913"
 
 
-def without_pods(res: Resources, svc: m.Service) -> bool:
+def without_pods(res: Resources, pods: Pods, svc: m.Service) -> bool:
     """The Service selects no pod of an input that shows its namespace's pods, and
     no EndpointSlice gives it a ready address."""
     ns = svc.meta.namespace
-    if not judged(svc) or not res.knows(ns) or selected(res, svc):
+    if not judged(svc) or not res.knows(ns) or pods.selected(svc) or pods.ready(svc):
         return False
-    if any(sl.addresses for sl in slices_of(res, svc)):
-        return False
-    return shows_pods(res, ns)
+    return pods.shown(ns)
 
 
 def _near(svc: m.Service, workloads: list[m.Workload]) -> str | None:
@@ -98,16 +89,16 @@ def _sending(route: m.HTTPRoute) -> list[m.ObjectRef]:
     return [ref for ref in backend_refs(route) if id(ref) not in silent]
 
 
-def _route(ctx: Context, route: m.HTTPRoute) -> Iterator[Finding]:
+def _route(ctx: Context, pods: Pods, route: m.HTTPRoute) -> Iterator[Finding]:
     res = ctx.res
     for ref in _sending(route):
         backend = resolve_ref(res, route, ref, 1).backend
         if backend is None:
             continue  # httproute-backend-refs says why
         svc = res.services[(backend.namespace, backend.name)]
-        if not without_pods(res, svc):
+        if not without_pods(res, pods, svc):
             continue
-        fix, near = _fix(svc, workloads_in(res, svc.meta.namespace))
+        fix, near = _fix(svc, pods.workloads_in(svc.meta.namespace))
         selector = svc.meta.where("spec.selector")
         service = f"{backend.namespace}/{backend.name}"
         yield at(
@@ -125,8 +116,9 @@ def _route(ctx: Context, route: m.HTTPRoute) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterable[Finding]:
+    pods = Pods(ctx.res)
     for route in judged_routes(ctx.res, ctx.controller_name):
-        yield from _route(ctx, route)
+        yield from _route(ctx, pods, route)
 
 
 RULE = Rule(

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from verifier.rules.support.mistakes import at
-from verifier.rules.support.pods import judged, selected
+from verifier.rules.support.pods import Pods, judged
 
 from verifier.check import Context
 from verifier.findings import Finding, hint
@@ -94,10 +94,10 @@ def _service(svc: m.Service, workloads: list[m.Workload]) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    res = ctx.res
-    for _key, svc in sorted(res.services.items()):
+    pods = Pods(ctx.res)
+    for _key, svc in sorted(ctx.res.services.items()):
         if judged(svc):
-            yield from _service(svc, selected(res, svc))
+            yield from _service(svc, pods.selected(svc))
 
 
 RULE = Rule(

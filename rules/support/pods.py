@@ -20,42 +20,48 @@ def judged(svc: m.Service) -> bool:
     return bool(svc.selector) and svc.type != "ExternalName"
 
 
-def workloads_in(res: Resources, namespace: str) -> list[m.Workload]:
-    return [wl for key, wl in sorted(res.workloads.items()) if key[1] == namespace]
-
-
-def selected(res: Resources, svc: m.Service) -> list[m.Workload]:
-    """The workloads whose pods the Service selects, however many replicas they run."""
-    return [
-        wl
-        for wl in workloads_in(res, svc.meta.namespace)
-        if selects(svc.selector, dict(wl.pod_labels))
-    ]
-
-
 def given(sl: m.EndpointSlice) -> bool:
     """An EndpointSlice the input holds, not one derived from its workloads at load."""
     return MANAGED_BY not in sl.meta.labels
 
 
-def slices_of(res: Resources, svc: m.Service) -> list[m.EndpointSlice]:
-    ns, name = svc.meta.key
-    return [
-        sl
-        for _key, sl in sorted(res.endpoint_slices.items())
-        if sl.meta.namespace == ns and sl.service_name == name
-    ]
-
-
-def shows_pods(res: Resources, namespace: str) -> bool:
-    """The input says which pods run in ``namespace``: it holds a workload or an
-    EndpointSlice there. A manifest set of Services and routes alone does not, and a
-    Service in it is not known to have no pods."""
-    return bool(workloads_in(res, namespace)) or any(
-        sl.meta.namespace == namespace and given(sl) for sl in res.endpoint_slices.values()
-    )
-
-
 def labels(selector: tuple[tuple[str, str], ...]) -> str:
     """A selector or label set as written on a command line: ``app=cart,tier=web``."""
     return ",".join(f"{k}={v}" for k, v in selector)
+
+
+class Pods:
+    """The input's workloads and EndpointSlices by namespace and Service, filed once
+    per check: a rule asks about every backendRef, and a large input has thousands."""
+
+    def __init__(self, res: Resources) -> None:
+        self.workloads: dict[str, list[m.Workload]] = {}
+        for (_kind, ns, _name), wl in sorted(res.workloads.items()):
+            self.workloads.setdefault(ns, []).append(wl)
+        self.slices: dict[tuple[str, str], list[m.EndpointSlice]] = {}
+        self.given_in: set[str] = set()
+        for _key, sl in sorted(res.endpoint_slices.items()):
+            self.slices.setdefault((sl.meta.namespace, sl.service_name), []).append(sl)
+            if given(sl):
+                self.given_in.add(sl.meta.namespace)
+
+    def workloads_in(self, namespace: str) -> list[m.Workload]:
+        return self.workloads.get(namespace, [])
+
+    def selected(self, svc: m.Service) -> list[m.Workload]:
+        """The workloads whose pods the Service selects, however many replicas they run."""
+        return [
+            wl
+            for wl in self.workloads_in(svc.meta.namespace)
+            if selects(svc.selector, dict(wl.pod_labels))
+        ]
+
+    def ready(self, svc: m.Service) -> bool:
+        """An EndpointSlice of the Service, given or derived, lists a ready address."""
+        return any(sl.addresses for sl in self.slices.get(svc.meta.key, []))
+
+    def shown(self, namespace: str) -> bool:
+        """The input says which pods run in ``namespace``: it holds a workload or an
+        EndpointSlice there. A manifest set of Services and routes alone does not, and
+        a Service in it is not known to have no pods."""
+        return bool(self.workloads_in(namespace)) or namespace in self.given_in
