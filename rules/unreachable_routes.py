@@ -16,7 +16,8 @@ in lower case; a case-insensitive later route is only covered by a case-insensit
 one. A ``safe_regex`` route is only covered by ``prefix: /`` without conditions.
 Not reported, because the spec itself makes one of the two unreachable and
 httproute-precedence judges which: equivalent matches (the spec orders identical
-matches of different HTTPRoutes by age, then name); routes whose
+matches of different HTTPRoutes by age, then name, and httproute-identical-matches
+reports the loser at its YAML line, once, whether or not the xDS keeps its route); routes whose
 ``aether.io/route`` metadata names HTTPRoutes with different hostnames (the spec
 ranks the matching hostname before the path, so ``/`` of ``foo.example.com`` beats
 ``/api`` of ``*.example.com`` for that host); and, metadata or not, a later route

@@ -948,7 +948,11 @@ def test_input_notes_are_labelled_and_counted_apart_from_findings(cli: CLI) -> N
     assert text.rc == 0 and len(notes) == len(lines), text.err
     place = re.compile(rf"{re.escape(rel(FIXTURES / scenario / 'resources.yaml'))}:\d+: ")
     assert notes and all(place.match(n) for n in notes), notes
-    counts = f"0 errors, 0 warnings, {len(RULES)} rules run, 0 skipped, {len(notes)} input notes"
+    # The scenario's deliberate mistakes (its expected-findings.yaml) are counted apart too.
+    counts = (
+        f"0 errors, 0 warnings, 2 expected findings reported, {len(RULES)} rules run, "
+        f"0 skipped, {len(notes)} input notes"
+    )
     table = rel(FIXTURES / scenario / "cases.yaml")
     assert (
         text.out == f"scenario {scenario}: cases {table} (9 cases)\nedge-verify check: {counts}\n"

@@ -82,7 +82,8 @@ def _spec_ref(ref: str) -> str:
         return f"[{page}]({page})"
     if not ref.startswith("http"):
         return ref
-    site = "Gateway API" if "gateway-api" in ref else "Envoy" if "envoyproxy" in ref else "link"
+    sites = {"gateway-api": "Gateway API", "envoyproxy": "Envoy", "kubernetes.io": "Kubernetes"}
+    site = next((name for part, name in sites.items() if part in ref), "link")
     return f"[{site}]({ref})"
 
 

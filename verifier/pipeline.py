@@ -25,7 +25,7 @@ from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
 from verifier.gatewayapi.addresses import Addressing, gateway_addresses, nothing_to_check, ours
 from verifier.gatewayapi.cluster import ClusterSource, load_cluster_resources
-from verifier.gatewayapi.load import LoadResult, load_paths
+from verifier.gatewayapi.load import CASES, LoadResult, load_paths
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.resources import Resources, build, load_resources, skip_warning
 from verifier.heap import loaded_objects_frozen
@@ -138,7 +138,7 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
         for child in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "base"):
             if not (child / "resources.yaml").is_file():
                 continue
-            cases = child / "cases.yaml"
+            cases = child / CASES
             errors = child / "expected-errors.yaml"
             registry = child / MESH_REGISTRY
             declared = child / expected.FILE
@@ -169,16 +169,33 @@ def discover(paths: Sequence[str], opts: CheckOptions) -> list[Scenario]:
                 ]
             )
         return out
+    resources = _resource_paths(paths)
     return [
         Scenario(
-            scenario_name(paths),
-            tuple(paths),
+            scenario_name(resources),
+            tuple(resources),
             _own_cases(paths, opts.cases),
             None,
             _own_registry(paths, opts.mesh_registry),
             expected_findings=_own_file(paths, expected.FILE),
         )
     ]
+
+
+def _resource_paths(paths: Sequence[str]) -> list[str]:
+    """The paths but the cases tables among them. ``check store/*.yaml`` names
+    ``store/cases.yaml`` too, and a folder's cases.yaml is its scenario's cases
+    whenever a path in that folder is given (``_own_cases``): so the table is replayed
+    as cases, as its name says, and only not read as Kubernetes objects as well. Named
+    alone, there is nothing left to check, which is bad input."""
+    kept = [p for p in paths if p == "-" or Path(p).is_dir() or Path(p).name != CASES]
+    if kept or not paths:
+        return kept
+    message = (
+        "a cases table and no resources: give the scenario's resources too (its folder, or "
+        "its resource files), and the cases.yaml beside them is replayed"
+    )
+    raise InputErrors([InputError(paths[0], 0, "", "no-resources", message)])
 
 
 # A scenario's resources file: named after its folder, as a suite names the scenario.
@@ -229,7 +246,7 @@ def _own_cases(paths: Sequence[str], given: tuple[str, ...]) -> tuple[str, ...]:
     out = list(given)
     seen = {Path(p).resolve() for p in given}
     for folder in _folders(paths):
-        own = folder / "cases.yaml"
+        own = folder / CASES
         if own.is_file() and own.resolve() not in seen:
             seen.add(own.resolve())
             out.append(str(own))

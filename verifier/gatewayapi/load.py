@@ -30,16 +30,24 @@ from verifier.inputs import (
 
 YAML_SUFFIXES = (".yaml", ".yml")
 STR_TAG = "tag:yaml.org,2002:str"
-# Files in a fixture folder that describe expectations, not cluster resources.
-NOT_RESOURCES = frozenset(
-    {
-        "cases.yaml",
-        "expected-errors.yaml",
-        "expected-findings.yaml",
-        "expected-status.yaml",
-        "mesh-registry.yaml",
-    }
-)
+# Files in a scenario's folder that describe expectations, not cluster resources, and
+# what each is: a folder given skips them, and one named as a resource file (a glob,
+# ``check store/*.yaml``) is told apart from a malformed resource by this.
+CASES = "cases.yaml"
+NOT_RESOURCES = {
+    CASES: (
+        "a cases table, not Kubernetes objects: check, run and live pick up the cases.yaml "
+        "of the folder of a path they are given by themselves, or take one with --cases"
+    ),
+    "expected-errors.yaml": "the errors a negative scenario of a suite expects",
+    "expected-findings.yaml": (
+        "the findings a scenario declares, read from the folder of a path given"
+    ),
+    "expected-status.yaml": "the status a scenario of a suite expects",
+    "mesh-registry.yaml": (
+        "a mesh registry, read from the folder of a path given, or given with --mesh-registry"
+    ),
+}
 
 
 def is_resource_file(name: str) -> bool:
@@ -278,21 +286,25 @@ def _documents(text: str, file: str, errors: list[InputError]) -> Iterator[RawOb
             if data is None or builder.broken:
                 continue
             if not isinstance(data, dict):
-                errors.append(
-                    InputError(
-                        file,
-                        node.start_mark.line + 1,
-                        "",
-                        "type",
-                        "expected a Kubernetes object (a mapping with apiVersion and kind)",
-                    )
-                )
+                errors.append(_not_an_object(file, node.start_mark.line + 1))
                 continue
             yield from _unwrap_lists(RawObject(data, file, lines))
     except InputErrors as exc:
         errors.extend(exc.errors)
     except (yaml.YAMLError, *HOSTILE) as exc:
         errors.append(yaml_problem(exc, file))
+
+
+def _not_an_object(file: str, line: int) -> InputError:
+    """A document that is not an object: in a file a scenario's folder holds for
+    another purpose (a cases table given among the resources by a glob), say what the
+    file is and how it is given, rather than what shape a resource has."""
+    what = NOT_RESOURCES.get(Path(file).name)
+    if what is not None:
+        return InputError(file, line, "", "not-resources", f"this is {what}")
+    return InputError(
+        file, line, "", "type", "expected a Kubernetes object (a mapping with apiVersion and kind)"
+    )
 
 
 def _unwrap_lists(obj: RawObject) -> Iterator[RawObject]:

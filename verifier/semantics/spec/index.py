@@ -224,6 +224,17 @@ class ListenerRoutes:
                 dot = name.find(".", dot + 1)
         return found
 
+    def matches(self) -> list[IndexedMatch]:
+        """Every match filed, once, in the order the scan meets them: a Route is filed
+        under each of its hostnames, its matches the same objects in each bucket."""
+        found: dict[int, IndexedMatch] = {}
+        for bucket in (self.any_host, *self.exact.values(), *self.wildcard.values()):
+            for seconds in bucket.by_segment.values():
+                for filed in seconds.values():
+                    found.update((im.seq, im) for im in filed)
+            found.update((im.seq, im) for im in bucket.always)
+        return [found[seq] for seq in sorted(found)]
+
     def refused_trace(self) -> list[str]:
         lines = list(self.refused[:TRACE_LIMIT])
         if len(self.refused) > TRACE_LIMIT:
