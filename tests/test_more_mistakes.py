@@ -1,6 +1,6 @@
 """More mistakes a new user made that passed ``check`` silently, each now pointed out.
 
-Issue 31's trial, continued on the same shop scenario (tests/test_config_mistakes.py):
+Issue 31's trial, continued on the same shop scenario (tests/user_scenario.py):
 a Service selector that matches no pod (EV913, at the backendRef that sends traffic
 to it), a targetPort no container declares (EV914, at the targetPort), two HTTPRoutes
 with an identical match of which one never gets traffic (EV915, at the losing match,
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_config_mistakes import line_of, shop
+from user_scenario import write
 from verifier.rules import CONFIGURATION
 
 from verifier.check import Context
@@ -30,9 +30,15 @@ from verifier.semantics.spec.model import DEFAULT_CONTROLLER
 from verifier.xds.snapshot import Snapshot
 
 
+def line_of(f: Finding) -> str:
+    """The text of the line a finding points at."""
+    return Path(f.file).read_text("utf-8").splitlines()[f.line - 1].strip()
+
+
 def edited(folder: Path, *changes: tuple[str, str]) -> Path:
-    """The shop scenario in ``folder`` with each (old, new) text replaced once."""
-    path = shop(folder) / "resources.yaml"
+    """The shop scenario (tests/user_scenario.py) in ``folder`` with each (old, new)
+    text replaced once."""
+    path = write(folder) / "resources.yaml"
     text = path.read_text("utf-8")
     for old, new in changes:
         assert text.count(old) >= 1, old
@@ -88,7 +94,7 @@ def test_what_is_not_a_selector_mistake_is_silent(tmp_path: Path) -> None:
     canary = "  selector: {matchLabels: {app: cart-canary}}"
     zero = edited(tmp_path / "zero", (f"replicas: 1\n{canary}", f"replicas: 0\n{canary}"))
     assert main(["check", str(zero), "--fail-on", "warning"]) == 0
-    bare = shop(tmp_path / "bare") / "resources.yaml"
+    bare = write(tmp_path / "bare") / "resources.yaml"
     docs = bare.read_text("utf-8").split("---\n")
     bare.write_text("---\n".join(d for d in docs if "kind: Deployment" not in d), "utf-8")
     assert main(["check", str(bare.parent), "--fail-on", "warning"]) == 0
@@ -156,7 +162,7 @@ TWICE = """\
 
 def with_copy(folder: Path, name: str, meta: str = "") -> Path:
     """The shop scenario plus a copy of its HTTPRoute named ``name``."""
-    path = shop(folder) / "resources.yaml"
+    path = write(folder) / "resources.yaml"
     text = path.read_text("utf-8")
     renamed = f"metadata: {{name: {name}, namespace: shop{meta}}}"
     copy = text[text.index(ROUTE_START) :].replace(
@@ -261,7 +267,7 @@ CASES = """\
 def test_a_glob_that_names_the_cases_table_runs_it_as_cases(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = shop(tmp_path / "shop")
+    folder = write(tmp_path / "shop")
     (folder / "cases.yaml").write_text(CASES, "utf-8")
     paths = sorted(str(p) for p in folder.glob("*.yaml"))  # what `check shop/*.yaml` gives
     assert [Path(p).name for p in paths] == ["cases.yaml", "resources.yaml"]
