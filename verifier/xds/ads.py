@@ -5,8 +5,10 @@ control plane gives it: over ADS, in the order the xDS protocol asks for ("event
 consistency considerations": clusters, then their endpoints, then listeners, then
 routes), with a version and a nonce per type. What Envoy rejects is as much a verdict
 as what it does, so every NACK is kept verbatim (Envoy's own ``error_detail``), and a
-rejected version is never sent again: re-sending it would only make Envoy reject it
-again, and a log of repeated NACKs hides which change was bad.
+rejected version is never sent again on that stream: re-sending it would only make
+that Envoy reject it again, and a log of repeated NACKs hides which change was bad.
+Each stream's state is its own: what one client rejects (or a hostile client claims
+to reject) never changes what another receives.
 
 Gating is per stream and per type: a type is sent only when the types it depends on
 (``AFTER``) are settled on that stream (no response waiting for an answer, nothing
@@ -70,6 +72,7 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 from envoy_data_plane.google.protobuf import Any as AnyMessage
 from grpclib.server import Server
 
+from verifier.peers import printable
 from verifier.xds.codec import Json, pack_any, to_json_dict, type_url_of
 from verifier.xds.layout import (
     CLUSTER_TYPE,
@@ -189,6 +192,8 @@ class _Stream:
         self.state = {url: _TypeState() for url in TYPES}
         self.outbox: asyncio.Queue[object] = asyncio.Queue()
         self.node = ""
+        # The versions this client rejected, never sent to it again (and only to it).
+        self.nacked: dict[str, set[str]] = {url: set() for url in TYPES}
 
     # --- what a subclass says ----------------------------------------------------------------
 
@@ -217,14 +222,14 @@ class _Stream:
     def _asked_every_eds(self) -> bool:
         """Envoy asks for new clusters' endpoints right after it ACKs them; listeners
         wait for that request (unless the clusters were rejected: nothing will ask)."""
-        if self.server.packed.versions[CLUSTER_TYPE] in self.server.nacked[CLUSTER_TYPE]:
+        if self.server.packed.versions[CLUSTER_TYPE] in self.nacked[CLUSTER_TYPE]:
             return True
         st = self.state[ENDPOINT_TYPE]
         return st.wildcard or self.server.packed.eds_names <= st.names
 
     def _sendable(self, url: str) -> bool:
         version = self.server.packed.versions[url]
-        return version not in self.server.nacked[url] and self.wanted(url)
+        return version not in self.nacked[url] and self.wanted(url)
 
     def evaluate(self) -> None:
         """Send, in order, every type whose turn it is."""
@@ -254,7 +259,7 @@ class _Stream:
             for name in pending.removed:
                 st.known.pop(name, None)
         else:
-            self.server.nacked[url].add(pending.version)
+            self.nacked[url].add(pending.version)
         self.server.record(
             Answer(url, pending.version, nonce, error is None, message, code, self.node)
         )
@@ -370,7 +375,6 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         self.packed = pack_snapshot(snapshot, self.extra_secrets)
         self.answers: list[Answer] = []
         self.sent: Counter[tuple[str, str]] = Counter()
-        self.nacked: dict[str, set[str]] = {url: set() for url in TYPES}
         self._streams: set[_Stream] = set()
         self._nonces = itertools.count(1)
         self._waiters: list[tuple[str, str, asyncio.Future[Answer]]] = []
@@ -592,9 +596,11 @@ def serving_banner(snap: Snapshot, host: str, port: int, *, delta: bool) -> str:
 
 
 def answer_line(answer: Answer) -> str:
-    """One line per ACK or NACK; a NACK carries Envoy's message as it sent it."""
+    """One line per ACK or NACK; a NACK carries the client's message as it sent it,
+    escaped: a client is any program that connects, and its words (and its node id)
+    must not forge a line of this output or drive the terminal (``printable``)."""
     kind = _KINDS.get(answer.type_url, answer.type_url)
-    who = f" from {answer.node}" if answer.node else ""
+    who = f" from {printable(answer.node, 200)}" if answer.node else ""
     if answer.accepted:
         return f"edge-verify: ACK {kind} version {answer.version}{who}"
-    return f"edge-verify: NACK {kind} version {answer.version}{who}: {answer.message}"
+    return f"edge-verify: NACK {kind} version {answer.version}{who}: {printable(answer.message)}"
