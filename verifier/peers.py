@@ -97,11 +97,13 @@ class Budget:
         if self.received > self.max_bytes:
             raise self.too_much(f"more than {self.max_bytes:,} bytes")
 
-    def announce(self, count: int, what: str = "an answer") -> None:
+    def announce(self, count: int, what: str = "an answer", already: int = 0) -> None:
         """Refuse at once ``what`` whose announced size (a Content-Length, a gRPC length
-        prefix) would pass the budget, before a byte of it is read."""
-        if self.received + count > self.max_bytes:
-            after = f" after {self.received:,}" if self.received else ""
+        prefix) would pass the budget, before the rest of it is read (``already``: how
+        many of its bytes have arrived, and are counted, with the announcement)."""
+        before = self.received - already
+        if before + count > self.max_bytes:
+            after = f" after {before:,}" if before > 0 else ""
             raise self.too_much(f"{what} of {count:,} bytes{after}")
 
     def too_much(self, what: str) -> PeerLimit:
@@ -128,7 +130,7 @@ def run(coro: Coroutine[Any, Any, T], budget: Budget) -> T:
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
-            _join_briefly(executor)
+            join_briefly(executor)
             loop.close()
 
 
@@ -153,10 +155,10 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
             task.exception()
 
 
-def _join_briefly(executor: ThreadPoolExecutor) -> None:
-    """Idle resolver threads end at once after ``shutdown``; one stuck in a lookup is
-    not waited for (the process may fork afterwards only when none is left: see
-    ``verifier.forked.can_fork``)."""
+def join_briefly(executor: ThreadPoolExecutor) -> None:
+    """After ``shutdown``: idle threads end at once, and are waited for (the process
+    may fork afterwards only when none is left: ``verifier.forked.can_fork``); one
+    stuck in a lookup or a parse is not waited for past ``UNWIND_S``."""
     threads: set[threading.Thread] = getattr(executor, "_threads", set())
     end = time.monotonic() + UNWIND_S
     for thread in list(threads):

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -43,7 +44,14 @@ from envoy_data_plane.google.rpc import Status
 
 from verifier.errors import InputErrors
 from verifier.inputs import check_json_shape, limits
-from verifier.peers import DEFAULT_TIMEOUT, Budget, PeerLimit, check_timeout, printable
+from verifier.peers import (
+    DEFAULT_TIMEOUT,
+    Budget,
+    PeerLimit,
+    check_timeout,
+    join_briefly,
+    printable,
+)
 from verifier.xds.ads_wire import DELTA_PATH, SOTW_PATH, StreamEnded, open_stream
 from verifier.xds.codec import Json, from_json_dict, to_json_dict
 from verifier.xds.layout import (
@@ -182,6 +190,16 @@ class _OutOfTime(Exception):
     """The deadline passed while the stream was still busy (a flood never idles)."""
 
 
+@dataclass(frozen=True)
+class _Read:
+    """A response as decoded: its resources (name -> held), or why it is NACKed;
+    neither for a type that was not asked for."""
+
+    resp: Any
+    got: dict[str, _Held] | None = None
+    refused: str | None = None
+
+
 def accept(url: str, given: str, packed: AnyMessage, where: str) -> tuple[str, _Held]:
     """(name, held) for one resource of a response, read through the same layer as a
     file: the bytes decoded, written as proto-JSON, held to the depth and list limits,
@@ -275,9 +293,12 @@ class _Session:
         self.nacks.append(Nack(url, nonce, reason))
         return Status(code=INVALID_ARGUMENT, message=reason[:NACK_LIMIT])
 
-    def on_response(self, raw: bytes) -> None:
-        """One response, as bytes: a message that is not a DiscoveryResponse (or a
-        DeltaDiscoveryResponse) ends the pull, since no answer can name it."""
+    def read(self, raw: bytes) -> _Read:
+        """One response, as bytes, decoded with its resources (``decode``): run on the
+        decoding thread, since a peer's bytes can cost seconds to parse and no parse
+        can be interrupted, while the deadline must hold (``_receive``). A message that
+        is not a DiscoveryResponse (or a DeltaDiscoveryResponse) ends the pull, since
+        no answer can name it."""
         kind = DeltaDiscoveryResponse if self.opts.delta else DiscoveryResponse
         try:
             resp = kind.parse(raw)
@@ -288,11 +309,24 @@ class _Session:
                 f"({len(raw):,} bytes): {printable(exc, 200)}"
             ) from None
         if url not in self.types:
-            return  # a type not asked for: ignored, as Envoy ignores it
+            return _Read(resp)  # a type not asked for: ignored, as Envoy ignores it
         if isinstance(resp, DeltaDiscoveryResponse):
-            self.on_delta(resp)
+            items = ((r.name, r.resource) for r in resp.resources if r.resource)
         else:
-            self.on_sotw(resp)
+            items = (("", r) for r in resp.resources)
+        try:
+            return _Read(resp, self.decode(url, items))
+        except _Refused as exc:
+            return _Read(resp, refused=str(exc))
+
+    def on_response(self, read: _Read) -> None:
+        """Answer a response ``read`` decoded (ACK or NACK) and keep what it holds."""
+        if read.got is None and read.refused is None:
+            return
+        if isinstance(read.resp, DeltaDiscoveryResponse):
+            self.on_delta(read.resp, read)
+        else:
+            self.on_sotw(read.resp, read)
 
     # --- SotW ---
 
@@ -300,12 +334,11 @@ class _Session:
         for url in WILDCARD:
             self.outbox.put_nowait(DiscoveryRequest(node=self.node(), type_url=url))
 
-    def on_sotw(self, resp: DiscoveryResponse) -> None:
+    def on_sotw(self, resp: DiscoveryResponse, read: _Read) -> None:
         url = resp.type_url
         t = self.types[url]
-        try:
-            got = self.decode(url, (("", r) for r in resp.resources))
-        except _Refused as exc:
+        got = read.got
+        if got is None:
             t.nonce = resp.nonce
             self.outbox.put_nowait(
                 DiscoveryRequest(
@@ -313,7 +346,7 @@ class _Session:
                     version_info=t.version,
                     response_nonce=resp.nonce,
                     resource_names=sorted(t.names),
-                    error_detail=self.nack(url, resp.nonce, str(exc)),
+                    error_detail=self.nack(url, resp.nonce, read.refused or ""),
                 )
             )
             return
@@ -359,17 +392,16 @@ class _Session:
                 )
             )
 
-    def on_delta(self, resp: DeltaDiscoveryResponse) -> None:
+    def on_delta(self, resp: DeltaDiscoveryResponse, read: _Read) -> None:
         url = resp.type_url
         t = self.types[url]
-        try:
-            got = self.decode(url, ((r.name, r.resource) for r in resp.resources if r.resource))
-        except _Refused as exc:
+        got = read.got
+        if got is None:
             self.outbox.put_nowait(
                 DeltaDiscoveryRequest(
                     type_url=url,
                     response_nonce=resp.nonce,
-                    error_detail=self.nack(url, resp.nonce, str(exc)),
+                    error_detail=self.nack(url, resp.nonce, read.refused or ""),
                 )
             )
             return
@@ -430,6 +462,7 @@ async def _receive(session: _Session, host: str, port: int) -> None:
     """Read responses until the stream ends (always by raising)."""
     opts = session.opts
     path = DELTA_PATH if opts.delta else SOTW_PATH
+    loop = asyncio.get_running_loop()
     wire = await open_stream(host, port, path, session.budget, opts.ssl)
     sender = asyncio.create_task(_send(session, wire))
     try:
@@ -437,13 +470,20 @@ async def _receive(session: _Session, host: str, port: int) -> None:
             session.start_delta()
         else:
             session.start_sotw()
-        while True:
-            raw = await wire.receive()
-            session.on_response(raw)
-            session.activity.set()
-            if session.budget.left() <= 0:
-                raise _OutOfTime
-            await asyncio.sleep(0)  # a flood of buffered responses still lets timers run
+        decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ads-decode")
+        try:
+            while True:
+                raw = await wire.receive()
+                # Off the loop, so that the deadline holds through a parse of hostile bytes
+                # (a parse cannot be interrupted; the thread is left to end on its own).
+                read = await loop.run_in_executor(decoding, session.read, raw)
+                session.on_response(read)
+                session.activity.set()
+                if session.budget.left() <= 0:
+                    raise _OutOfTime
+        finally:
+            decoding.shutdown(wait=False, cancel_futures=True)
+            join_briefly(decoding)
     finally:
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)

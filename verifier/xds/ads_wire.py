@@ -165,7 +165,7 @@ class _Protocol(asyncio.Protocol):
                 self._end(StreamEnded("the server sent a compressed message, never offered"))
                 return
             length = int.from_bytes(self.buffer[1:_PREFIX], "big")
-            self.budget.announce(length, "a gRPC message")
+            self.budget.announce(length, "a gRPC message", already=len(self.buffer) - _PREFIX)
             if len(self.buffer) < _PREFIX + length:
                 return
             self.messages.append(bytes(self.buffer[_PREFIX : _PREFIX + length]))
