@@ -26,6 +26,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ssl import SSLContext
 from typing import Any, Final
@@ -70,8 +71,10 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
     Resource,
 )
 from envoy_data_plane.google.protobuf import Any as AnyMessage
+from grpclib.encoding.base import CodecBase
 from grpclib.server import Server
 
+from verifier.inputs import limits
 from verifier.peers import printable
 from verifier.xds.codec import Json, pack_any, to_json_dict, type_url_of
 from verifier.xds.layout import (
@@ -95,6 +98,9 @@ AFTER: Final[Mapping[str, tuple[str, ...]]] = {
     SECRET_TYPE: (CLUSTER_TYPE,),
 }
 XDS_CLUSTER: Final = "edge-verifier-ads"
+# Requests up to this size are parsed on the loop (at most a few tens of milliseconds,
+# and no thread is started for an Envoy's usual requests); larger ones off it.
+INLINE_PARSE: Final = 16 * 1024
 _KINDS: Final = dict(
     zip(TYPES, ("clusters", "endpoints", "listeners", "routes", "secrets"), strict=True)
 )  # type URL -> the Snapshot field
@@ -379,6 +385,7 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         self._nonces = itertools.count(1)
         self._waiters: list[tuple[str, str, asyncio.Future[Answer]]] = []
         self._server: Server | None = None
+        self._decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ads-decode")
 
     @property
     def nacks(self) -> list[Answer]:
@@ -431,7 +438,7 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         self, messages: AsyncIterator[DiscoveryRequest]
     ) -> AsyncIterator[DiscoveryResponse]:
         stream = _SotwStream(self)
-        async for response in self._serve(stream, messages, stream.on_request):
+        async for response in self._serve(stream, messages, DiscoveryRequest, stream.on_request):
             assert isinstance(response, DiscoveryResponse)
             yield response
 
@@ -439,20 +446,40 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         self, messages: AsyncIterator[DeltaDiscoveryRequest]
     ) -> AsyncIterator[DeltaDiscoveryResponse]:
         stream = _DeltaStream(self)
-        async for response in self._serve(stream, messages, stream.on_request):
+        async for response in self._serve(
+            stream, messages, DeltaDiscoveryRequest, stream.on_request
+        ):
             assert isinstance(response, DeltaDiscoveryResponse)
             yield response
 
     async def _serve(
-        self, stream: _Stream, messages: AsyncIterator[_Request], handle: _Handler
+        self,
+        stream: _Stream,
+        messages: AsyncIterator[Any],
+        kind: type[betterproto2.Message],
+        handle: _Handler,
     ) -> AsyncIterator[object]:
         """Requests are read by a task of their own, so pushes from ``update`` go out
-        while no request is coming in."""
+        while no request is coming in. Over gRPC they arrive as bytes (``_Raw``); one
+        past ``INLINE_PARSE`` is parsed on the decoding thread: any program may
+        connect, a parse of hostile bytes can take seconds (about 5 us a byte at worst),
+        and the loop every other client is served from must not wait for it. A client
+        that sends what is no request is hung up on."""
 
         async def read() -> None:
+            loop = asyncio.get_running_loop()
             try:
-                async for request in messages:
-                    handle(request)
+                async for message in messages:
+                    if isinstance(message, bytes):
+                        try:
+                            message = (
+                                kind.parse(message)
+                                if len(message) <= INLINE_PARSE
+                                else await loop.run_in_executor(self._decoding, kind.parse, message)
+                            )
+                        except Exception:  # whatever betterproto raises on bad bytes
+                            break
+                    handle(message)
             finally:
                 stream.outbox.put_nowait(_END)
 
@@ -470,7 +497,8 @@ class AdsServer(AggregatedDiscoveryServiceBase):
     ) -> tuple[str, int]:
         """Listen on ``host``:``port`` (0: the kernel picks), over TLS given ``ssl``
         (its ALPN must offer h2); returns where it listens."""
-        self._server = Server([self])
+        self._decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ads-decode")
+        self._server = _CountedServer([self], limits().max_bytes)
         await self._server.start(host, port, ssl=ssl)
         sockets = getattr(self._server._server, "sockets", None) or ()
         bound = sockets[0].getsockname() if sockets else (host, port)
@@ -481,9 +509,56 @@ class AdsServer(AggregatedDiscoveryServiceBase):
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        self._decoding.shutdown(wait=False, cancel_futures=True)
         for _, _, future in self._waiters:
             future.cancel()
         self._waiters = []
+
+
+class _Raw(CodecBase):
+    """Requests as bytes, parsed off the loop (``AdsServer._serve``); responses are
+    the messages' own bytes."""
+
+    __content_subtype__ = "proto"
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        return bytes(message)
+
+    def decode(self, data: bytes, message_type: Any) -> bytes:
+        return data
+
+
+class _CountedServer(Server):
+    """grpclib's server with each connection held to a byte budget: a client is any
+    program that connects, and one that sends more than ``max_bytes`` in all (an
+    Envoy's requests are a few hundred bytes each; a hostile client's 4 GiB length
+    prefix is followed by whatever it likes) is cut off, not buffered, so it never
+    takes the memory every other client is served from (``--max-input-bytes``)."""
+
+    def __init__(self, handlers: list[Any], max_bytes: int) -> None:
+        super().__init__(handlers, codec=_Raw())
+        self.max_bytes = max_bytes
+
+    def _protocol_factory(self) -> Any:  # grpclib's hook for each connection
+        protocol = super()._protocol_factory()
+        made, received = protocol.connection_made, protocol.data_received
+        held: list[Any] = []
+        count = [0]
+
+        def connection_made(transport: Any) -> None:
+            held.append(transport)
+            made(transport)
+
+        def data_received(data: bytes) -> None:
+            count[0] += len(data)
+            if count[0] > self.max_bytes:
+                held[0].abort()
+                return
+            received(data)
+
+        protocol.connection_made = connection_made  # type: ignore[method-assign]
+        protocol.data_received = data_received  # type: ignore[method-assign]
+        return protocol
 
 
 async def serve_forever(
