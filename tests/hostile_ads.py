@@ -130,7 +130,9 @@ class Resp:
     drawn ones), ``raw`` (bytes that are no DiscoveryResponse), ``huge-prefix``,
     ``compressed``, ``flood`` (a listener naming ``count`` route configurations, then
     a version of each), ``big`` (one resource of ``count`` bytes), ``push`` (the
-    honest resources of type ``type_choice``, whatever was asked)."""
+    honest resources of type ``type_choice``, whatever was asked), ``empties`` and
+    ``unknown-fields`` (``count`` empty resources, or ``2 * count`` bytes of fields
+    no table has: what costs a parser most per byte)."""
 
     kind: str
     type_choice: str = "right"
@@ -187,6 +189,9 @@ RESP = st.one_of(
     st.builds(Resp, kind=st.sampled_from(["huge-prefix", "compressed"]), data=st.binary()),
     st.builds(Resp, kind=st.just("flood"), count=st.sampled_from([1, 40, 5000])),
     st.builds(Resp, kind=st.just("big"), count=st.integers(1 << 20, 3 << 20)),
+    st.builds(
+        Resp, kind=st.sampled_from(["empties", "unknown-fields"]), count=st.integers(1, 400_000)
+    ),
 )
 PLANS: st.SearchStrategy[AdsPlan] = st.builds(
     AdsPlan,
@@ -556,6 +561,10 @@ class HostileAds(asyncio.Protocol):
             self.stream(_frame(resp.data))
         elif resp.kind == "huge-prefix":
             self.stream(_frame(resp.data, length=(4 << 30) - 1))
+        elif resp.kind == "empties":  # one empty Any per two bytes: objects, not bytes
+            self.stream(_frame(b"\x12\x00" * resp.count))
+        elif resp.kind == "unknown-fields":  # fields no table has: once a quadratic parse
+            self.stream(_frame(b"x" * (2 * resp.count)))
         elif resp.kind == "compressed":
             self.stream(_frame(resp.data, flag=1))
         elif resp.kind == "flood":

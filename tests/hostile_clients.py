@@ -3,10 +3,10 @@
 ``serve`` answers whoever connects. A client may NACK whatever it gets with words
 that forge a line of serve's output or drive the terminal, introduce itself with
 such a node id, ask for types that do not exist or for 20,000 names, answer with
-stale nonces, send bytes that are no request or no HTTP/2 at all, or hold its
-stream open and say nothing. None of that may change what the next client gets:
-after the hostile ones, an honest client (the tool's own ADS client) must receive
-the whole snapshot, clusters first.
+stale nonces, send bytes that are no request or no HTTP/2 at all, send more than
+the byte budget in one message, or hold its stream open and say nothing. None of
+that may change what the next client gets: after the hostile ones, an honest
+client (the tool's own ADS client) must receive the whole snapshot, clusters first.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from verifier.xds.layout import CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE
 
 KINDS: Final = (
     "nack-all", "node-text", "unknown-type", "many-names", "stale-nonce",
-    "not-a-request", "garbage", "http1", "hold",
+    "not-a-request", "garbage", "http1", "hold", "huge", "heavy",
 )  # fmt: skip
 
 
@@ -84,6 +84,12 @@ async def _converse(wire: object, plan: ClientPlan) -> None:
     node = Node(id=plan.words if plan.kind == "node-text" else "hostile")
     if plan.kind == "not-a-request":
         await send(b"\xff" + plan.data)
+        return
+    if plan.kind == "heavy":  # under the budget, costly to parse: empty nodes, or unknown fields
+        await send((b"\x12\x00" if plan.count % 2 else b"x\x01") * (plan.count * 20))
+        return
+    if plan.kind == "huge":  # 2 MiB in one message: serve cuts the connection off at 1 MiB
+        await send(b"\x0a" + b"x" * (2 << 20))
         return
     if plan.kind == "unknown-type":
         await send(bytes(DiscoveryRequest(node=node, type_url=f"type.googleapis.com/{plan.words}")))

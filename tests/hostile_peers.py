@@ -50,10 +50,12 @@ RSS_BOUND: Final = 400 << 20  # peak RSS over the child's at its start, with 1 M
 TRACEBACKS: Final = ("Traceback (most recent call last)", "Task exception was never retrieved",
                      "Exception ignored in", "Fatal error")  # fmt: skip
 
-# How many peers each surface met this session, and the seconds that took.
+# How many peers each surface met this session (drawn by the property; the cases
+# apart), the seconds the commands took, and the slowest run and largest RSS.
 COUNTS: Counter[str] = Counter()
+CASES: Counter[str] = Counter()
 SECONDS: defaultdict[str, float] = defaultdict(float)
-WORST: dict[str, tuple[float, int]] = {}  # surface -> (slowest run s, largest RSS over parent)
+WORST: dict[str, tuple[float, int]] = {}  # surface -> (slowest run s, largest RSS over start)
 
 
 @dataclass
@@ -216,20 +218,67 @@ def common_problems(ended: Ended, deadline: float, codes: tuple[int, ...] = (0, 
     return found
 
 
-def measured(surface: str, ended: Ended) -> None:
-    COUNTS[surface] += 1
+PROBLEMS: Counter[str] = Counter()  # runs with a problem, by kind
+
+
+def _kind(problem: str) -> str:
+    if "traceback" in problem:
+        return "tracebacks"
+    if "past the deadline" in problem or "no exit" in problem:
+        return "hangs"
+    return "silent greens" if "silent green" in problem else "other problems"
+
+
+def measured(surface: str, ended: Ended, found: list[str], drawn: bool = True) -> None:
+    """Count one run (and its problems, which its test then reports)."""
+    PROBLEMS.update({_kind(p) for p in found})
+    (COUNTS if drawn else CASES)[surface] += 1
     SECONDS[surface] += ended.seconds
     slow, big = WORST.get(surface, (0.0, 0))
     WORST[surface] = (max(slow, ended.seconds), max(big, ended.rss_over))
 
 
+Tallies = tuple[Counter[str], Counter[str], dict[str, float], dict[str, tuple[float, int]]]
+
+
+def tallies() -> Tallies:
+    """What this process counted, to send back from a worker (``add`` it there)."""
+    return Counter(COUNTS), Counter(PROBLEMS), dict(SECONDS), dict(WORST)
+
+
+def since(before: Tallies) -> Tallies:
+    """What was counted after ``before``."""
+    counts, problems, seconds, worst = tallies()
+    spent = {k: v - before[2].get(k, 0.0) for k, v in seconds.items()}
+    return counts - before[0], problems - before[1], spent, worst
+
+
+def add(more: Tallies) -> None:
+    counts, problems, seconds, worst = more
+    COUNTS.update(counts)
+    PROBLEMS.update(problems)
+    for name, spent in seconds.items():
+        SECONDS[name] += spent
+    for name, (slow, big) in worst.items():
+        mine = WORST.get(name, (0.0, 0))
+        WORST[name] = (max(mine[0], slow), max(mine[1], big))
+
+
 def summary() -> list[str]:
+    names = sorted(set(COUNTS) | set(CASES))
     lines = [
-        f"{name}: {COUNTS[name]:,} peers in {SECONDS[name]:.1f} s "
+        f"{name}: {COUNTS[name]:,} drawn peers and {CASES[name]} cases in {SECONDS[name]:.1f} s "
         f"(slowest {WORST[name][0]:.2f} s, peak RSS +{WORST[name][1] >> 20} MiB)"
-        for name in sorted(COUNTS)
+        for name in names
     ]
-    lines.append(f"total: {sum(COUNTS.values()):,} peers in {sum(SECONDS.values()):.1f} s")
+    slowest = max((w[0] for w in WORST.values()), default=0.0)
+    biggest = max((w[1] for w in WORST.values()), default=0) >> 20
+    kinds = ("tracebacks", "hangs", "silent greens", "other problems")
+    lines.append(
+        f"total: {sum(COUNTS.values()):,} drawn peers and {sum(CASES.values())} cases in "
+        f"{sum(SECONDS.values()):.1f} s; slowest {slowest:.2f} s, peak RSS +{biggest} MiB; "
+        + ", ".join(f"{k} {PROBLEMS[k]}" for k in kinds)
+    )
     return lines
 
 
@@ -403,17 +452,19 @@ class Surface:
 
 
 def _n(count: int) -> int:
-    return int(os.environ.get("HP_N", count))
+    """``count`` drawn peers for a surface, or ``EDGE_VERIFY_HOSTILE_PEERS`` for every
+    surface (a longer campaign, run by hand)."""
+    return int(os.environ.get("EDGE_VERIFY_HOSTILE_PEERS", count))
 
 
 SURFACES: dict[str, Surface] = {
     s.name: s
     for s in [
-        Surface("pull --ads", "ads", _n(150), pull_ads),
+        Surface("pull --ads", "ads", _n(160), pull_ads),
         Surface("check --xds ads://", "ads", _n(40), check_ads),
         Surface("serve --xds ads://", "ads", _n(20), serve_ads, serve=True),
-        Surface("pull --admin", "admin", _n(260), pull_admin),
-        Surface("check --xds http://", "admin", _n(70), check_admin),
+        Surface("pull --admin", "admin", _n(280), pull_admin),
+        Surface("check --xds http://", "admin", _n(75), check_admin),
         Surface("serve --xds http://", "admin", _n(20), serve_admin, serve=True),
         Surface("serve (hostile clients)", "clients", _n(25)),
     ]
@@ -489,7 +540,7 @@ def against_clients(ws: Workspace, plans: tuple[Any, ...]) -> tuple[Ended, list[
 
     loop = asyncio.new_event_loop()
     try:
-        argv = ["serve", "--xds", ws.xds, "--port", str(port)]
+        argv = ["serve", "--xds", ws.xds, "--port", str(port), *_flags()]
         ended = run_child(loop, argv, on_serving=clients)
         _settle(loop)
     finally:

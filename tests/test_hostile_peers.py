@@ -53,7 +53,7 @@ CASE_S = 3.0  # the deadline of a case whose bound is not the deadline
 
 def _ads(surface: str, ws: hp.Workspace, plan: ads.AdsPlan, deadline: float = CASE_S) -> hp.Ended:
     ended, found = hp.against(hp.SURFACES[surface], ws, plan, deadline)
-    hp.measured(surface, ended)
+    hp.measured(surface, ended, found, drawn=False)
     assert not found, hp.problem_report(surface, plan, ended, found)
     return ended
 
@@ -62,7 +62,7 @@ def _admin(
     surface: str, ws: hp.Workspace, plan: adm.AdminPlan, deadline: float = CASE_S
 ) -> hp.Ended:
     ended, found = hp.against(hp.SURFACES[surface], ws, plan, deadline)
-    hp.measured(surface, ended)
+    hp.measured(surface, ended, found, drawn=False)
     assert not found, hp.problem_report(surface, plan, ended, found)
     return ended
 
@@ -97,7 +97,7 @@ def test_an_honest_admin_endpoint_is_pulled_whole(ws: hp.Workspace) -> None:
 
 def test_serve_gives_an_honest_client_everything(ws: hp.Workspace) -> None:
     ended, found = hp.against_clients(ws, ())
-    hp.measured("serve (hostile clients)", ended)
+    hp.measured("serve (hostile clients)", ended, found, drawn=False)
     assert not found, found
 
 
@@ -290,9 +290,39 @@ def test_one_clients_nack_never_changes_what_another_gets(ws: hp.Workspace) -> N
     import hostile_clients as hc
 
     ended, found = hp.against_clients(ws, (hc.ClientPlan("nack-all", words="no"),))
-    hp.measured("serve (hostile clients)", ended)
+    hp.measured("serve (hostile clients)", ended, found, drawn=False)
     assert not found, found
     assert "NACK clusters" in ended.err
+
+
+def test_a_client_past_the_byte_budget_is_cut_off_and_others_still_served(
+    ws: hp.Workspace,
+) -> None:
+    import hostile_clients as hc
+
+    ended, found = hp.against_clients(ws, (hc.ClientPlan("huge"), hc.ClientPlan("huge")))
+    hp.measured("serve (hostile clients)", ended, found, drawn=False)
+    assert not found, found
+
+
+@pytest.mark.parametrize("kind", ["empties", "unknown-fields"])
+def test_bytes_costly_to_parse_end_at_the_deadline(ws: hp.Workspace, kind: str) -> None:
+    """800 KB of empty resources or of fields no table has, under the byte budget:
+    seconds of parsing (minutes once: unknown fields were kept by a quadratic copy),
+    which no deadline could interrupt on the loop; parsed on a thread now."""
+    ended = _ads(
+        "pull --ads", ws, ads.AdsPlan(answers=(ads.Resp(kind, count=400_000),)), hp.DEADLINE_S
+    )
+    assert ended.code == 2 and "[timed-out]" in ended.err, ended.err
+
+
+def test_a_request_costly_to_parse_holds_no_other_client_up(ws: hp.Workspace) -> None:
+    import hostile_clients as hc
+
+    plans = (hc.ClientPlan("heavy", count=20_001), hc.ClientPlan("heavy", count=20_000))
+    ended, found = hp.against_clients(ws, plans)
+    hp.measured("serve (hostile clients)", ended, found, drawn=False)
+    assert not found, found
 
 
 def test_a_clients_words_are_printed_escaped(ws: hp.Workspace) -> None:
@@ -301,7 +331,7 @@ def test_a_clients_words_are_printed_escaped(ws: hp.Workspace) -> None:
     words = ads.PEER_WORDS[1]
     plans = (hc.ClientPlan("nack-all", words=words), hc.ClientPlan("node-text", words=words))
     ended, found = hp.against_clients(ws, plans)
-    hp.measured("serve (hostile clients)", ended)
+    hp.measured("serve (hostile clients)", ended, found, drawn=False)
     assert not found, found  # no raw control character, no forged line
     assert "\\x1b[31mred\\x1b[0m\\nedge-verify: ACK clusters version forged" in ended.err
 
@@ -332,19 +362,17 @@ def _one(surface: hp.Surface, ws: hp.Workspace, plan: Any) -> None:
         ended, found = hp.against_clients(ws, plan)
     else:
         ended, found = hp.against(surface, ws, plan)
-    hp.measured(surface.name, ended)
+    hp.measured(surface.name, ended, found)
     assert not found, hp.problem_report(surface.name, plan, ended, found)
 
 
-Ended = tuple[int, float, tuple[float, int], str | None]
 WORKERS = 3  # most of a run is waiting for a deadline: 3 workers keep 2 cores busy
 
 
-def _run_property(ws: hp.Workspace, derandomize: bool, name: str) -> Ended:
-    """``name``'s property to the end wherever this runs (a worker, or here); the
-    counts go back with the answer, so the caller adds them once."""
+def _run_property(ws: hp.Workspace, derandomize: bool, name: str) -> str | None:
+    """``name``'s property to the end wherever this runs (a worker, or here): its
+    failure as Hypothesis reported it, None when every peer held."""
     surface = hp.SURFACES[name]
-    before, spent = hp.COUNTS[name], hp.SECONDS[name]
     database = None if derandomize else DirectoryBasedExampleDatabase(DATABASE / name)
 
     @settings(
@@ -360,15 +388,20 @@ def _run_property(ws: hp.Workspace, derandomize: bool, name: str) -> Ended:
 
     try:
         holds()
-        failure = None
     except Exception as exc:
-        failure = "".join(traceback.format_exception(exc))
-    fed, seconds = hp.COUNTS[name] - before, hp.SECONDS[name] - spent
-    return fed, seconds, hp.WORST.get(name, (0.0, 0)), failure
+        return "".join(traceback.format_exception(exc))
+    return None
 
 
-def _run_shard(ws: hp.Workspace, derandomize: bool, names: list[str]) -> dict[str, Ended]:
-    return {name: _run_property(ws, derandomize, name) for name in names}
+Shard = tuple[dict[str, str | None], hp.Tallies]
+
+
+def _run_shard(ws: hp.Workspace, derandomize: bool, names: list[str]) -> Shard:
+    """Some surfaces' properties, and what was counted running them (a worker's
+    counts go back with its answer, so the caller adds them once)."""
+    before = hp.tallies()
+    failures = {name: _run_property(ws, derandomize, name) for name in names}
+    return failures, hp.since(before)
 
 
 def _shards(names: list[str]) -> list[list[str]]:
@@ -416,17 +449,13 @@ def properties(_started: list[Any], ws: hp.Workspace) -> dict[str, str | None]:
     started = time.monotonic()
     ended: dict[str, str | None] = {}
     for names, call in _started:
-        answered, results = call.result() if call is not None else (False, None)
-        if not answered:  # no worker (or it died): run them here, where a failure shows
-            results = _run_shard(ws, derandomize, names)
-            ended.update((name, result[3]) for name, result in results.items())
-            continue
-        for name, (fed, seconds, worst, failure) in results.items():
-            hp.COUNTS[name] += fed
-            hp.SECONDS[name] += seconds
-            slow, big = hp.WORST.get(name, (0.0, 0))
-            hp.WORST[name] = (max(slow, worst[0]), max(big, worst[1]))
-            ended[name] = failure
+        answered, shard = call.result() if call is not None else (False, None)
+        if answered and shard is not None:
+            failures, counted = shard
+            hp.add(counted)
+        else:  # no worker (or it died): run them here, where a failure shows
+            failures, _ = _run_shard(ws, derandomize, names)
+        ended.update(failures)
     waited = time.monotonic() - started
     print(f"\n{len(ended)} surfaces' properties collected, {waited:.1f}s after the cases")
     return ended
