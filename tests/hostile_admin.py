@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from damage import DAMAGE, Damage, damaged, json_document
-from hostile_ads import KEY_FORMS, PEER_TEXT
 from hypothesis import strategies as st
+from peer_words import KEY_FORMS, PEER_TEXT, weighted
 
 METADATA_URL: Final = "http://169.254.169.254/latest/meta-data/iam/security-credentials/"
 BIG: Final = 5 * 10**9  # a Content-Length no answer should make anyone allocate
@@ -54,17 +54,13 @@ class AdminPlan:
         return self == AdminPlan()
 
 
-def _weighted(*pairs: tuple[int, Any]) -> st.SearchStrategy[Any]:
-    return st.sampled_from([value for weight, value in pairs for _ in range(weight)])
-
-
 PLANS: st.SearchStrategy[AdminPlan] = st.builds(
     AdminPlan,
-    status=_weighted((14, 200), (1, 500), (1, 307), (1, 302), (1, 404)),
-    charset=_weighted(
+    status=weighted((14, 200), (1, 500), (1, 307), (1, 302), (1, 404)),
+    charset=weighted(
         (8, None), (2, "utf-8"), (1, "utf-16"), (1, "latin-1"), (1, "x-unknown"), (1, "\x1b[31m")
     ),
-    length=_weighted(
+    length=weighted(
         (8, "honest"),
         (2, "absent"),
         (1, "short"),
@@ -73,8 +69,8 @@ PLANS: st.SearchStrategy[AdminPlan] = st.builds(
         (2, "chunked"),
         (1, "endless"),
     ),
-    encoding=_weighted((12, "identity"), (1, "gzip"), (1, "bomb")),
-    body=_weighted(
+    encoding=weighted((12, "identity"), (1, "gzip"), (1, "bomb")),
+    body=weighted(
         (3, "valid"),
         (5, "damaged"),
         (1, "recoded"),
@@ -89,7 +85,7 @@ PLANS: st.SearchStrategy[AdminPlan] = st.builds(
     where=st.integers(0, 1000),
     form=st.integers(0, 1000),
     words=PEER_TEXT,
-    delivery=_weighted(
+    delivery=weighted(
         (12, "at-once"), (1, "trickle"), (1, "stall"), (1, "close-early"), (1, "silent")
     ),
     location=st.sampled_from([METADATA_URL, "/config_dump?again", "\x1b[2J", ""]),

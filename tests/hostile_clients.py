@@ -19,8 +19,8 @@ from typing import Final
 from envoy_data_plane.envoy.config.core.v3 import Node
 from envoy_data_plane.envoy.service.discovery.v3 import DiscoveryRequest, DiscoveryResponse
 from envoy_data_plane.google.rpc import Status
-from hostile_ads import PEER_TEXT
 from hypothesis import strategies as st
+from peer_words import PEER_TEXT
 
 from verifier.peers import Budget
 from verifier.xds.ads_client import PullOptions, PullResult, pull

@@ -29,6 +29,8 @@ from typing import Any
 import hostile_admin as adm
 import hostile_ads as ads
 import hostile_peers as hp
+import peer_surfaces as ps
+import peer_words as words
 import pytest
 from conftest import REPO_ROOT
 from hypothesis import HealthCheck, given, settings
@@ -40,10 +42,10 @@ DATABASE = REPO_ROOT / ".hypothesis" / "hostile-peers"
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> hp.Workspace:
+def ws(tmp_path_factory: pytest.TempPathFactory) -> ps.Workspace:
     """The valid world and its xDS, every surface run once on them (warm for the forks)."""
-    space = hp.workspace(tmp_path_factory.mktemp("peers"))
-    hp.warm(space)
+    space = ps.workspace(tmp_path_factory.mktemp("peers"))
+    ps.warm(space)
     return space
 
 
@@ -51,19 +53,19 @@ CONTROL_S = 10.0  # the deadline where a case must succeed, on however loaded a 
 CASE_S = 3.0  # the deadline of a case whose bound is not the deadline
 
 
-def _ads(surface: str, ws: hp.Workspace, plan: ads.AdsPlan, deadline: float = CASE_S) -> hp.Ended:
-    ended, found = hp.against(hp.SURFACES[surface], ws, plan, deadline)
+def _ads(surface: str, ws: ps.Workspace, plan: ads.AdsPlan, deadline: float = CASE_S) -> hp.Ended:
+    ended, found = ps.against(ps.SURFACES[surface], ws, plan, deadline)
     hp.measured(surface, ended, found, drawn=False)
-    assert not found, hp.problem_report(surface, plan, ended, found)
+    assert not found, ps.problem_report(surface, plan, ended, found)
     return ended
 
 
 def _admin(
-    surface: str, ws: hp.Workspace, plan: adm.AdminPlan, deadline: float = CASE_S
+    surface: str, ws: ps.Workspace, plan: adm.AdminPlan, deadline: float = CASE_S
 ) -> hp.Ended:
-    ended, found = hp.against(hp.SURFACES[surface], ws, plan, deadline)
+    ended, found = ps.against(ps.SURFACES[surface], ws, plan, deadline)
     hp.measured(surface, ended, found, drawn=False)
-    assert not found, hp.problem_report(surface, plan, ended, found)
+    assert not found, ps.problem_report(surface, plan, ended, found)
     return ended
 
 
@@ -71,7 +73,7 @@ def _admin(
 
 
 @pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
-def test_an_honest_ads_server_is_pulled_whole(ws: hp.Workspace, delta: bool) -> None:
+def test_an_honest_ads_server_is_pulled_whole(ws: ps.Workspace, delta: bool) -> None:
     ended = _ads("pull --ads", ws, ads.AdsPlan(delta=delta), CONTROL_S)
     assert ended.code == 0, ended.err
     import json
@@ -84,7 +86,7 @@ def test_an_honest_ads_server_is_pulled_whole(ws: hp.Workspace, delta: bool) -> 
     assert _ads("check --xds ads://", ws, ads.AdsPlan(delta=delta), CONTROL_S).code == 0
 
 
-def test_an_honest_admin_endpoint_is_pulled_whole(ws: hp.Workspace) -> None:
+def test_an_honest_admin_endpoint_is_pulled_whole(ws: ps.Workspace) -> None:
     ended = _admin("pull --admin", ws, adm.AdminPlan(), CONTROL_S)
     assert ended.code == 0, ended.err
     import json
@@ -95,8 +97,8 @@ def test_an_honest_admin_endpoint_is_pulled_whole(ws: hp.Workspace) -> None:
     assert served.code == 130 and "serving 1 clusters, 0 endpoints, 1 listeners" in served.err
 
 
-def test_serve_gives_an_honest_client_everything(ws: hp.Workspace) -> None:
-    ended, found = hp.against_clients(ws, ())
+def test_serve_gives_an_honest_client_everything(ws: ps.Workspace) -> None:
+    ended, found = ps.against_clients(ws, ())
     hp.measured("serve (hostile clients)", ended, found, drawn=False)
     assert not found, found
 
@@ -117,7 +119,7 @@ END_OK = ads.AdsPlan(after="end", end_code="0", end_message="")
     ids=["status-0-no-message", "error-status", "reset"],
 )
 def test_a_stream_ended_early_is_exit_2_saying_how(
-    ws: hp.Workspace, surface: str, plan: ads.AdsPlan, said: str
+    ws: ps.Workspace, surface: str, plan: ads.AdsPlan, said: str
 ) -> None:
     """Was h2's StreamClosedError, printed as a traceback ("Task exception was never
     retrieved") after check's own error."""
@@ -136,7 +138,7 @@ UNKNOWN_ANY = ads.Resp("resources", resources=(ads.Res("unknown-any"),))
     ids=["hcm-bytes-garbage", "unknown-type-url"],
 )
 def test_a_listener_that_does_not_decode_is_nacked_and_the_pull_fails(
-    ws: hp.Workspace, surface: str, resp: ads.Resp, reason: str
+    ws: ps.Workspace, surface: str, resp: ads.Resp, reason: str
 ) -> None:
     """Was ``KeyError: 'enum'`` (garbage HttpConnectionManager bytes) and an escaping
     XdsLoadError (an Any of an unknown type) from pull. The listener is NACKed with
@@ -147,7 +149,7 @@ def test_a_listener_that_does_not_decode_is_nacked_and_the_pull_fails(
     assert "; NACKed listeners: a resource" in ended.err and reason in ended.err, ended.err
 
 
-def test_a_nacked_listener_then_a_good_one_is_a_complete_pull(ws: hp.Workspace) -> None:
+def test_a_nacked_listener_then_a_good_one_is_a_complete_pull(ws: ps.Workspace) -> None:
     push = ads.Resp("push", type_choice=ads.LISTENER_TYPE)
     ended = _ads("pull --ads", ws, ads.AdsPlan(answers=(ads.HONEST, BAD_ENUM, push)), CONTROL_S)
     assert ended.code == 0, ended.err
@@ -158,18 +160,18 @@ def test_a_nacked_listener_then_a_good_one_is_a_complete_pull(ws: hp.Workspace) 
 
 
 @pytest.mark.parametrize("surface", ["pull --ads", "check --xds ads://"])
-def test_a_version_flood_ends_at_the_deadline(ws: hp.Workspace, surface: str) -> None:
+def test_a_version_flood_ends_at_the_deadline(ws: ps.Workspace, surface: str) -> None:
     """5,000 RDS names, then route responses that never stop changing: killed from
     outside after minutes before; now the flood counts against --timeout."""
     plan = ads.AdsPlan(answers=(ads.HONEST, ads.Resp("flood", count=5000)), after="stall")
-    ended = _ads(surface, ws, plan, hp.DEADLINE_S)
+    ended = _ads(surface, ws, plan, ps.DEADLINE_S)
     # Whichever bound it meets first: 3,000 versions are about 1 MiB, the budget here.
     assert ended.code == 2, ended.err
     assert "[timed-out]" in ended.err or "[too-large]" in ended.err, ended.err
 
 
-def test_a_trickling_ads_server_ends_at_the_deadline(ws: hp.Workspace) -> None:
-    ended = _ads("pull --ads", ws, ads.AdsPlan(trickle=0.3, chunk=1), hp.DEADLINE_S)
+def test_a_trickling_ads_server_ends_at_the_deadline(ws: ps.Workspace) -> None:
+    ended = _ads("pull --ads", ws, ads.AdsPlan(trickle=0.3, chunk=1), ps.DEADLINE_S)
     assert ended.code == 2 and "no complete answer within 0.3s" in ended.err, ended.err
 
 
@@ -178,7 +180,7 @@ def test_a_trickling_ads_server_ends_at_the_deadline(ws: hp.Workspace) -> None:
     ids=["4GiB-length-prefix", "3MiB-resource"],
 )  # fmt: skip
 def test_a_message_past_the_byte_budget_is_refused_before_it_is_read(
-    ws: hp.Workspace, resp: ads.Resp
+    ws: ps.Workspace, resp: ads.Resp
 ) -> None:
     ended = _ads("pull --ads", ws, ads.AdsPlan(answers=(resp,)))
     assert ended.code == 2 and "[too-large]" in ended.err, ended.err
@@ -186,9 +188,9 @@ def test_a_message_past_the_byte_budget_is_refused_before_it_is_read(
 
 
 @pytest.mark.parametrize(
-    "form", range(len(ads.KEY_FORMS)), ids=["pem", "b64-pem", "b64-der", "hex-der"]
+    "form", range(len(words.KEY_FORMS)), ids=["pem", "b64-pem", "b64-der", "hex-der"]
 )
-def test_a_key_in_cluster_metadata_over_ads_is_redacted(ws: hp.Workspace, form: int) -> None:
+def test_a_key_in_cluster_metadata_over_ads_is_redacted(ws: ps.Workspace, form: int) -> None:
     keyed = ads.Resp("resources", resources=(ads.Res("key-metadata", which=form), ads.Res("valid")))
     ended = _ads("pull --ads", ws, ads.AdsPlan(answers=(keyed,)), CONTROL_S)
     assert ended.code == 0 and "[redacted]" in ended.written, ended.err
@@ -220,16 +222,16 @@ ADMIN_CASES = {
 @pytest.mark.parametrize("surface", ["pull --admin", "check --xds http://"])
 @pytest.mark.parametrize("case", list(ADMIN_CASES))
 def test_a_hostile_admin_answer_is_exit_2_naming_why(
-    ws: hp.Workspace, surface: str, case: str
+    ws: ps.Workspace, surface: str, case: str
 ) -> None:
     """Each was a traceback, a hang killed from outside, gigabytes of memory, a
     redirect followed to the metadata address, or (a charset nobody knows) exit 0."""
     plan, said = ADMIN_CASES[case]
-    ended = _admin(surface, ws, plan, hp.DEADLINE_S if case == "trickle" else CASE_S)
+    ended = _admin(surface, ws, plan, ps.DEADLINE_S if case == "trickle" else CASE_S)
     assert ended.code == 2 and said in ended.err, ended.err
 
 
-def test_serve_from_a_hostile_admin_endpoint_is_exit_2(ws: hp.Workspace) -> None:
+def test_serve_from_a_hostile_admin_endpoint_is_exit_2(ws: ps.Workspace) -> None:
     for plan, said in (ADMIN_CASES["5000-digit-integer"], ADMIN_CASES["wrong-type"]):
         ended = _admin("serve --xds http://", ws, plan)
         assert ended.code == 2 and said in ended.err, ended.err
@@ -240,17 +242,17 @@ def test_serve_from_a_hostile_admin_endpoint_is_exit_2(ws: hp.Workspace) -> None
     "where", range(4), ids=["metadata", "datasource-extra", "plain-string", "details"]
 )
 def test_a_key_anywhere_in_a_config_dump_is_never_printed_or_written(
-    ws: hp.Workspace, surface: str, where: int
+    ws: ps.Workspace, surface: str, where: int
 ) -> None:
-    for form in range(len(ads.KEY_FORMS)):
+    for form in range(len(words.KEY_FORMS)):
         plan = adm.AdminPlan(body="key", where=where, form=form)
         ended = _admin(surface, ws, plan, CONTROL_S)
         assert ended.code in (0, 1), ended.err  # read; hp's checks found no key anywhere
 
 
 @pytest.mark.parametrize("surface", ["pull --admin", "check --xds http://"])
-def test_a_rejected_updates_details_are_printed_escaped(ws: hp.Workspace, surface: str) -> None:
-    plan = adm.AdminPlan(body="details", words=ads.PEER_WORDS[1])
+def test_a_rejected_updates_details_are_printed_escaped(ws: ps.Workspace, surface: str) -> None:
+    plan = adm.AdminPlan(body="details", words=words.PEER_WORDS[1])
     ended = _admin(surface, ws, plan, CONTROL_S)
     assert "\\x1b[31mred\\x1b[0m\\nedge-verify: ACK" in ended.err, ended.err
 
@@ -260,7 +262,7 @@ def test_a_rejected_updates_details_are_printed_escaped(ws: hp.Workspace, surfac
 
 @pytest.mark.parametrize("value", ["inf", "0", "-1", "nan"])
 def test_a_timeout_that_is_no_deadline_is_refused_alike_everywhere(
-    ws: hp.Workspace, value: str, capsys: pytest.CaptureFixture[str]
+    ws: ps.Workspace, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--timeout inf`` raised OverflowError; ``0`` meant "no timeout" for --admin and
     "give up at once" for --ads. Both are refused now, the same way for every peer."""
@@ -285,52 +287,52 @@ def test_a_timeout_that_is_no_deadline_is_refused_alike_everywhere(
 # --- serve ------------------------------------------------------------------------------------
 
 
-def test_one_clients_nack_never_changes_what_another_gets(ws: hp.Workspace) -> None:
+def test_one_clients_nack_never_changes_what_another_gets(ws: ps.Workspace) -> None:
     """After a single NACK from any client, serve never sent clusters to a later one."""
     import hostile_clients as hc
 
-    ended, found = hp.against_clients(ws, (hc.ClientPlan("nack-all", words="no"),))
+    ended, found = ps.against_clients(ws, (hc.ClientPlan("nack-all", words="no"),))
     hp.measured("serve (hostile clients)", ended, found, drawn=False)
     assert not found, found
     assert "NACK clusters" in ended.err
 
 
 def test_a_client_past_the_byte_budget_is_cut_off_and_others_still_served(
-    ws: hp.Workspace,
+    ws: ps.Workspace,
 ) -> None:
     import hostile_clients as hc
 
-    ended, found = hp.against_clients(ws, (hc.ClientPlan("huge"), hc.ClientPlan("huge")))
+    ended, found = ps.against_clients(ws, (hc.ClientPlan("huge"), hc.ClientPlan("huge")))
     hp.measured("serve (hostile clients)", ended, found, drawn=False)
     assert not found, found
 
 
 @pytest.mark.parametrize("kind", ["empties", "unknown-fields"])
-def test_bytes_costly_to_parse_end_at_the_deadline(ws: hp.Workspace, kind: str) -> None:
+def test_bytes_costly_to_parse_end_at_the_deadline(ws: ps.Workspace, kind: str) -> None:
     """800 KB of empty resources or of fields no table has, under the byte budget:
     seconds of parsing (minutes once: unknown fields were kept by a quadratic copy),
     which no deadline could interrupt on the loop; parsed on a thread now."""
     ended = _ads(
-        "pull --ads", ws, ads.AdsPlan(answers=(ads.Resp(kind, count=400_000),)), hp.DEADLINE_S
+        "pull --ads", ws, ads.AdsPlan(answers=(ads.Resp(kind, count=400_000),)), ps.DEADLINE_S
     )
     assert ended.code == 2 and "[timed-out]" in ended.err, ended.err
 
 
-def test_a_request_costly_to_parse_holds_no_other_client_up(ws: hp.Workspace) -> None:
+def test_a_request_costly_to_parse_holds_no_other_client_up(ws: ps.Workspace) -> None:
     import hostile_clients as hc
 
     plans = (hc.ClientPlan("heavy", count=20_001), hc.ClientPlan("heavy", count=20_000))
-    ended, found = hp.against_clients(ws, plans)
+    ended, found = ps.against_clients(ws, plans)
     hp.measured("serve (hostile clients)", ended, found, drawn=False)
     assert not found, found
 
 
-def test_a_clients_words_are_printed_escaped(ws: hp.Workspace) -> None:
+def test_a_clients_words_are_printed_escaped(ws: ps.Workspace) -> None:
     import hostile_clients as hc
 
-    words = ads.PEER_WORDS[1]
-    plans = (hc.ClientPlan("nack-all", words=words), hc.ClientPlan("node-text", words=words))
-    ended, found = hp.against_clients(ws, plans)
+    said = words.PEER_WORDS[1]
+    plans = (hc.ClientPlan("nack-all", words=said), hc.ClientPlan("node-text", words=said))
+    ended, found = ps.against_clients(ws, plans)
     hp.measured("serve (hostile clients)", ended, found, drawn=False)
     assert not found, found  # no raw control character, no forged line
     assert "\\x1b[31mred\\x1b[0m\\nedge-verify: ACK clusters version forged" in ended.err
@@ -351,28 +353,28 @@ MEASURED_S = {
 }
 
 
-def _strategy(surface: hp.Surface) -> Any:
+def _strategy(surface: ps.Surface) -> Any:
     import hostile_clients as hc
 
     return {"ads": ads.PLANS, "admin": adm.PLANS, "clients": hc.CLIENTS}[surface.peer]
 
 
-def _one(surface: hp.Surface, ws: hp.Workspace, plan: Any) -> None:
+def _one(surface: ps.Surface, ws: ps.Workspace, plan: Any) -> None:
     if surface.peer == "clients":
-        ended, found = hp.against_clients(ws, plan)
+        ended, found = ps.against_clients(ws, plan)
     else:
-        ended, found = hp.against(surface, ws, plan)
+        ended, found = ps.against(surface, ws, plan)
     hp.measured(surface.name, ended, found)
-    assert not found, hp.problem_report(surface.name, plan, ended, found)
+    assert not found, ps.problem_report(surface.name, plan, ended, found)
 
 
 WORKERS = 3  # most of a run is waiting for a deadline: 3 workers keep 2 cores busy
 
 
-def _run_property(ws: hp.Workspace, derandomize: bool, name: str) -> str | None:
+def _run_property(ws: ps.Workspace, derandomize: bool, name: str) -> str | None:
     """``name``'s property to the end wherever this runs (a worker, or here): its
     failure as Hypothesis reported it, None when every peer held."""
-    surface = hp.SURFACES[name]
+    surface = ps.SURFACES[name]
     database = None if derandomize else DirectoryBasedExampleDatabase(DATABASE / name)
 
     @settings(
@@ -396,7 +398,7 @@ def _run_property(ws: hp.Workspace, derandomize: bool, name: str) -> str | None:
 Shard = tuple[dict[str, str | None], hp.Tallies]
 
 
-def _run_shard(ws: hp.Workspace, derandomize: bool, names: list[str]) -> Shard:
+def _run_shard(ws: ps.Workspace, derandomize: bool, names: list[str]) -> Shard:
     """Some surfaces' properties, and what was counted running them (a worker's
     counts go back with its answer, so the caller adds them once)."""
     before = hp.tallies()
@@ -416,7 +418,7 @@ def _shards(names: list[str]) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _started(request: pytest.FixtureRequest, ws: hp.Workspace) -> Iterator[list[Any]]:
+def _started(request: pytest.FixtureRequest, ws: ps.Workspace) -> Iterator[list[Any]]:
     """The selected surfaces' properties, started in forked workers as the module
     starts, so that they run while the cases above run here; collected at the end."""
     wanted = sorted(
@@ -443,7 +445,7 @@ def _started(request: pytest.FixtureRequest, ws: hp.Workspace) -> Iterator[list[
 
 
 @pytest.fixture(scope="module")
-def properties(_started: list[Any], ws: hp.Workspace) -> dict[str, str | None]:
+def properties(_started: list[Any], ws: ps.Workspace) -> dict[str, str | None]:
     """Each property's failure (None: every peer held), the workers' counts added here."""
     derandomize = os.environ.get("CI") == "true"
     started = time.monotonic()
@@ -461,7 +463,7 @@ def properties(_started: list[Any], ws: hp.Workspace) -> dict[str, str | None]:
     return ended
 
 
-@pytest.mark.parametrize("name", list(hp.SURFACES))
+@pytest.mark.parametrize("name", list(ps.SURFACES))
 def test_hostile_peers_end_in_a_report_or_exit_2(
     name: str, properties: dict[str, str | None]
 ) -> None:

@@ -71,11 +71,11 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
     Resource,
 )
 from envoy_data_plane.google.protobuf import Any as AnyMessage
-from grpclib.encoding.base import CodecBase
 from grpclib.server import Server
 
 from verifier.inputs import limits
 from verifier.peers import printable
+from verifier.xds.ads_wire import CountedServer
 from verifier.xds.codec import Json, pack_any, to_json_dict, type_url_of
 from verifier.xds.layout import (
     CLUSTER_TYPE,
@@ -460,8 +460,8 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         handle: _Handler,
     ) -> AsyncIterator[object]:
         """Requests are read by a task of their own, so pushes from ``update`` go out
-        while no request is coming in. Over gRPC they arrive as bytes (``_Raw``); one
-        past ``INLINE_PARSE`` is parsed on the decoding thread: any program may
+        while no request is coming in. Over gRPC they arrive as bytes (``ads_wire.Raw``);
+        one past ``INLINE_PARSE`` is parsed on the decoding thread: any program may
         connect, a parse of hostile bytes can take seconds (about 5 us a byte at worst),
         and the loop every other client is served from must not wait for it. A client
         that sends what is no request is hung up on."""
@@ -498,7 +498,7 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         """Listen on ``host``:``port`` (0: the kernel picks), over TLS given ``ssl``
         (its ALPN must offer h2); returns where it listens."""
         self._decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ads-decode")
-        self._server = _CountedServer([self], limits().max_bytes)
+        self._server = CountedServer([self], limits().max_bytes)
         await self._server.start(host, port, ssl=ssl)
         sockets = getattr(self._server._server, "sockets", None) or ()
         bound = sockets[0].getsockname() if sockets else (host, port)
@@ -513,52 +513,6 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         for _, _, future in self._waiters:
             future.cancel()
         self._waiters = []
-
-
-class _Raw(CodecBase):
-    """Requests as bytes, parsed off the loop (``AdsServer._serve``); responses are
-    the messages' own bytes."""
-
-    __content_subtype__ = "proto"
-
-    def encode(self, message: Any, message_type: Any) -> bytes:
-        return bytes(message)
-
-    def decode(self, data: bytes, message_type: Any) -> bytes:
-        return data
-
-
-class _CountedServer(Server):
-    """grpclib's server with each connection held to a byte budget: a client is any
-    program that connects, and one that sends more than ``max_bytes`` in all (an
-    Envoy's requests are a few hundred bytes each; a hostile client's 4 GiB length
-    prefix is followed by whatever it likes) is cut off, not buffered, so it never
-    takes the memory every other client is served from (``--max-input-bytes``)."""
-
-    def __init__(self, handlers: list[Any], max_bytes: int) -> None:
-        super().__init__(handlers, codec=_Raw())
-        self.max_bytes = max_bytes
-
-    def _protocol_factory(self) -> Any:  # grpclib's hook for each connection
-        protocol = super()._protocol_factory()
-        made, received = protocol.connection_made, protocol.data_received
-        held: list[Any] = []
-        count = [0]
-
-        def connection_made(transport: Any) -> None:
-            held.append(transport)
-            made(transport)
-
-        def data_received(data: bytes) -> None:
-            count[0] += len(data)
-            if count[0] > self.max_bytes:
-                held[0].abort()
-                return
-            received(data)
-
-        protocol.connection_made = connection_made  # type: ignore[method-assign]
-        protocol.data_received = data_received  # type: ignore[method-assign]
-        return protocol
 
 
 async def serve_forever(

@@ -26,13 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import betterproto2
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster, ClusterDiscoveryType
 from envoy_data_plane.envoy.config.core.v3 import Node
-from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
-from envoy_data_plane.envoy.config.listener.v3 import Listener
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 from envoy_data_plane.envoy.service.discovery.v3 import (
     DeltaDiscoveryRequest,
     DeltaDiscoveryResponse,
@@ -42,8 +36,7 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 from envoy_data_plane.google.protobuf import Any as AnyMessage
 from envoy_data_plane.google.rpc import Status
 
-from verifier.errors import InputErrors
-from verifier.inputs import check_json_shape, limits
+from verifier.inputs import limits
 from verifier.peers import (
     DEFAULT_TIMEOUT,
     Budget,
@@ -52,30 +45,17 @@ from verifier.peers import (
     join_briefly,
     printable,
 )
+from verifier.xds.ads_accept import KIND, ORDER, WILDCARD, Held, Refused, accept
 from verifier.xds.ads_wire import DELTA_PATH, SOTW_PATH, StreamEnded, open_stream
-from verifier.xds.codec import Json, from_json_dict, to_json_dict
 from verifier.xds.layout import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
     LISTENER_TYPE,
     ROUTE_TYPE,
     SECRET_TYPE,
-    XdsLoadError,
 )
-from verifier.xds.snapshot import Snapshot, resource_name
+from verifier.xds.snapshot import Snapshot
 
-ORDER: Final = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE)
-WILDCARD: Final = (CLUSTER_TYPE, LISTENER_TYPE)
-CLASSES: Final[Mapping[str, type[betterproto2.Message]]] = {
-    CLUSTER_TYPE: Cluster,
-    ENDPOINT_TYPE: ClusterLoadAssignment,
-    LISTENER_TYPE: Listener,
-    ROUTE_TYPE: RouteConfiguration,
-    SECRET_TYPE: Secret,
-}
-KIND: Final = dict(
-    zip(ORDER, ("clusters", "endpoints", "listeners", "routes", "secrets"), strict=True)
-)
 INVALID_ARGUMENT: Final = 3  # google.rpc.Code, what Envoy sends in its NACKs
 DEFAULT_SETTLE: Final = 1.0
 NACK_LIMIT: Final = 1000  # characters of a NACK's reason sent back to the server
@@ -107,19 +87,10 @@ class Nack:
         return f"NACK sent for {printable(self.type_url, 200)}: {printable(self.message)}"
 
 
-@dataclass(frozen=True)
-class _Held:
-    """One accepted resource: the message (read as a file's JSON is read) and the
-    names of other resources it makes the client ask for, found once on arrival."""
-
-    message: betterproto2.Message
-    refs: frozenset[tuple[str, str]] = frozenset()  # (type URL, name)
-
-
 @dataclass
 class _Type:
     names: set[str] = field(default_factory=set)  # subscribed (by name; wildcard types: none)
-    held: dict[str, _Held] = field(default_factory=dict)
+    held: dict[str, Held] = field(default_factory=dict)
     answered: bool = False  # a response of this type was accepted
     version: str = ""  # last accepted (SotW version_info, delta system_version_info)
     nonce: str = ""
@@ -142,50 +113,6 @@ def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLCon
     return ctx
 
 
-# --- what a resource references -----------------------------------------------------------
-
-
-def _walk(node: Json) -> Iterable[dict[str, Json]]:
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            yield item
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
-def _references(url: str, msg: Any, doc: Json) -> frozenset[tuple[str, str]]:
-    """What Envoy would ask for because of this resource: an EDS cluster's assignment
-    (``service_name``, else the cluster's name), the route configurations HTTP
-    connection managers load over RDS, and the SDS secrets TLS transport sockets name."""
-    out: set[tuple[str, str]] = set()
-    if url == CLUSTER_TYPE and msg.type == ClusterDiscoveryType.EDS:
-        eds = msg.eds_cluster_config
-        out.add((ENDPOINT_TYPE, (eds.service_name if eds else "") or msg.name))
-    if url not in WILDCARD:
-        return frozenset(out)
-    for node in _walk(doc):
-        rds = node.get("rds")
-        if url == LISTENER_TYPE and isinstance(rds, dict):
-            name = rds.get("route_config_name")
-            if isinstance(name, str) and name:
-                out.add((ROUTE_TYPE, name))
-        refs = node.get("tls_certificate_sds_secret_configs")
-        for ref in refs if isinstance(refs, list) else ():
-            if isinstance(ref, dict) and isinstance(ref.get("name"), str) and ref["name"]:
-                out.add((SECRET_TYPE, ref["name"]))
-        ref = node.get("validation_context_sds_secret_config")
-        if isinstance(ref, dict) and isinstance(ref.get("name"), str) and ref["name"]:
-            out.add((SECRET_TYPE, ref["name"]))
-    return frozenset(out)
-
-
-class _Refused(ValueError):
-    """A response the client NACKs; the message is the reason it sends."""
-
-
 class _OutOfTime(Exception):
     """The deadline passed while the stream was still busy (a flood never idles)."""
 
@@ -196,37 +123,8 @@ class _Read:
     neither for a type that was not asked for."""
 
     resp: Any
-    got: dict[str, _Held] | None = None
+    got: dict[str, Held] | None = None
     refused: str | None = None
-
-
-def accept(url: str, given: str, packed: AnyMessage, where: str) -> tuple[str, _Held]:
-    """(name, held) for one resource of a response, read through the same layer as a
-    file: the bytes decoded, written as proto-JSON, held to the depth and list limits,
-    and read back by the JSON reader ``check --xds`` uses (which refuses what a file
-    could not hold either: an enum number out of range, an unknown type in an Any).
-    Anything short of that is the reason of a NACK (``_Refused``)."""
-    label = f"resource {printable(given, 200)!r}" if given else "a resource"
-    if packed.type_url != url:
-        raise _Refused(f"{label} is a {printable(packed.type_url, 200)!r}, not a {url}")
-    cls = CLASSES[url]
-    try:
-        doc = to_json_dict(cls.parse(packed.value))
-        check_json_shape(doc, where)
-        msg, notes = from_json_dict(cls, doc, where)
-    except InputErrors as exc:
-        raise _Refused(f"{label}: {exc.errors[0].message}") from None
-    except XdsLoadError as exc:
-        raise _Refused(f"{label}: {exc.message}") from None
-    except Exception as exc:  # whatever the decoders raise on hostile bytes
-        reason = f"{type(exc).__name__}: {exc}"
-        raise _Refused(f"{label} does not decode as {cls.__name__}: {reason}") from None
-    if notes:
-        raise _Refused(f"{label}: {notes[0]}")
-    name = given or resource_name(msg)
-    if not name:
-        raise _Refused(f"a {cls.__name__} with no name")
-    return name, _Held(msg, _references(url, msg, doc))
 
 
 # --- the client ---------------------------------------------------------------------------
@@ -270,13 +168,13 @@ class _Session:
             out += [f"{KIND[url]}/{n}" for n in sorted(names - set(self.types[url].held))]
         return out
 
-    def decode(self, url: str, resources: Iterable[tuple[str, AnyMessage]]) -> dict[str, _Held]:
-        """Name -> held; raises _Refused with the reason a NACK carries."""
-        out: dict[str, _Held] = {}
+    def decode(self, url: str, resources: Iterable[tuple[str, AnyMessage]]) -> dict[str, Held]:
+        """Name -> held; raises Refused with the reason a NACK carries."""
+        out: dict[str, Held] = {}
         items = list(resources)
         cap = limits().max_items
         if len(items) > cap:
-            raise _Refused(
+            raise Refused(
                 f"{len(items):,} resources in one response, over the limit of {cap:,} "
                 "(raise it with --max-list-length)"
             )
@@ -285,7 +183,7 @@ class _Session:
                 raise _OutOfTime
             name, held = accept(url, given, packed, f"{self.budget.peer}:{KIND[url]}[{i}]")
             if name in out:
-                raise _Refused(f"two resources named {printable(name, 200)!r} in one response")
+                raise Refused(f"two resources named {printable(name, 200)!r} in one response")
             out[name] = held
         return out
 
@@ -316,7 +214,7 @@ class _Session:
             items = (("", r) for r in resp.resources)
         try:
             return _Read(resp, self.decode(url, items))
-        except _Refused as exc:
+        except Refused as exc:
             return _Read(resp, refused=str(exc))
 
     def on_response(self, read: _Read) -> None:

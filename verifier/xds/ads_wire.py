@@ -1,4 +1,5 @@
-"""One gRPC stream over HTTP/2 (the ``h2`` protocol machine), bounded by a ``Budget``.
+"""One gRPC stream over HTTP/2 (the ``h2`` protocol machine), bounded by a ``Budget``;
+and the server's side of the same wire for ``serve`` (a byte budget per connection).
 
 The ADS client talks to a control plane it does not control, so the wire is ours
 rather than a gRPC library's: each byte the server sends is counted into the pull's
@@ -17,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from typing import Final
+from typing import Any, Final
 from urllib.parse import unquote
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+from grpclib.encoding.base import CodecBase
+from grpclib.server import Server
 
 from verifier.peers import Budget, PeerLimit, printable
 
@@ -233,3 +236,52 @@ async def open_stream(
         server_hostname=host if context is not None else None,
     )
     return protocol
+
+
+# --- the server's side ------------------------------------------------------------------
+
+
+class Raw(CodecBase):
+    """The server's codec: requests as bytes, parsed off the loop by
+    ``verifier.xds.ads.AdsServer``; responses are the messages' own bytes."""
+
+    __content_subtype__ = "proto"
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        return bytes(message)
+
+    def decode(self, data: bytes, message_type: Any) -> bytes:
+        return data
+
+
+class CountedServer(Server):
+    """grpclib's server with each connection held to a byte budget: a client is any
+    program that connects, and one that sends more than ``max_bytes`` in all (an
+    Envoy's requests are a few hundred bytes each; a hostile client's 4 GiB length
+    prefix is followed by whatever it likes) is cut off, not buffered, so it never
+    takes the memory every other client is served from (``--max-input-bytes``)."""
+
+    def __init__(self, handlers: list[Any], max_bytes: int) -> None:
+        super().__init__(handlers, codec=Raw())
+        self.max_bytes = max_bytes
+
+    def _protocol_factory(self) -> Any:  # grpclib's hook for each connection
+        protocol = super()._protocol_factory()
+        made, received = protocol.connection_made, protocol.data_received
+        held: list[Any] = []
+        count = [0]
+
+        def connection_made(transport: Any) -> None:
+            held.append(transport)
+            made(transport)
+
+        def data_received(data: bytes) -> None:
+            count[0] += len(data)
+            if count[0] > self.max_bytes:
+                held[0].abort()
+                return
+            received(data)
+
+        protocol.connection_made = connection_made  # type: ignore[method-assign]
+        protocol.data_received = data_received  # type: ignore[method-assign]
+        return protocol
