@@ -16,8 +16,8 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -230,12 +230,12 @@ def against_clients(ws: Workspace, plans: tuple[Any, ...]) -> tuple[Ended, list[
     """``serve`` with hostile clients, then an honest one, which must get everything."""
     import hostile_clients
 
-    port = _free_port()
     got: list[Any] = []
     held: list[Any] = []
 
-    async def clients(pid: int, _printed: str) -> None:
-        try:
+    async def clients(pid: int, printed: str) -> None:
+        try:  # serve chose its port (--port 0) and says which in its banner
+            port = int(re.findall(r" on 127\.0\.0\.1:(\d+);", printed)[0])
             for plan in plans:
                 await hostile_clients.hostile(port, plan, held)
             got.append(await hostile_clients.honest(port))
@@ -248,7 +248,7 @@ def against_clients(ws: Workspace, plans: tuple[Any, ...]) -> tuple[Ended, list[
 
     loop = asyncio.new_event_loop()
     try:
-        argv = ["serve", "--xds", ws.xds, "--port", str(port), *_flags()]
+        argv = ["serve", "--xds", ws.xds, "--port", "0", *_flags()]
         ended = run_child(loop, argv, on_serving=clients)
         settle(loop)
     finally:
@@ -264,12 +264,6 @@ def against_clients(ws: Workspace, plans: tuple[Any, ...]) -> tuple[Ended, list[
 def _same(pulled: Any, served: Any) -> list[str]:
     mine, theirs = hostile_ads.snapshot_json(pulled), hostile_ads.snapshot_json(served)
     return [f"the honest client got other {k}" for k in mine if mine[k] != theirs[k]]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def problem_report(surface: str, plan: Any, ended: Ended, found: list[str]) -> str:
