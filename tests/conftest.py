@@ -249,7 +249,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many damaged inputs each entry point was fed (tests/test_fuzz_entry_points.py),
-    and what finding each seeded translator bug took (tests/test_fuzz_seeded_bugs.py)."""
+    how many hostile peers each network surface met (tests/test_hostile_peers.py), and
+    what finding each seeded translator bug took (tests/test_fuzz_seeded_bugs.py)."""
     fuzzed = sys.modules.get("entry_points")
     if fuzzed is not None and fuzzed.COUNTS:
         terminalreporter.section("damaged inputs per entry point")
@@ -259,6 +260,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if hostile is not None and hostile.FIGURES:
         terminalreporter.section("hostile peers per surface (tests/test_hostile_cluster.py)")
         for line in hostile.summary():
+            terminalreporter.write_line(line)
+    peers = sys.modules.get("hostile_peers")
+    if peers is not None and peers.COUNTS:
+        terminalreporter.section("hostile peers per surface (tests/test_hostile_peers.py)")
+        for line in peers.summary():
             terminalreporter.write_line(line)
     seeded = sys.modules.get("test_fuzz_seeded_bugs")
     if seeded is not None and seeded.FIGURES:

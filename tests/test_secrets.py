@@ -111,6 +111,65 @@ def test_every_written_form_is_redacted_like_envoys_admin() -> None:
     assert {s.name for s in back.secrets} == {s.name for s in snap.secrets}
 
 
+def _key_forms(tmp: Path) -> dict[str, str]:
+    """One private key of each structure (PKCS#8, SEC1, PKCS#1, encrypted PKCS#8) in
+    each form JSON can carry it: PEM text, base64 (either alphabet) of PEM and of DER,
+    DER base64 wrapped after some words, hex of DER."""
+    import subprocess
+
+    pems = {"pkcs8": (CLIENT_CERTS / "client-a.key").read_text(encoding="utf-8")}
+    made = {
+        "sec1": ["ecparam", "-genkey", "-name", "prime256v1", "-noout"],
+        "pkcs1": ["genrsa", "-traditional", "512"],
+    }
+    for name, args in made.items():
+        pems[name] = subprocess.run(["openssl", *args], capture_output=True, check=True,
+                                    text=True, timeout=30).stdout  # fmt: skip
+    pems["encrypted"] = subprocess.run(
+        ["openssl", "pkcs8", "-topk8", "-v2", "aes256", "-passout", "pass:x"],
+        input=pems["sec1"], capture_output=True, check=True, text=True, timeout=30,
+    ).stdout  # fmt: skip
+    forms = {}
+    for name, pem in pems.items():
+        body = "".join(ln for ln in pem.splitlines() if not ln.startswith("-----"))
+        der = base64.b64decode(body)
+        forms[f"{name}-pem"] = pem
+        forms[f"{name}-b64-pem"] = base64.b64encode(pem.encode()).decode()
+        forms[f"{name}-b64url-pem"] = base64.urlsafe_b64encode(pem.encode()).decode().rstrip("=")
+        forms[f"{name}-b64-der"] = base64.b64encode(der).decode()
+        forms[f"{name}-wrapped"] = "the key " + "\n".join(
+            body[i : i + 64] for i in range(0, len(body), 64)
+        )
+        forms[f"{name}-hex-der"] = der.hex()
+    return forms
+
+
+def test_a_key_is_redacted_by_content_wherever_it_sits(tmp_path: Path) -> None:
+    """Issue 34: a peer's dump carried keys where no field table looks (cluster metadata,
+    an unknown field beside a DataSource's, ``private_key`` as a plain string); each
+    form of each kind of key is found there, and certificates are kept."""
+    from verifier.secrets import holds_key, redact_text
+
+    cert = (CLIENT_CERTS / "client-a.crt").read_text(encoding="utf-8")
+    cert_der = base64.b64encode(base64.b64decode("".join(cert.splitlines()[1:-1]))).decode()
+    for cert_form in (cert, base64.b64encode(cert.encode()).decode(), cert_der):
+        assert not holds_key(cert_form)
+    for name, key in _key_forms(tmp_path).items():
+        assert holds_key(key), name
+        doc = {
+            "metadata": {"filter_metadata": {"peer": {"k": key}}},
+            "tls_certificate": {"private_key": key, "certificate_chain": {"inline_string": cert}},
+            "secret": {"private_key": {"inline_string": "x", "extra": key}},
+            key: "a key as an object's key",
+        }
+        out = json.dumps(redacted(doc))
+        assert not holds_key(out), name
+        assert cert.splitlines()[1] in out  # the certificate stays
+        assert REDACTED in redact_text(f"error: {key} was refused") and not holds_key(
+            redact_text(f"error: {key} was refused")
+        ), name
+
+
 def load_path_text(text: str) -> tuple[Snapshot, object]:
     import tempfile
 

@@ -26,7 +26,6 @@ the user, not by this tool: the command the tool runs is a client of it.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import selectors
 import shlex
@@ -38,6 +37,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from verifier.orphans import LEASH_VAR, die_with_parent, reap_leash, release_leash
+from verifier.peers import printable as one_line
+from verifier.secrets import redact_text
 
 STDERR_TAIL = 64 * 1024  # what is kept of a program's standard error: its last words
 KILL_ROUNDS = 50  # a marked process that forks as fast as it is killed is given up on
@@ -71,13 +72,13 @@ class Ended:
         return lines[-1] if lines else "(no output on stderr)"
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def printable(text: str) -> str:
-    """A peer's text as it may be printed: control characters (an ANSI escape, a
-    carriage return that rewrites the line before) written as escapes."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """A child's words as they may be printed: any private key redacted (a PEM block
+    spans lines, so the whole text first), then each line as ``verifier.peers``
+    makes a peer's words (control characters, an ANSI escape or a carriage return
+    that rewrites the line before, written as escapes); the lines kept apart."""
+    text = redact_text(text)
+    return "\n".join(one_line(line, len(line) + 1) for line in text.split("\n"))
 
 
 def parse_command(command: str, flag: str) -> list[str]:

@@ -273,7 +273,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
 
     def listening(host: str, port: int) -> None:
-        print(ads.serving_banner(snapshot, host, port, delta=args.delta), file=sys.stderr)
+        # Flushed: stderr piped to a log is block-buffered, and serve then waits forever.
+        print(
+            ads.serving_banner(snapshot, host, port, delta=args.delta), file=sys.stderr, flush=True
+        )
 
     def answered(answer: ads.Answer) -> None:
         print(ads.answer_line(answer), file=sys.stderr, flush=True)
@@ -299,61 +302,83 @@ def _host_port(text: str) -> tuple[str, int]:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     """Save what a control plane (ADS) or a running Envoy (admin) holds, for check --xds."""
-    import asyncio
-    import json
-
-    from verifier.xds import admin, ads_client
-    from verifier.xds.snapshot import dumps, redacted
+    from verifier import peers
 
     if args.ads:
-        if not args.node_id:
-            message = "say which node to pull as: --node-id ID (the edge's Envoy node id)"
-            raise InputErrors([InputError("--ads", 0, "--node-id", "no-input", message)])
-        host, port = _host_port(args.ads)
-        try:
-            ctx = (
-                ads_client.tls_context(args.tls_ca, args.tls_cert, args.tls_key)
-                if args.tls_ca or args.tls_cert
-                else None
-            )
-        except (OSError, ValueError) as exc:
-            raise InputErrors(
-                [InputError(args.tls_ca or args.tls_cert, 0, "--tls-*", "bad-tls", str(exc))]
-            ) from None
-        opts = ads_client.PullOptions(
-            node_id=args.node_id,
-            node_cluster=args.node_cluster,
-            delta=args.delta,
-            timeout=args.timeout,
-            settle=args.settle,
-            ssl=ctx,
-        )
-        try:
-            result = asyncio.run(ads_client.pull(host, port, opts))
-        except ads_client.PullError as exc:
-            raise InputErrors([InputError(args.ads, 0, "--ads", "unreachable", str(exc))]) from None
-        for nack in result.nacks:
-            print(f"edge-verify: NACK sent for {nack.type_url}: {nack.message}", file=sys.stderr)
-        _write(dumps(result.snapshot), args.output)
-        counts = ", ".join(
-            f"{len(getattr(result.snapshot, k))} {k}"
-            for k in ("clusters", "endpoints", "listeners", "routes", "secrets")
-        )
-        print(f"edge-verify: pulled {counts} from {args.ads}", file=sys.stderr)
-        return EXIT_OK
+        return _pull_ads(args)
     if args.tls_ca or args.tls_cert or args.delta or args.node_id:
         message = "--node-id, --delta and --tls-* are for --ads; --admin reads over HTTP"
         raise InputErrors([InputError("--admin", 0, "", "not-applicable", message)])
+    import json
+
+    from verifier.xds import admin
+    from verifier.xds.layout import XdsLoadError
+    from verifier.xds.snapshot import from_config_dump, redacted
+
     try:
-        doc = asyncio.run(admin.fetch(args.admin, args.timeout))
+        budget = admin.budget_for(args.admin, args.timeout, limits().max_bytes)
+        doc = peers.run(admin.fetch(args.admin, budget), budget)
+        _, skipped = from_config_dump(doc, args.admin, records=True)  # what check will read
     except admin.AdminError as exc:
         raise InputErrors([InputError(args.admin, 0, "--admin", "unreachable", str(exc))]) from None
+    except peers.PeerLimit as exc:
+        raise InputErrors([InputError(args.admin, 0, "--admin", exc.code, exc.message)]) from None
+    except XdsLoadError as exc:
+        message = peers.printable(exc.message)
+        raise InputErrors([InputError(args.admin, 0, "--admin", exc.code, message)]) from None
     _write(json.dumps(redacted(doc), indent=2, sort_keys=True), args.output)
+    for note in skipped:
+        print(f"edge-verify: warning: {peers.printable(note)}", file=sys.stderr)
     observed = admin.observe(doc)
     for obs in observed:
         print(obs.line(), file=sys.stderr)
     print(admin.version_summary(doc), file=sys.stderr)
     return EXIT_FINDINGS if any(o.level == "error" for o in observed) else EXIT_OK
+
+
+def _pull_ads(args: argparse.Namespace) -> int:
+    from verifier import peers
+    from verifier.xds import ads_client
+    from verifier.xds.snapshot import dumps
+
+    if not args.node_id:
+        message = "say which node to pull as: --node-id ID (the edge's Envoy node id)"
+        raise InputErrors([InputError("--ads", 0, "--node-id", "no-input", message)])
+    host, port = _host_port(args.ads)
+    try:
+        ctx = (
+            ads_client.tls_context(args.tls_ca, args.tls_cert, args.tls_key)
+            if args.tls_ca or args.tls_cert
+            else None
+        )
+    except (OSError, ValueError) as exc:
+        raise InputErrors(
+            [InputError(args.tls_ca or args.tls_cert, 0, "--tls-*", "bad-tls", str(exc))]
+        ) from None
+    opts = ads_client.PullOptions(
+        node_id=args.node_id,
+        node_cluster=args.node_cluster,
+        delta=args.delta,
+        timeout=args.timeout,
+        settle=args.settle,
+        ssl=ctx,
+    )
+    budget = ads_client.budget_for(host, port, opts)
+    try:
+        result = peers.run(ads_client.pull(host, port, opts, budget), budget)
+    except ads_client.PullError as exc:
+        raise InputErrors([InputError(args.ads, 0, "--ads", "unreachable", str(exc))]) from None
+    except peers.PeerLimit as exc:
+        raise InputErrors([InputError(args.ads, 0, "--ads", exc.code, exc.message)]) from None
+    for nack in result.nacks:
+        print(f"edge-verify: {nack.line()}", file=sys.stderr)
+    _write(dumps(result.snapshot), args.output)
+    counts = ", ".join(
+        f"{len(getattr(result.snapshot, k))} {k}"
+        for k in ("clusters", "endpoints", "listeners", "routes", "secrets")
+    )
+    print(f"edge-verify: pulled {counts} from {args.ads}", file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -932,6 +957,28 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _deadline(text: str) -> float:
+    """A peer's deadline: finite and above 0, whatever the peer (no "0 means none")."""
+    from verifier.peers import check_timeout
+
+    try:
+        return check_timeout(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds above 0, got {text!r}"
+        ) from None
+
+
+def _quiet(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text!r}")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -1241,14 +1288,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--tls-key", metavar="FILE", help="the client certificate's key")
     pl.add_argument(
         "--timeout",
-        type=float,
+        type=_deadline,
         default=30.0,
         metavar="SECONDS",
-        help="give up (exit 2, naming what is missing) after this long (default: 30)",
+        help="the whole read, connect to last byte, a flood of versions included: give up "
+        "(exit 2, naming what is missing) after this long; a finite number above 0 "
+        "(default: 30)",
     )
     pl.add_argument(
         "--settle",
-        type=float,
+        type=_quiet,
         default=1.0,
         metavar="SECONDS",
         help="--ads: how long nothing new must arrive once complete (default: 1)",

@@ -430,10 +430,12 @@ def remote_snapshot(source: str, *, records: bool = False) -> tuple[Snapshot, li
 
     Pulled once per run (a directory of scenarios judges the same edge each time);
     anything short of a complete snapshot is an input error, never a partial check.
+    The peer is bounded (``verifier.peers``): ``?timeout=S`` for the whole read
+    (default 30 s), ``--max-input-bytes`` for what it sends; past either, exit 2.
     ``records``: an admin endpoint's JSON is read as a file's is (ADS sends messages).
     """
-    import asyncio
-
+    from verifier import peers
+    from verifier.inputs import limits
     from verifier.xds import admin, ads_client
 
     if (source, records) in _REMOTE:
@@ -442,18 +444,24 @@ def remote_snapshot(source: str, *, records: bool = False) -> tuple[Snapshot, li
     try:
         if source.startswith("ads://"):
             host, port, opts = ads_client.parse_ads_url(source)
-            result = asyncio.run(ads_client.pull(host, port, opts))
+            budget = ads_client.budget_for(host, port, opts)
+            result = peers.run(ads_client.pull(host, port, opts, budget), budget)
             snap = result.snapshot
-            notes += [f"{source}: NACK sent for {n.type_url}: {n.message}" for n in result.nacks]
+            notes += [f"{source}: {n.line()}" for n in result.nacks]
         else:
-            doc = asyncio.run(admin.fetch(source, ads_client.DEFAULT_TIMEOUT))
+            timeout = admin.url_timeout(source) or peers.DEFAULT_TIMEOUT
+            budget = admin.budget_for(source, timeout, limits().max_bytes)
+            doc = peers.run(admin.fetch(source, budget), budget)
             notes += [o.line().removeprefix("edge-verify: ") for o in admin.observe(doc)]
             snap, skipped = from_config_dump(doc, source, records=records)
-            notes += [f"{s.path}: skipped: {s.reason}" for s in skipped]
+            notes += [peers.printable(f"{s.path}: skipped: {s.reason}") for s in skipped]
     except (ads_client.PullError, admin.AdminError) as exc:
         raise InputErrors([InputError(source, 0, "--xds", "unreachable", str(exc))]) from None
+    except peers.PeerLimit as exc:
+        raise InputErrors([InputError(source, 0, "--xds", exc.code, exc.message)]) from None
     except XdsLoadError as exc:
-        raise InputErrors([_xds_input_error(exc, source)]) from None
+        error = _xds_input_error(exc, source)
+        raise InputErrors([replace(error, message=peers.printable(error.message))]) from None
     _REMOTE[(source, records)] = (snap, notes)
     return snap, notes
 

@@ -5,8 +5,10 @@ control plane gives it: over ADS, in the order the xDS protocol asks for ("event
 consistency considerations": clusters, then their endpoints, then listeners, then
 routes), with a version and a nonce per type. What Envoy rejects is as much a verdict
 as what it does, so every NACK is kept verbatim (Envoy's own ``error_detail``), and a
-rejected version is never sent again: re-sending it would only make Envoy reject it
-again, and a log of repeated NACKs hides which change was bad.
+rejected version is never sent again on that stream: re-sending it would only make
+that Envoy reject it again, and a log of repeated NACKs hides which change was bad.
+Each stream's state is its own: what one client rejects (or a hostile client claims
+to reject) never changes what another receives.
 
 Gating is per stream and per type: a type is sent only when the types it depends on
 (``AFTER``) are settled on that stream (no response waiting for an answer, nothing
@@ -24,6 +26,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ssl import SSLContext
 from typing import Any, Final
@@ -70,6 +73,9 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 from envoy_data_plane.google.protobuf import Any as AnyMessage
 from grpclib.server import Server
 
+from verifier.inputs import limits
+from verifier.peers import printable
+from verifier.xds.ads_wire import CountedServer
 from verifier.xds.codec import Json, pack_any, to_json_dict, type_url_of
 from verifier.xds.layout import (
     CLUSTER_TYPE,
@@ -92,6 +98,9 @@ AFTER: Final[Mapping[str, tuple[str, ...]]] = {
     SECRET_TYPE: (CLUSTER_TYPE,),
 }
 XDS_CLUSTER: Final = "edge-verifier-ads"
+# Requests up to this size are parsed on the loop (at most a few tens of milliseconds,
+# and no thread is started for an Envoy's usual requests); larger ones off it.
+INLINE_PARSE: Final = 16 * 1024
 _KINDS: Final = dict(
     zip(TYPES, ("clusters", "endpoints", "listeners", "routes", "secrets"), strict=True)
 )  # type URL -> the Snapshot field
@@ -189,6 +198,8 @@ class _Stream:
         self.state = {url: _TypeState() for url in TYPES}
         self.outbox: asyncio.Queue[object] = asyncio.Queue()
         self.node = ""
+        # The versions this client rejected, never sent to it again (and only to it).
+        self.nacked: dict[str, set[str]] = {url: set() for url in TYPES}
 
     # --- what a subclass says ----------------------------------------------------------------
 
@@ -217,14 +228,14 @@ class _Stream:
     def _asked_every_eds(self) -> bool:
         """Envoy asks for new clusters' endpoints right after it ACKs them; listeners
         wait for that request (unless the clusters were rejected: nothing will ask)."""
-        if self.server.packed.versions[CLUSTER_TYPE] in self.server.nacked[CLUSTER_TYPE]:
+        if self.server.packed.versions[CLUSTER_TYPE] in self.nacked[CLUSTER_TYPE]:
             return True
         st = self.state[ENDPOINT_TYPE]
         return st.wildcard or self.server.packed.eds_names <= st.names
 
     def _sendable(self, url: str) -> bool:
         version = self.server.packed.versions[url]
-        return version not in self.server.nacked[url] and self.wanted(url)
+        return version not in self.nacked[url] and self.wanted(url)
 
     def evaluate(self) -> None:
         """Send, in order, every type whose turn it is."""
@@ -254,7 +265,7 @@ class _Stream:
             for name in pending.removed:
                 st.known.pop(name, None)
         else:
-            self.server.nacked[url].add(pending.version)
+            self.nacked[url].add(pending.version)
         self.server.record(
             Answer(url, pending.version, nonce, error is None, message, code, self.node)
         )
@@ -370,11 +381,11 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         self.packed = pack_snapshot(snapshot, self.extra_secrets)
         self.answers: list[Answer] = []
         self.sent: Counter[tuple[str, str]] = Counter()
-        self.nacked: dict[str, set[str]] = {url: set() for url in TYPES}
         self._streams: set[_Stream] = set()
         self._nonces = itertools.count(1)
         self._waiters: list[tuple[str, str, asyncio.Future[Answer]]] = []
         self._server: Server | None = None
+        self._decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ads-decode")
 
     @property
     def nacks(self) -> list[Answer]:
@@ -427,7 +438,7 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         self, messages: AsyncIterator[DiscoveryRequest]
     ) -> AsyncIterator[DiscoveryResponse]:
         stream = _SotwStream(self)
-        async for response in self._serve(stream, messages, stream.on_request):
+        async for response in self._serve(stream, messages, DiscoveryRequest, stream.on_request):
             assert isinstance(response, DiscoveryResponse)
             yield response
 
@@ -435,20 +446,40 @@ class AdsServer(AggregatedDiscoveryServiceBase):
         self, messages: AsyncIterator[DeltaDiscoveryRequest]
     ) -> AsyncIterator[DeltaDiscoveryResponse]:
         stream = _DeltaStream(self)
-        async for response in self._serve(stream, messages, stream.on_request):
+        async for response in self._serve(
+            stream, messages, DeltaDiscoveryRequest, stream.on_request
+        ):
             assert isinstance(response, DeltaDiscoveryResponse)
             yield response
 
     async def _serve(
-        self, stream: _Stream, messages: AsyncIterator[_Request], handle: _Handler
+        self,
+        stream: _Stream,
+        messages: AsyncIterator[Any],
+        kind: type[betterproto2.Message],
+        handle: _Handler,
     ) -> AsyncIterator[object]:
         """Requests are read by a task of their own, so pushes from ``update`` go out
-        while no request is coming in."""
+        while no request is coming in. Over gRPC they arrive as bytes (``ads_wire.Raw``);
+        one past ``INLINE_PARSE`` is parsed on the decoding thread: any program may
+        connect, a parse of hostile bytes can take seconds (about 5 us a byte at worst),
+        and the loop every other client is served from must not wait for it. A client
+        that sends what is no request is hung up on."""
 
         async def read() -> None:
+            loop = asyncio.get_running_loop()
             try:
-                async for request in messages:
-                    handle(request)
+                async for message in messages:
+                    if isinstance(message, bytes):
+                        try:
+                            message = (
+                                kind.parse(message)
+                                if len(message) <= INLINE_PARSE
+                                else await loop.run_in_executor(self._decoding, kind.parse, message)
+                            )
+                        except Exception:  # whatever betterproto raises on bad bytes
+                            break
+                    handle(message)
             finally:
                 stream.outbox.put_nowait(_END)
 
@@ -466,7 +497,8 @@ class AdsServer(AggregatedDiscoveryServiceBase):
     ) -> tuple[str, int]:
         """Listen on ``host``:``port`` (0: the kernel picks), over TLS given ``ssl``
         (its ALPN must offer h2); returns where it listens."""
-        self._server = Server([self])
+        self._decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ads-decode")
+        self._server = CountedServer([self], limits().max_bytes)
         await self._server.start(host, port, ssl=ssl)
         sockets = getattr(self._server._server, "sockets", None) or ()
         bound = sockets[0].getsockname() if sockets else (host, port)
@@ -477,6 +509,7 @@ class AdsServer(AggregatedDiscoveryServiceBase):
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        self._decoding.shutdown(wait=False, cancel_futures=True)
         for _, _, future in self._waiters:
             future.cancel()
         self._waiters = []
@@ -592,9 +625,11 @@ def serving_banner(snap: Snapshot, host: str, port: int, *, delta: bool) -> str:
 
 
 def answer_line(answer: Answer) -> str:
-    """One line per ACK or NACK; a NACK carries Envoy's message as it sent it."""
+    """One line per ACK or NACK; a NACK carries the client's message as it sent it,
+    escaped: a client is any program that connects, and its words (and its node id)
+    must not forge a line of this output or drive the terminal (``printable``)."""
     kind = _KINDS.get(answer.type_url, answer.type_url)
-    who = f" from {answer.node}" if answer.node else ""
+    who = f" from {printable(answer.node, 200)}" if answer.node else ""
     if answer.accepted:
         return f"edge-verify: ACK {kind} version {answer.version}{who}"
-    return f"edge-verify: NACK {kind} version {answer.version}{who}: {answer.message}"
+    return f"edge-verify: NACK {kind} version {answer.version}{who}: {printable(answer.message)}"

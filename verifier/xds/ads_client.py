@@ -8,6 +8,12 @@ when a resource does not decode), since a control plane that never hears back ma
 hold further types back. The pull ends when every referenced name has arrived and
 nothing new has come for a settle period, or fails (naming what was still missing)
 when the overall timeout expires: a read-only tool pointed at production must end.
+
+The server is a peer, not a file, so it is bounded as one (``verifier.peers``): the
+timeout covers the whole pull, a flood of versions that never settles included; the
+bytes it sends count against ``--max-input-bytes`` (``verifier.xds.ads_wire``); and
+each resource is read through the same layer as a file's JSON (``accept``), so bytes
+that would crash a reader are the reason of a NACK, never an exception.
 """
 
 from __future__ import annotations
@@ -15,19 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import betterproto2
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster, ClusterDiscoveryType
 from envoy_data_plane.envoy.config.core.v3 import Node
-from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
-from envoy_data_plane.envoy.config.listener.v3 import Listener
-from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 from envoy_data_plane.envoy.service.discovery.v3 import (
-    AggregatedDiscoveryServiceAsyncStub,
     DeltaDiscoveryRequest,
     DeltaDiscoveryResponse,
     DiscoveryRequest,
@@ -35,10 +35,18 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 )
 from envoy_data_plane.google.protobuf import Any as AnyMessage
 from envoy_data_plane.google.rpc import Status
-from grpclib.client import Channel
-from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from verifier.xds.codec import Json, to_json_dict, unpack_any
+from verifier.inputs import limits
+from verifier.peers import (
+    DEFAULT_TIMEOUT,
+    Budget,
+    PeerLimit,
+    check_timeout,
+    join_briefly,
+    printable,
+)
+from verifier.xds.ads_accept import KIND, ORDER, WILDCARD, Held, Refused, accept
+from verifier.xds.ads_wire import DELTA_PATH, SOTW_PATH, StreamEnded, open_stream
 from verifier.xds.layout import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
@@ -46,27 +54,15 @@ from verifier.xds.layout import (
     ROUTE_TYPE,
     SECRET_TYPE,
 )
-from verifier.xds.snapshot import Snapshot, resource_name
+from verifier.xds.snapshot import Snapshot
 
-ORDER: Final = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE)
-WILDCARD: Final = (CLUSTER_TYPE, LISTENER_TYPE)
-CLASSES: Final[Mapping[str, type[betterproto2.Message]]] = {
-    CLUSTER_TYPE: Cluster,
-    ENDPOINT_TYPE: ClusterLoadAssignment,
-    LISTENER_TYPE: Listener,
-    ROUTE_TYPE: RouteConfiguration,
-    SECRET_TYPE: Secret,
-}
-KIND: Final = dict(
-    zip(ORDER, ("clusters", "endpoints", "listeners", "routes", "secrets"), strict=True)
-)
 INVALID_ARGUMENT: Final = 3  # google.rpc.Code, what Envoy sends in its NACKs
-DEFAULT_TIMEOUT: Final = 30.0
 DEFAULT_SETTLE: Final = 1.0
+NACK_LIMIT: Final = 1000  # characters of a NACK's reason sent back to the server
 
 
 class PullError(Exception):
-    """The pull could not give a complete snapshot: unreachable, refused, or timed out."""
+    """The pull could not give a complete snapshot: unreachable, refused, or ended."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +70,10 @@ class PullOptions:
     node_id: str
     node_cluster: str = ""
     delta: bool = False
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = DEFAULT_TIMEOUT  # the whole pull, connect to complete (flood included)
     settle: float = DEFAULT_SETTLE  # quiet period after completeness before the pull ends
     ssl: ssl.SSLContext | None = None
+    max_bytes: int | None = None  # everything the server sends; None: --max-input-bytes
 
 
 @dataclass(frozen=True)
@@ -85,12 +82,16 @@ class Nack:
     nonce: str
     message: str
 
+    def line(self) -> str:
+        """The report line: the reason quotes the server's resources, so it is escaped."""
+        return f"NACK sent for {printable(self.type_url, 200)}: {printable(self.message)}"
+
 
 @dataclass
 class _Type:
     names: set[str] = field(default_factory=set)  # subscribed (by name; wildcard types: none)
-    held: dict[str, betterproto2.Message] = field(default_factory=dict)
-    answered: bool = False  # a response of this type has arrived
+    held: dict[str, Held] = field(default_factory=dict)
+    answered: bool = False  # a response of this type was accepted
     version: str = ""  # last accepted (SotW version_info, delta system_version_info)
     nonce: str = ""
 
@@ -112,54 +113,18 @@ def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLCon
     return ctx
 
 
-# --- what the held resources reference ----------------------------------------------------
+class _OutOfTime(Exception):
+    """The deadline passed while the stream was still busy (a flood never idles)."""
 
 
-def _walk(node: Json) -> Iterable[dict[str, Json]]:
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            yield item
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+@dataclass(frozen=True)
+class _Read:
+    """A response as decoded: its resources (name -> held), or why it is NACKed;
+    neither for a type that was not asked for."""
 
-
-def eds_names(clusters: Iterable[betterproto2.Message]) -> set[str]:
-    """The assignments EDS clusters ask for: ``service_name``, else the cluster's name."""
-    out = set()
-    for c in clusters:
-        assert isinstance(c, Cluster)
-        if c.type == ClusterDiscoveryType.EDS:
-            out.add((c.eds_cluster_config.service_name if c.eds_cluster_config else "") or c.name)
-    return out
-
-
-def rds_names(listeners: Iterable[betterproto2.Message]) -> set[str]:
-    """The route configurations the listeners' HTTP connection managers load over RDS."""
-    out = set()
-    for li in listeners:
-        for node in _walk(to_json_dict(li)):
-            rds = node.get("rds")
-            if isinstance(rds, dict) and isinstance(rds.get("route_config_name"), str):
-                out.add(str(rds["route_config_name"]))
-    return out
-
-
-def sds_names(messages: Iterable[betterproto2.Message]) -> set[str]:
-    """The SDS secrets TLS transport sockets name (certificates and validation contexts)."""
-    out = set()
-    for msg in messages:
-        for node in _walk(to_json_dict(msg)):
-            refs = node.get("tls_certificate_sds_secret_configs")
-            for ref in refs if isinstance(refs, list) else ():
-                if isinstance(ref, dict) and ref.get("name"):
-                    out.add(str(ref["name"]))
-            ref = node.get("validation_context_sds_secret_config")
-            if isinstance(ref, dict) and ref.get("name"):
-                out.add(str(ref["name"]))
-    return out
+    resp: Any
+    got: dict[str, Held] | None = None
+    refused: str | None = None
 
 
 # --- the client ---------------------------------------------------------------------------
@@ -168,8 +133,9 @@ def sds_names(messages: Iterable[betterproto2.Message]) -> set[str]:
 class _Session:
     """One pull: the subscriptions, what is held, and the requests still to send."""
 
-    def __init__(self, opts: PullOptions) -> None:
+    def __init__(self, opts: PullOptions, budget: Budget) -> None:
         self.opts = opts
+        self.budget = budget
         self.types = {url: _Type() for url in ORDER}
         self.outbox: asyncio.Queue[object] = asyncio.Queue()
         self.nacks: list[Nack] = []
@@ -183,41 +149,82 @@ class _Session:
         self.first = False
         return Node(id=self.opts.node_id, cluster=self.opts.node_cluster)
 
-    async def requests(self) -> AsyncIterator[Any]:
-        while (item := await self.outbox.get()) is not None:
-            yield item
-
     def wanted(self) -> dict[str, set[str]]:
         """The names each by-name type should be subscribed to, given what is held."""
-        held = {url: list(t.held.values()) for url, t in self.types.items()}
-        return {
-            ENDPOINT_TYPE: eds_names(held[CLUSTER_TYPE]),
-            ROUTE_TYPE: rds_names(held[LISTENER_TYPE]),
-            SECRET_TYPE: sds_names([*held[CLUSTER_TYPE], *held[LISTENER_TYPE]]),
-        }
+        out: dict[str, set[str]] = {ENDPOINT_TYPE: set(), ROUTE_TYPE: set(), SECRET_TYPE: set()}
+        for url in WILDCARD:
+            for held in self.types[url].held.values():
+                for kind, name in held.refs:
+                    out[kind].add(name)
+        return out
 
     def missing(self) -> list[str]:
         """What the snapshot still lacks, as ``kind/name`` (``kind/*``: no response yet)."""
         out = []
-        for url in WILDCARD:
-            if not self.types[url].answered and not self.opts.delta:
+        for url in WILDCARD:  # never answered, the type was not seen at all (delta too)
+            if not self.types[url].answered:
                 out.append(f"{KIND[url]}/*")
         for url, names in self.wanted().items():
             out += [f"{KIND[url]}/{n}" for n in sorted(names - set(self.types[url].held))]
         return out
 
-    def decode(self, url: str, resources: Iterable[tuple[str, AnyMessage]]) -> dict[str, Any]:
-        """Name -> message; raises ValueError with the reason a NACK carries."""
-        out: dict[str, Any] = {}
-        for given, packed in resources:
-            if packed.type_url != url:
-                raise ValueError(f"resource {given!r} is a {packed.type_url}, not a {url}")
-            try:
-                msg = unpack_any(packed)
-            except Exception as exc:  # whatever betterproto raises on bad bytes
-                raise ValueError(f"resource {given!r} does not decode: {exc}") from None
-            out[given or resource_name(msg)] = msg
+    def decode(self, url: str, resources: Iterable[tuple[str, AnyMessage]]) -> dict[str, Held]:
+        """Name -> held; raises Refused with the reason a NACK carries."""
+        out: dict[str, Held] = {}
+        items = list(resources)
+        cap = limits().max_items
+        if len(items) > cap:
+            raise Refused(
+                f"{len(items):,} resources in one response, over the limit of {cap:,} "
+                "(raise it with --max-list-length)"
+            )
+        for i, (given, packed) in enumerate(items):
+            if self.budget.left() <= 0:
+                raise _OutOfTime
+            name, held = accept(url, given, packed, f"{self.budget.peer}:{KIND[url]}[{i}]")
+            if name in out:
+                raise Refused(f"two resources named {printable(name, 200)!r} in one response")
+            out[name] = held
         return out
+
+    def nack(self, url: str, nonce: str, reason: str) -> Status:
+        self.nacks.append(Nack(url, nonce, reason))
+        return Status(code=INVALID_ARGUMENT, message=reason[:NACK_LIMIT])
+
+    def read(self, raw: bytes) -> _Read:
+        """One response, as bytes, decoded with its resources (``decode``): run on the
+        decoding thread, since a peer's bytes can cost seconds to parse and no parse
+        can be interrupted, while the deadline must hold (``_receive``). A message that
+        is not a DiscoveryResponse (or a DeltaDiscoveryResponse) ends the pull, since
+        no answer can name it."""
+        kind = DeltaDiscoveryResponse if self.opts.delta else DiscoveryResponse
+        try:
+            resp = kind.parse(raw)
+            url = str(resp.type_url)
+        except Exception as exc:  # whatever betterproto raises on bad bytes
+            raise StreamEnded(
+                f"the server sent a message that is not a {kind.__name__} "
+                f"({len(raw):,} bytes): {printable(exc, 200)}"
+            ) from None
+        if url not in self.types:
+            return _Read(resp)  # a type not asked for: ignored, as Envoy ignores it
+        if isinstance(resp, DeltaDiscoveryResponse):
+            items = ((r.name, r.resource) for r in resp.resources if r.resource)
+        else:
+            items = (("", r) for r in resp.resources)
+        try:
+            return _Read(resp, self.decode(url, items))
+        except Refused as exc:
+            return _Read(resp, refused=str(exc))
+
+    def on_response(self, read: _Read) -> None:
+        """Answer a response ``read`` decoded (ACK or NACK) and keep what it holds."""
+        if read.got is None and read.refused is None:
+            return
+        if isinstance(read.resp, DeltaDiscoveryResponse):
+            self.on_delta(read.resp, read)
+        else:
+            self.on_sotw(read.resp, read)
 
     # --- SotW ---
 
@@ -225,15 +232,11 @@ class _Session:
         for url in WILDCARD:
             self.outbox.put_nowait(DiscoveryRequest(node=self.node(), type_url=url))
 
-    def on_sotw(self, resp: DiscoveryResponse) -> None:
+    def on_sotw(self, resp: DiscoveryResponse, read: _Read) -> None:
         url = resp.type_url
-        if url not in self.types:
-            return
         t = self.types[url]
-        try:
-            got = self.decode(url, (("", r) for r in resp.resources))
-        except ValueError as exc:
-            self.nacks.append(Nack(url, resp.nonce, str(exc)))
+        got = read.got
+        if got is None:
             t.nonce = resp.nonce
             self.outbox.put_nowait(
                 DiscoveryRequest(
@@ -241,7 +244,7 @@ class _Session:
                     version_info=t.version,
                     response_nonce=resp.nonce,
                     resource_names=sorted(t.names),
-                    error_detail=Status(code=INVALID_ARGUMENT, message=str(exc)),
+                    error_detail=self.nack(url, resp.nonce, read.refused or ""),
                 )
             )
             return
@@ -287,20 +290,16 @@ class _Session:
                 )
             )
 
-    def on_delta(self, resp: DeltaDiscoveryResponse) -> None:
+    def on_delta(self, resp: DeltaDiscoveryResponse, read: _Read) -> None:
         url = resp.type_url
-        if url not in self.types:
-            return
         t = self.types[url]
-        try:
-            got = self.decode(url, ((r.name, r.resource) for r in resp.resources if r.resource))
-        except ValueError as exc:
-            self.nacks.append(Nack(url, resp.nonce, str(exc)))
+        got = read.got
+        if got is None:
             self.outbox.put_nowait(
                 DeltaDiscoveryRequest(
                     type_url=url,
                     response_nonce=resp.nonce,
-                    error_detail=Status(code=INVALID_ARGUMENT, message=str(exc)),
+                    error_detail=self.nack(url, resp.nonce, read.refused or ""),
                 )
             )
             return
@@ -326,7 +325,7 @@ class _Session:
                 )
 
     def result(self) -> PullResult:
-        held = {url: list(t.held.values()) for url, t in self.types.items()}
+        held = {url: [h.message for h in t.held.values()] for url, t in self.types.items()}
         snap = Snapshot(
             clusters=tuple(held[CLUSTER_TYPE]),  # type: ignore[arg-type]
             endpoints=tuple(held[ENDPOINT_TYPE]),  # type: ignore[arg-type]
@@ -337,19 +336,61 @@ class _Session:
         versions = {KIND[url]: t.version for url, t in self.types.items() if t.answered}
         return PullResult(snap, versions, list(self.nacks))
 
+    def incomplete(self) -> PeerLimit:
+        """The deadline's error: what was still missing, and what was NACKed on the way."""
+        missing = self.missing() or ["(the snapshot was still changing)"]
+        if not any(t.answered for t in self.types.values()) and not self.nacks:
+            return self.budget.expired("no response")
+        return PeerLimit(
+            f"{self.budget.peer}: incomplete after {self.opts.timeout:g}s (raise it with "
+            f"--timeout); still missing: {', '.join(missing)}{self.nacked()}",
+            "timed-out",
+        )
 
-async def _receive(session: _Session, stub: AggregatedDiscoveryServiceAsyncStub) -> None:
-    if session.opts.delta:
-        session.start_delta()
-        async for delta in stub.delta_aggregated_resources(session.requests()):
-            session.on_delta(delta)
-            session.activity.set()
-    else:
-        session.start_sotw()
-        async for sotw in stub.stream_aggregated_resources(session.requests()):
-            session.on_sotw(sotw)
-            session.activity.set()
-    raise PullError("the server ended the ADS stream before the snapshot was complete")
+    def nacked(self) -> str:
+        """Why each type was last NACKed, for the error of a pull that did not complete
+        (the reason quotes the server: escaped)."""
+        last = {KIND.get(n.type_url, "?"): n.message for n in self.nacks}
+        return "".join(
+            f"; NACKed {kind}: {printable(why, 300)}" for kind, why in sorted(last.items())
+        )
+
+
+async def _receive(session: _Session, host: str, port: int) -> None:
+    """Read responses until the stream ends (always by raising)."""
+    opts = session.opts
+    path = DELTA_PATH if opts.delta else SOTW_PATH
+    loop = asyncio.get_running_loop()
+    wire = await open_stream(host, port, path, session.budget, opts.ssl)
+    sender = asyncio.create_task(_send(session, wire))
+    try:
+        if opts.delta:
+            session.start_delta()
+        else:
+            session.start_sotw()
+        decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ads-decode")
+        try:
+            while True:
+                raw = await wire.receive()
+                # Off the loop, so that the deadline holds through a parse of hostile bytes
+                # (a parse cannot be interrupted; the thread is left to end on its own).
+                read = await loop.run_in_executor(decoding, session.read, raw)
+                session.on_response(read)
+                session.activity.set()
+                if session.budget.left() <= 0:
+                    raise _OutOfTime
+        finally:
+            decoding.shutdown(wait=False, cancel_futures=True)
+            join_briefly(decoding)
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        wire.close()
+
+
+async def _send(session: _Session, wire: Any) -> None:
+    while (item := await session.outbox.get()) is not None:
+        await wire.send(bytes(item))  # type: ignore[call-overload]
 
 
 async def _until_complete(session: _Session) -> None:
@@ -366,74 +407,85 @@ async def _until_complete(session: _Session) -> None:
                 return
 
 
-async def pull(host: str, port: int, opts: PullOptions) -> PullResult:
-    """The snapshot the control plane at ``host``:``port`` serves to node ``opts.node_id``."""
-    session = _Session(opts)
-    channel = Channel(host, port, ssl=opts.ssl)
-    stub = AggregatedDiscoveryServiceAsyncStub(channel)
-    receiver = asyncio.create_task(_receive(session, stub))
+def budget_for(host: str, port: int, opts: PullOptions) -> Budget:
+    max_bytes = opts.max_bytes if opts.max_bytes is not None else limits().max_bytes
+    return Budget(f"ADS at {host}:{port}", opts.timeout, max_bytes)
+
+
+async def pull(host: str, port: int, opts: PullOptions, budget: Budget | None = None) -> PullResult:
+    """The snapshot the control plane at ``host``:``port`` serves to node ``opts.node_id``,
+    within ``budget`` (by default ``opts``' timeout and byte budget from now)."""
+    budget = budget if budget is not None else budget_for(host, port, opts)
+    session = _Session(opts, budget)
+    receiver = asyncio.create_task(_receive(session, host, port))
     done = asyncio.create_task(_until_complete(session))
-    where = f"{host}:{port}"
     try:
         finished, _ = await asyncio.wait(
-            {receiver, done}, timeout=opts.timeout, return_when=asyncio.FIRST_COMPLETED
+            {receiver, done}, timeout=budget.left(), return_when=asyncio.FIRST_COMPLETED
         )
         if done in finished:
             return session.result()
         if receiver in finished:
             exc = receiver.exception()
-            if isinstance(exc, PullError):
+            if isinstance(exc, PeerLimit):
                 raise exc
-            raise PullError(f"ADS at {where}: {_describe(exc)}") from None
-        missing = session.missing() or ["(the snapshot was still changing)"]
-        if not any(t.answered for t in session.types.values()):
-            raise PullError(f"ADS at {where}: no response within {opts.timeout:g}s")
-        raise PullError(
-            f"ADS at {where}: incomplete after {opts.timeout:g}s; still missing: "
-            + ", ".join(missing)
-        )
+            if isinstance(exc, StreamEnded):
+                raise PullError(f"{budget.peer}: {exc}{session.nacked()}") from None
+            if isinstance(exc, ssl.SSLError):
+                raise PullError(f"{budget.peer}: TLS: {printable(exc.reason or exc)}") from None
+            if isinstance(exc, OSError):
+                raise PullError(f"{budget.peer}: {printable(exc.strerror or exc)}") from None
+            if not isinstance(exc, _OutOfTime):
+                raise PullError(f"{budget.peer}: {type(exc).__name__}: {printable(exc)}")
+        raise session.incomplete()
     finally:
         session.outbox.put_nowait(None)
         for task in (receiver, done):
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        channel.close()
+        await asyncio.wait({receiver, done}, timeout=1.0)
+        for task in (receiver, done):
+            if task.done() and not task.cancelled():
+                with contextlib.suppress(BaseException):
+                    task.exception()
 
 
-def _describe(exc: BaseException | None) -> str:
-    if isinstance(exc, GRPCError):
-        return f"gRPC error {exc.status.name}: {exc.message or ''}".rstrip(": ")
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS: {exc.reason or exc}"
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
-    if isinstance(exc, StreamTerminatedError):
-        return f"the stream ended: {exc}"
-    return repr(exc)
+_URL_PARAMETERS: Final = ("node", "cluster", "delta", "timeout", "settle")
 
 
 def parse_ads_url(url: str) -> tuple[str, int, PullOptions]:
-    """``ads://HOST:PORT?node=ID[&cluster=C][&delta=1][&timeout=S]`` -> where and how."""
+    """``ads://HOST:PORT?node=ID[&cluster=C][&delta=1][&timeout=S][&settle=S]`` -> where
+    and how."""
     from urllib.parse import parse_qs, urlsplit
 
     parts = urlsplit(url)
     query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    unknown = sorted(set(query) - {"node", "cluster", "delta", "timeout"})
-    if parts.scheme != "ads" or not parts.hostname or parts.port is None:
+    unknown = sorted(set(query) - set(_URL_PARAMETERS))
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "ads" or not parts.hostname or port is None:
         raise PullError(f"{url}: expected ads://HOST:PORT?node=ID[&cluster=C][&delta=1]")
     if unknown:
-        raise PullError(f"{url}: unknown parameter {unknown[0]!r} (node, cluster, delta, timeout)")
+        known = ", ".join(_URL_PARAMETERS)
+        raise PullError(f"{url}: unknown parameter {printable(unknown[0], 100)!r} ({known})")
     if not query.get("node"):
         raise PullError(f"{url}: say which node to pull as: ?node=ID")
     try:
-        timeout = float(query.get("timeout", DEFAULT_TIMEOUT))
+        timeout = check_timeout(float(query.get("timeout", DEFAULT_TIMEOUT)))
     except ValueError:
-        raise PullError(f"{url}: timeout must be a number of seconds") from None
+        raise PullError(f"{url}: timeout must be a finite number of seconds above 0") from None
+    try:
+        settle = float(query.get("settle", DEFAULT_SETTLE))
+    except ValueError:
+        settle = -1.0
+    if not 0 <= settle < timeout:
+        raise PullError(f"{url}: settle must be a number of seconds from 0 to the timeout")
     opts = PullOptions(
         node_id=query["node"],
         node_cluster=query.get("cluster", ""),
         delta=query.get("delta", "0") not in ("", "0", "false"),
         timeout=timeout,
+        settle=settle,
     )
-    return parts.hostname, parts.port, opts
+    return parts.hostname, port, opts

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from verifier.secrets import redact_json
 from verifier.xds import read
 from verifier.xds.layout import (
     CLUSTER_TYPE,
@@ -140,57 +141,69 @@ def _resources(snap: Snapshot, kind: str) -> list[dict[str, Json]]:
 # DataSource or a list of them.
 _SENSITIVE: Final = frozenset({"private_key", "privateKey", "password", "pkcs12", "keys", "secret"})
 _REDACTED_BYTES: Final = base64.b64encode(REDACTED.encode()).decode()
+# What a DataSource may show: where the key lives, never the key.
+_NOT_SECRET: Final = frozenset(
+    {
+        "filename",
+        "environment_variable",
+        "watched_directory",
+        "environmentVariable",
+        "watchedDirectory",
+    }
+)
+_INLINE: Final = frozenset({"inline_bytes", "inline_string", "inlineBytes", "inlineString"})
+_DATA_SOURCE_KEYS: Final = _NOT_SECRET | _INLINE
 
 
 def _redact_source(value: Json) -> Json:
+    """A sensitive field's value: a DataSource keeps only where the key lives (an
+    unknown extra field beside it is redacted too, whatever it holds); a plain
+    string in its place is redacted whole."""
     if isinstance(value, list):
         return [_redact_source(v) for v in value]
+    if isinstance(value, str):
+        return REDACTED
     if not isinstance(value, dict):
         return value
-    out = dict(value)
-    for key in ("inline_string", "inlineString"):
-        if key in out:
-            out[key] = REDACTED
-    for key in ("inline_bytes", "inlineBytes"):
-        if key in out:
-            out[key] = _REDACTED_BYTES
-    return out
+    return {
+        k: v
+        if k in _NOT_SECRET
+        else _REDACTED_BYTES
+        if k in ("inline_bytes", "inlineBytes")
+        else REDACTED
+        for k, v in value.items()
+    }
 
 
 def redacted(doc: Json) -> Json:
     """``doc`` with every inline key of a TLS secret replaced by ``[redacted]``, as
     Envoy's own admin ``/config_dump`` prints it: xDS written for people (config
     dumps, golden files, reports) must never carry key material. File paths stay,
-    since they are not secret and say where the key lives."""
+    since they are not secret and say where the key lives. A key anywhere else (in
+    metadata, in an unknown field) is found by its content (``verifier.secrets``)."""
+    return redact_json(_by_field(doc))
+
+
+def _by_field(doc: Json) -> Json:
     if isinstance(doc, list):
-        return [redacted(v) for v in doc]
+        return [_by_field(v) for v in doc]
     if not isinstance(doc, dict):
         return doc
     return {
-        k: _redact_source(v) if k in _SENSITIVE and _is_source(v) else redacted(v)
+        k: _redact_source(v) if k in _SENSITIVE and _is_source(v) else _by_field(v)
         for k, v in doc.items()
     }
 
 
 def _is_source(value: Json) -> bool:
-    """A DataSource, or a list of them (``session_ticket_keys.keys``)."""
+    """A DataSource (with any unknown field beside its own), a list of them
+    (``session_ticket_keys.keys``), or a string where one belongs; not a whole
+    Secret (a SecretsConfigDump entry's ``secret``), which has none of their fields."""
     items = value if isinstance(value, list) else [value]
-    return bool(items) and all(isinstance(v, dict) and set(v) <= _DATA_SOURCE_KEYS for v in items)
-
-
-_DATA_SOURCE_KEYS: Final = frozenset(
-    {
-        "filename",
-        "inline_bytes",
-        "inline_string",
-        "environment_variable",
-        "watched_directory",
-        "inlineBytes",
-        "inlineString",
-        "environmentVariable",
-        "watchedDirectory",
-    }
-)
+    return bool(items) and all(
+        isinstance(v, str) or (isinstance(v, dict) and not _DATA_SOURCE_KEYS.isdisjoint(v))
+        for v in items
+    )
 
 
 def _version(resources: list[dict[str, Json]]) -> str:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Final
 
 from verifier.inputs import stdin_text_read
 from verifier.orphans import die_with_parent, private_dir
+from verifier.secrets import REDACTED as REDACTED
+from verifier.secrets import redact_text
 from verifier.xds.layout import Json, RawResources, camel, label, walk_path
 
 if TYPE_CHECKING:
@@ -33,23 +35,17 @@ HCM_TYPE: Final = (
     "type.googleapis.com/"
     "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 )
-REDACTED: Final = "[redacted]"
 _EDS: Final = ("EDS", 3)  # the enum by name or by number: proto-JSON takes both
 Verdict = tuple[bool, str]  # (Envoy accepts it, Envoy's output)
 # After a JSON parse error Envoy quotes the whole bootstrap, which holds the listeners'
 # certificates and their keys (inlined for it to judge): only the reason is kept.
 _ECHOED_JSON = re.compile(r"(Unable to parse JSON as proto \(.*?\)): \{.*", re.DOTALL)
-# Anywhere else a key might be quoted (a message's debug text): a PEM private key block,
-# or its start up to the end when the text was cut.
-_PRIVATE_KEY = re.compile(
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*)",
-    re.DOTALL,
-)
 
 
 def without_secrets(output: str) -> str:
-    """Envoy's output with no key material in it, fit to be shown to people."""
-    return _PRIVATE_KEY.sub(REDACTED, _ECHOED_JSON.sub(r"\1", output))
+    """Envoy's output with no key material in it, fit to be shown to people: anywhere
+    else a key might be quoted (a message's debug text), ``redact_text`` finds it."""
+    return redact_text(_ECHOED_JSON.sub(r"\1", output))
 
 
 def _key(doc: Mapping[str, Json], name: str) -> str | None:
