@@ -95,6 +95,21 @@ def test_a_backend_without_a_ready_endpoint_answers_its_share_503(
     assert "modify headers differently" not in r.out
 
 
+def test_explain_notes_split_header_changes_only_where_the_backends_differ(
+    tmp_path: Path, edge_verify: Any
+) -> None:
+    """A filter on cart-canary's backendRef alone: the Envoy model shows one cluster's
+    header changes for the split, and says so (no such note without the filter, above)."""
+    ref = "- name: cart-canary\n      port: 8080"
+    filters = (
+        "\n      filters:\n      - type: RequestHeaderModifier\n"
+        "        requestHeaderModifier: {set: [{name: x-track, value: canary}]}"
+    )
+    scenario(tmp_path, ref, ref + filters)
+    r = edge_verify("explain", "shop", "--cases", "shop/cases.yaml")
+    assert "Envoy model note: weighted clusters modify headers differently" in r.out, r.out
+
+
 def test_models_that_miss_a_case_differently_are_not_one_finding(
     tmp_path: Path, edge_verify: Any
 ) -> None:
