@@ -71,6 +71,7 @@ spec:
     + _rule("/down", "down")
     + _rule("/all-down", "down", "gone")
     + _rule("/some-down", "up", "down")
+    + _rule("/missing-and-down", "missing", "down")
 )
 
 
@@ -123,6 +124,17 @@ def test_the_share_of_a_backend_without_endpoints_is_answered_503(
     xds_only = EnvoyModel(eds.snapshot, BackendDirectory()).evaluate(request).outcome
     assert status_shares(xds_only) == {200: 0.5, 503: 0.5}
     assert (len(xds_only.backends), xds_only.unavailable_weight) == (1, 1)
+
+
+def test_an_invalid_share_beside_a_backend_without_endpoints_is_500_and_503(
+    world: tuple[Resources, Context],
+) -> None:
+    """No backend answers, but not for one reason: the invalid backendRef's share is 500,
+    the other's 503, in both models."""
+    spec, envoy = _both(world, "/missing-and-down")
+    assert status_shares(spec) == status_shares(envoy) == {500: 0.5, 503: 0.5}
+    assert possible_statuses(spec) == possible_statuses(envoy) == {500, 503}
+    assert outcome_diff(spec, envoy) == ()
 
 
 def test_a_mutant_of_a_cluster_with_no_host_is_proven_equivalent(

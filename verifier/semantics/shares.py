@@ -65,11 +65,9 @@ def status_shares(o: Outcome) -> dict[int, float]:
     both an invalid and an unavailable share are stated: then each gets its own."""
     forwarded = sum(b.weight for b in o.backends)
     total = forwarded + o.invalid_weight + o.unavailable_weight
-    if not o.backends:
-        if not (o.invalid_weight and o.unavailable_weight):
-            return {o.status: 1.0}
-        forwarded = 0
-    elif forwarded == total:
+    if (not o.backends and not (o.invalid_weight and o.unavailable_weight)) or (
+        o.backends and forwarded == total
+    ):
         return {o.status: 1.0}
     shares: dict[int, float] = {}
     for status, weight in (
