@@ -11,7 +11,11 @@ Every expectation a model's answer can show is judged, split ratios included
 against the ratio and tolerance). A case both models miss because of a
 configuration mistake the spec model names (a backendRef to a missing Service,
 an HTTPRoute no listener accepts) is one EV702 at the mistake's line, the case
-as a related location.
+as a related location. A case both models miss the same way otherwise is one
+EV703 at the case, the HTTPRoute rule the spec model chose (and any backendRef of
+it without a ready endpoint) as related locations: the case and the rule's
+weights or matches disagree, whatever the xDS. Models that miss it differently
+give an EV701 each.
 
 Example: a case expects `GET /v2` with `Version: two` to reach
 `infra-backend-v2`; the Envoy model sends it to `infra-backend-v1`.
@@ -20,12 +24,21 @@ Example: a case expects `GET /v2` with `Version: two` to reach
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from verifier.rules.support.case_judge import case_location, judge, mistake_finding, related
+from verifier.rules.support.case_judge import (
+    Judged,
+    case_location,
+    judge,
+    mistake_finding,
+    related,
+    rule_related,
+)
 
 from verifier.check import Context
-from verifier.findings import Finding, new
+from verifier.findings import Finding, Related, new
 from verifier.registry import Rule
+from verifier.semantics.request import Evaluation
 
 NAME = "case-expectations"
 
@@ -39,32 +52,69 @@ def check(ctx: Context) -> Iterable[Finding]:
             problems = "; ".join(dict.fromkeys(judged.spec_problems + judged.envoy_problems))
             yield mistake_finding(ctx, judged, "EV702", NAME, problems)
             continue
+        if judged.same_miss:
+            # Both models miss it alike: the case and the configuration disagree,
+            # whatever the xDS, so one finding with the rule they follow.
+            yield _at_case(
+                ctx,
+                judged,
+                "EV703",
+                judged.envoy,
+                expected=judged.spec.outcome.to_json(),
+                related=rule_related(ctx, judged),
+                problems="; ".join(judged.spec_problems),
+            )
+            continue
         for model, ev, problems in (
             ("spec", judged.spec, judged.spec_problems),
             ("Envoy", judged.envoy, judged.envoy_problems),
         ):
-            if not problems:
-                continue
-            file, line = case_location(ctx, case)
-            yield new(
-                "EV701",
-                NAME,
-                file=file,
-                line=line,
-                resource=f"case {case.name}",
-                xds_path=ctx.xds_path_of(ev) if model == "Envoy" else "",
-                request=case.request.to_json(),
-                actual=ev.outcome.to_json(),
-                related=related(ctx, judged.mistakes) if model == "spec" else (),
-                case=case.name,
-                model=model,
-                problems="; ".join(problems),
-            )
+            if problems:
+                yield _at_case(
+                    ctx,
+                    judged,
+                    "EV701",
+                    ev if model == "Envoy" else None,
+                    actual_of=ev,
+                    related=related(ctx, judged.mistakes) if model == "spec" else (),
+                    model=model,
+                    problems="; ".join(problems),
+                )
+
+
+def _at_case(
+    ctx: Context,
+    judged: Judged,
+    code: str,
+    xds_of: Evaluation | None,
+    *,
+    actual_of: Evaluation | None = None,
+    expected: dict[str, Any] | None = None,
+    related: tuple[Related, ...] = (),
+    **params: str,
+) -> Finding:
+    """A finding at the case's line; ``xds_of``: the Envoy answer whose route it names."""
+    case = judged.case
+    file, line = case_location(ctx, case)
+    return new(
+        code,
+        NAME,
+        file=file,
+        line=line,
+        resource=f"case {case.name}",
+        xds_path=ctx.xds_path_of(xds_of) if xds_of is not None else "",
+        request=case.request.to_json(),
+        expected=expected,
+        actual=(actual_of or judged.envoy).outcome.to_json(),
+        related=related,
+        case=case.name,
+        **params,
+    )
 
 
 RULE = Rule(
     NAME,
-    ("EV701", "EV702"),
+    ("EV701", "EV702", "EV703"),
     ("HTTPRoute",),
     "docs/check.md#cases",
     (__doc__ or "").strip(),

@@ -13,7 +13,14 @@ from verifier.check import Comparison, Context, connection_level
 from verifier.semantics import witness as wt
 
 REDIRECT_FIELDS = {"redirect", "redirect.scheme", "redirect.host", "redirect.port", "redirect.path"}
-ROUTING_FIELDS = {"status", "backends", "invalid_weight", "forwarded", "redirect"}
+ROUTING_FIELDS = {
+    "status",
+    "backends",
+    "invalid_weight",
+    "unavailable_weight",
+    "forwarded",
+    "redirect",
+}
 # Redirect field -> owning rule, most specific first.
 REDIRECT_OWNERS = (
     ("redirect.scheme", "httproute-scheme-redirect"),
@@ -102,7 +109,7 @@ def _modification_owner(c: Comparison, ctx: Context, diffs: set[str]) -> str | N
         return "httproute-host-rewrite"
     if diffs <= {"request.path"}:
         return "httproute-path-rewrite"
-    if diffs <= {"backends", "invalid_weight", "status"} and _same_route(c):
+    if diffs <= {"backends", "invalid_weight", "unavailable_weight", "status"} and _same_route(c):
         return "httproute-backend-weights"
     return None
 

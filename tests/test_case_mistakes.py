@@ -118,7 +118,9 @@ def test_the_mistake_and_its_case_in_text_and_sarif(tmp_path: Path, edge_verify:
 
 def test_a_split_ratio_is_judged_offline(tmp_path: Path, edge_verify: CLI) -> None:
     """90/10 as the case says passes (an answer from cart-canary counts for the longer
-    prefix, not for cart); the same route changed to 50/50 fails check, both models."""
+    prefix, not for cart); the same route changed to 50/50 fails check: one finding at
+    the case saying both models miss it alike, the rule whose weights they follow
+    related."""
     scenario(tmp_path)
     r = edge_verify("check", "shop", "--format", "json")
     assert (r.rc, findings(r)) == (0, []), r.out
@@ -126,9 +128,11 @@ def test_a_split_ratio_is_judged_offline(tmp_path: Path, edge_verify: CLI) -> No
     scenario(tmp_path, weight="50", canary_weight="50")
     r = edge_verify("check", "shop", "--format", "json")
     assert r.rc == 1
-    found = case_findings(r)
-    assert [(f["code"], f["location"]) for f in found] == [("EV701", "shop/cases.yaml:1")] * 2
-    assert all("backend cart share 0.50 of 2xx, expected 0.9±0.07" in f["message"] for f in found)
+    (found,) = case_findings(r)
+    assert (found["code"], found["location"]) == ("EV703", "shop/cases.yaml:1")
+    assert "backend cart share 0.50 of 2xx, expected 0.9±0.07" in found["message"]
+    (rule,) = found["related"]
+    assert rule["location"] == at(tmp_path / "shop", "  - matches:")
 
 
 @pytest.mark.live

@@ -405,7 +405,7 @@ def _remote_report(
 
 @pytest.mark.live
 def test_live_sends_every_case_to_the_clusters_gateway(
-    data_plane: DataPlane, serve: Serve, capsys: pytest.CaptureFixture[str]
+    data_plane: DataPlane, serve: Serve, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     standin, kubeconfig = serve(REMOTE_SCENARIO)
     cases = str(FIXTURES / REMOTE_SCENARIO / "cases.yaml")
@@ -437,6 +437,17 @@ def test_live_sends_every_case_to_the_clusters_gateway(
         assert report["findings"] == []
         assert report["summary"]["rewritten"] is False
     assert {method for method, _, _ in standin.requests} == {"GET"}
+    # A case both models predict to fail is still retried here: a cluster's Gateway may
+    # still be taking its configuration in (our own data plane sends it once).
+    wrong = tmp_path / "wrong.yaml"
+    first = Path(cases).read_text(encoding="utf-8").split("\n- name:")[0]
+    wrong.write_text(first.replace("status: 200", "status: 404"), encoding="utf-8")
+    argv = ["live", "--kubeconfig", kubeconfig, "--gateway", f"{ns}/{name}", *override]
+    argv += ["--cases", str(wrong), "--format", "json", "--consistency-budget", "1.5"]
+    code, report, err = _remote_report(argv, capsys)
+    assert code == 1, err
+    (result,) = report["cases"]
+    assert (result["passed"], result["attempts"]) == (False, 2)
 
 
 def load_yaml_cases(path: str) -> list[Any]:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import pytest
 from conftest import GATEWAY_NS_GW
 
-from verifier.check import Context
+from verifier.check import Context, outcome_diff
 from verifier.gatewayapi.attach import build_graph
 from verifier.gatewayapi.load import load_texts
 from verifier.gatewayapi.resources import Resources, build
 from verifier.mutate.catalog import equivalent, mutants
-from verifier.semantics.directory import backend_directory_from
+from verifier.semantics.cases import possible_statuses
+from verifier.semantics.directory import BackendDirectory, backend_directory_from
 from verifier.semantics.envoy.model import EnvoyModel
 from verifier.semantics.request import Outcome, Request
+from verifier.semantics.shares import status_shares
 from verifier.semantics.spec.model import SpecModel
 from verifier.translate import TranslateOptions, translate
 
@@ -69,6 +71,7 @@ spec:
     + _rule("/down", "down")
     + _rule("/all-down", "down", "gone")
     + _rule("/some-down", "up", "down")
+    + _rule("/missing-and-down", "missing", "down")
 )
 
 
@@ -97,13 +100,41 @@ def test_both_models_answer_503_when_no_backend_has_a_ready_endpoint(
     assert spec.backends == envoy.backends
 
 
-def test_the_share_of_a_backend_without_endpoints_is_not_told_apart(
+def test_the_share_of_a_backend_without_endpoints_is_answered_503(
     world: tuple[Resources, Context],
 ) -> None:
-    """A documented limit: with one backend up, the one without endpoints stays listed
-    (its share would get 503 live), the same way in both models."""
-    spec, _ = _both(world, "/some-down")
-    assert [b.name for b in spec.backends] == ["down", "up"]
+    """With one backend up, the other's share (not all) gets 503, in both models, each
+    from its own reading: the spec model from the EndpointSlices, the Envoy model from
+    the Service name its STRICT_DNS cluster dials, or from an EDS cluster left with no
+    endpoint (as another implementation writes a Service without pods)."""
+    spec, envoy = _both(world, "/some-down")
+    assert [(b.name, b.weight) for b in spec.backends] == [("up", 1)]
+    assert (spec.unavailable_weight, spec.invalid_weight) == (1, 0)
+    assert status_shares(spec) == status_shares(envoy) == {200: 0.5, 503: 0.5}
+    assert possible_statuses(envoy) == {200, 503}
+    assert outcome_diff(spec, envoy) == ()
+    _, ctx = world
+    (eds,) = [
+        m
+        for m in mutants(ctx.snapshot)
+        if (m.operator, m.xds_path) == ("dns-to-eds-empty", "clusters[k8s/ns/down/8080].type")
+    ]
+    request = ctx.sent(GATEWAY, Request(host="x.example.com", path="/some-down"))
+    # No directory: what the cluster dials is all the model knows (an empty assignment).
+    xds_only = EnvoyModel(eds.snapshot, BackendDirectory()).evaluate(request).outcome
+    assert status_shares(xds_only) == {200: 0.5, 503: 0.5}
+    assert (len(xds_only.backends), xds_only.unavailable_weight) == (1, 1)
+
+
+def test_an_invalid_share_beside_a_backend_without_endpoints_is_500_and_503(
+    world: tuple[Resources, Context],
+) -> None:
+    """No backend answers, but not for one reason: the invalid backendRef's share is 500,
+    the other's 503, in both models."""
+    spec, envoy = _both(world, "/missing-and-down")
+    assert status_shares(spec) == status_shares(envoy) == {500: 0.5, 503: 0.5}
+    assert possible_statuses(spec) == possible_statuses(envoy) == {500, 503}
+    assert outcome_diff(spec, envoy) == ()
 
 
 def test_a_mutant_of_a_cluster_with_no_host_is_proven_equivalent(

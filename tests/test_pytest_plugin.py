@@ -49,9 +49,9 @@ def test_one_wrong_case_is_one_failure_with_the_finding(pytester: pytest.Pyteste
     # On a wide terminal the summary line goes on with " - <message>".
     result.stdout.fnmatch_lines([f"FAILED suite::{BROKEN}::{WRONG_CASE}*"])
     finding = (
-        f"/{BROKEN}/cases.yaml:{WRONG_LINE}: error EV701 [case-expectations] case "
-        f"{WRONG_CASE}: the Envoy model does not meet the expectation: backends "
-        "['infra-backend-v2'], expected ['infra-backend-v1']"
+        f"/{BROKEN}/cases.yaml:{WRONG_LINE}: error EV703 [case-expectations] case "
+        f"{WRONG_CASE}: neither model meets the expectation, and both predict the same "
+        "answer: backends ['infra-backend-v2'], expected ['infra-backend-v1']"
     )
     assert any(line.endswith(finding) for line in result.outlines), result.stdout.str()
     assert "Traceback" not in result.stdout.str()

@@ -90,7 +90,7 @@ def test_a_scenario_file_runs_its_cases_and_every_report_names_it(
     text = cli(*args)
     assert text.rc == 1, text.err  # the case beside the file ran, and failed
     lines = text.out.splitlines()
-    assert lines[0].startswith("shop/cases.yaml:1: error EV701 ")  # still a finding first
+    assert lines[0].startswith("shop/cases.yaml:1: error EV703 ")  # still a finding first
     assert lines[-2] == "scenario shop: cases shop/cases.yaml (1 case)"
 
     doc = cli(*args, "--format", "json").json()
@@ -98,7 +98,7 @@ def test_a_scenario_file_runs_its_cases_and_every_report_names_it(
         {"name": "shop", "cases": [{"file": "shop/cases.yaml", "cases": 1}]}
     ]
     assert {(f["scenario"], f["code"], f["location"]) for f in doc["findings"]} == {
-        ("shop", "EV701", "shop/cases.yaml:1")
+        ("shop", "EV703", "shop/cases.yaml:1")
     }
     assert cli("check", "shop/", "--format", "json").json() == doc  # as the folder
 

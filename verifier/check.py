@@ -38,6 +38,7 @@ from verifier.semantics.request import (
     apply_response_ops,
     evolve,
 )
+from verifier.semantics.shares import INVALID_STATUS, UNAVAILABLE_STATUS, status_shares
 from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
 
@@ -62,9 +63,14 @@ def outcome_diff(spec: Outcome, envoy: Outcome) -> tuple[str, ...]:
     envoy_backends = named_as(spec.backends, envoy.backends)
     if spec.backends != envoy_backends:
         diffs.append("backends")
-    # Shares are relative: compare the invalid share normalised.
+    # Shares are relative: compare the invalid (500) and unavailable (503) shares
+    # normalised, as a client counts them (shares.status_shares).
     if spec.invalid_weight != envoy.invalid_weight and _share(spec) != _share(envoy):
         diffs.append("invalid_weight")
+    if (spec.unavailable_weight or envoy.unavailable_weight) and status_shares(spec).get(
+        UNAVAILABLE_STATUS
+    ) != status_shares(envoy).get(UNAVAILABLE_STATUS):
+        diffs.append("unavailable_weight")
     sr, er = spec.request, envoy.request
     if (sr is None) != (er is None):
         diffs.append("forwarded")
@@ -152,15 +158,20 @@ def _same_response_ops(a: Outcome, b: Outcome) -> bool:
 
 
 def _share(o: Outcome) -> float:
-    total = sum(b.weight for b in o.backends) + o.invalid_weight
+    total = _total(o)
     return o.invalid_weight / total if total else 0.0
+
+
+def _total(o: Outcome) -> int:
+    """The scale of ``o``'s weights: every share, forwarded or answered by the proxy."""
+    return sum(b.weight for b in o.backends) + o.invalid_weight + o.unavailable_weight
 
 
 def _shares(o: Outcome) -> tuple[tuple[str, str, int, float], ...]:
     """Each Service port's share of the traffic. Two backendRefs to one Service add
     up (found by the fuzzer: the spec lists both, a translator may send one weighted
     cluster), since what a client sees is only where its requests go."""
-    total = sum(b.weight for b in o.backends) + o.invalid_weight
+    total = _total(o)
     merged: dict[tuple[str, str, int], int] = {}
     for b in o.backends:
         key = (b.namespace, b.name, b.port)
@@ -221,14 +232,29 @@ def brief(o: Outcome) -> str:
         return f"{o.status} -> {r.scheme}://{r.host}:{r.port}{r.path}"
     if o.request is not None and o.backends:
         # Weights only when traffic is split: they are what EV218 is about.
-        split = len(o.backends) > 1 or bool(o.invalid_weight)
+        split = len(o.backends) > 1 or bool(o.invalid_weight or o.unavailable_weight)
         names = ",".join(
             f"{b.namespace}/{b.name}:{b.port}" + (f" (weight {b.weight})" if split else "")
             for b in o.backends
         )
-        extra = f" +500 share (weight {o.invalid_weight})" if o.invalid_weight else ""
-        return f"{o.status} {names}{extra} path {o.request.path} host {o.request.host}"
+        return (
+            f"{o.status} {names}{_answered_shares(o)} path {o.request.path} host {o.request.host}"
+        )
+    if len(status_shares(o)) > 1:
+        return f"{o.status}{_answered_shares(o)}"
     return str(o.status)
+
+
+def _answered_shares(o: Outcome) -> str:
+    """The shares the proxy answers itself: " +500 share (weight 20)"."""
+    return "".join(
+        f" +{status} share (weight {weight})"
+        for status, weight in (
+            (INVALID_STATUS, o.invalid_weight),
+            (UNAVAILABLE_STATUS, o.unavailable_weight),
+        )
+        if weight
+    )
 
 
 Owner = Callable[[Comparison, "Context"], str]

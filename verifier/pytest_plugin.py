@@ -35,7 +35,7 @@ OPTION = "--edge-fixtures"
 # case-expectations: reported by the case's own item. A finding at a configuration
 # mistake a case fails on (EV702, or the EV9xx finding it was folded into) names the
 # case among its related locations, and fails the case's item too.
-CASE_CODES = ("EV701", "EV702")
+CASE_CODES = ("EV701", "EV702", "EV703")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -184,7 +184,7 @@ class CaseItem(_EdgeItem):
             if live is None:
                 lines.append(f"live: case {self.name} was not run")
             elif not live.passed:
-                lines.append(f"live: case {self.name} failed after {live.attempts} attempts")
+                lines.append(f"live: case {self.name} failed after {live.tries}")
                 lines += [f"    {p}" for p in live.problems]
         if lines:
             raise EdgeFailure("\n".join(lines))

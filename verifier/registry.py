@@ -105,7 +105,9 @@ def _unrestated(findings: list[Finding]) -> list[Finding]:
     and the feature it breaks), is the same mistake seen from the cases table. The
     case is itself a witness, so its request was judged by the feature rules. A case
     the *spec* model misses is always kept: the spec model, not the xDS, is in doubt."""
-    if not any(f.code not in ("EV701", "EV702") and f.request is not None for f in findings):
+    if not any(
+        f.code not in ("EV701", "EV702", "EV703") and f.request is not None for f in findings
+    ):
         return findings
     return [f for f in findings if not (f.code == "EV701" and "the Envoy model" in f.message)]
 

@@ -19,7 +19,12 @@ from verifier.findings import Finding, Related, new
 from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.semantics.cases import Case, model_unmet
 from verifier.semantics.request import Evaluation, Outcome
-from verifier.semantics.spec.mistakes import Mistake, mistakes
+from verifier.semantics.spec.mistakes import (
+    Mistake,
+    answering_rule,
+    mistakes,
+    unready_backends,
+)
 
 REFUSED = Outcome(0)  # no HTTP response: the TLS handshake failed
 
@@ -52,9 +57,19 @@ class Judged:
     mistakes: tuple[Mistake, ...]
 
     @property
+    def both_miss(self) -> bool:
+        """Both models predict the case fails."""
+        return bool(self.spec_problems and self.envoy_problems)
+
+    @property
     def doomed(self) -> bool:
         """Both models predict the case fails, and the spec model names why."""
-        return bool(self.spec_problems and self.envoy_problems and self.mistakes)
+        return self.both_miss and bool(self.mistakes)
+
+    @property
+    def same_miss(self) -> bool:
+        """Both models predict the case fails, and for the same reasons."""
+        return self.both_miss and set(self.spec_problems) == set(self.envoy_problems)
 
 
 def judge(ctx: Context, case: Case) -> Judged:
@@ -114,6 +129,22 @@ def reason(m: Mistake) -> str:
 def related(ctx: Context, found: tuple[Mistake, ...]) -> tuple[Related, ...]:
     """Each mistake as a related location of a finding placed elsewhere."""
     return tuple(Related(*mistake_location(ctx, m), m.describe()) for m in found)
+
+
+def rule_related(ctx: Context, judged: Judged) -> tuple[Related, ...]:
+    """The HTTPRoute rule the spec model chose for the case (its weights and matches
+    are what the answer follows), then each of its backendRefs whose share is answered
+    503 for want of a ready endpoint."""
+    outcome = judged.spec.outcome
+    found = answering_rule(ctx.res, outcome)
+    if found is None:
+        return ()
+    route, rule = found
+    where = route.meta.where(rule.path or f"spec.rules[{rule.index}]")
+    meta = route.meta
+    what = f"HTTPRoute {meta.namespace}/{meta.name} rule {rule.index}, chosen by the spec model"
+    unready = unready_backends(ctx.res, outcome)
+    return (Related(where.file, where.line, what), *related(ctx, unready))
 
 
 def case_related(ctx: Context, case: Case, problems: str = "") -> Related:

@@ -33,7 +33,7 @@ from verifier.inputs import load_yaml_file
 from verifier.live.client import LiveResponse
 from verifier.live.harness import EmbeddedHarness
 from verifier.semantics.cases import Case, Expectation, parse_case, unmet
-from verifier.semantics.request import Outcome
+from verifier.semantics.request import Backend, Outcome, evolve
 from verifier.semantics.shares import counted_for
 from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.xds.snapshot import Snapshot
@@ -260,6 +260,25 @@ def _ratio_problems(run: CaseRun) -> list[str]:
                 f"expected {want.ratio}±{want.tolerance}"
             )
     return problems
+
+
+def observed(run: CaseRun) -> dict[str, Any]:
+    """What the live pass saw of a case, as an Outcome's JSON: its one answer's; for a
+    case of several samples, an answer that forwarded (else the first), with each
+    backend's weight the number of 2xx answers it gave, as a model's weights give
+    its share, and ``statuses`` counting every status. The 500 and 503 shares stay
+    0: which answers were the proxy's own is configuration, not what a wire shows."""
+    first = run.outcomes[0]
+    if len(run.outcomes) == 1:
+        return first.to_json()
+    answered: Counter[Backend] = Counter()
+    for o in run.outcomes:
+        if 200 <= o.status < 300:
+            answered.update(evolve(b, weight=1) for b in o.backends)
+    base = next((o for o in run.outcomes if o.backends), first)
+    counted = tuple(sorted(evolve(b, weight=n) for b, n in answered.items()))
+    statuses = Counter(str(o.status) for o in run.outcomes)
+    return {**evolve(base, backends=counted).to_json(), "statuses": dict(sorted(statuses.items()))}
 
 
 def live_unmet(run: CaseRun) -> list[str]:

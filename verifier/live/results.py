@@ -42,6 +42,11 @@ class CaseResult:
     skipped: str = ""
     seconds: float = 0.0
 
+    @property
+    def tries(self) -> str:
+        """``1 attempt``, ``29 attempts``: how many, as a report says it."""
+        return "1 attempt" if self.attempts == 1 else f"{self.attempts} attempts"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,

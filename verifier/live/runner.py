@@ -49,6 +49,7 @@ from verifier.live.replay import (
     LiveCase,
     live_unmet,
     looks_for_mirrors,
+    observed,
     parse_live,
     statistical,
 )
@@ -383,9 +384,8 @@ async def _judge_case(
 ) -> tuple[CaseResult, list[Finding]]:
     started = time.monotonic()
     predicted = judge(ctx, c.case)
-    if predicted.doomed:
-        # Both models say it fails because of the configuration: nothing converges, so
-        # one attempt says whether real Envoy agrees, with no retries to wait for.
+    once = sent_once(predicted, opts)
+    if once:
         run = await _attempt(h, c, opts, limit)
         attempts, problems = 1, live_unmet(run)
     else:
@@ -395,16 +395,8 @@ async def _judge_case(
     verdict = _verdict(spec.outcome, envoy.outcome, run.outcomes, met=not problems)
     w = wt.Witness(c.case.gateway.key, sent, wt.CASE, note=c.case.name)
     findings = _findings(ctx, w, spec, envoy, run.outcomes[0], verdict)
-    if predicted.doomed:
-        met, why = not problems, _why(predicted)
-        code = MISTAKE_UNCONFIRMED if met else MISTAKE_CONFIRMED
-        findings.append(mistake_finding(ctx, predicted, code, RULE, "; ".join(problems)))
-        # Met live is not a pass: the models (or the case) are wrong about it.
-        problems = (
-            [f"met live, though both models predict it fails: {why}"]
-            if met
-            else [*problems, f"as both models predict, because of: {why}"]
-        )
+    if once:
+        findings, problems = _judged_once(ctx, c, predicted, verdict, findings, problems)
     elif problems and not findings:
         findings = [_failed_case(ctx, c, attempts, problems)]
     result = CaseResult(
@@ -415,7 +407,7 @@ async def _judge_case(
         attempts=attempts,
         request=sent.line(),
         expected=_expected(c),
-        observed=run.outcomes[0].to_json(),
+        observed=observed(run),
         spec_agrees=verdict.spec_agrees,
         envoy_model_agrees=verdict.envoy_model_agrees,
         xds_route=_xds_route(ctx, envoy),
@@ -475,6 +467,46 @@ async def _judge_witness(
         odd_one_out=verdict.odd_one_out,
     )
     return result, findings
+
+
+def sent_once(predicted: Judged, opts: LiveOptions) -> bool:
+    """Whether a case is sent once instead of until it converges. A case both models
+    predict to fail because of a configuration mistake cannot converge anywhere. Nor
+    can any case both models predict to fail on our own data plane: Envoy has ACKed
+    every resource before the first case is sent, so a retry asks the same
+    configuration again. A cluster's Gateway (``--kubeconfig``) may still be taking
+    its configuration in, so there the others are retried as usual."""
+    return predicted.doomed or (predicted.both_miss and opts.remote is None)
+
+
+def _judged_once(
+    ctx: Context,
+    c: LiveCase,
+    predicted: Judged,
+    verdict: Verdict,
+    findings: list[Finding],
+    problems: list[str],
+) -> tuple[list[Finding], list[str]]:
+    """The findings and problems of a case sent once because both models predict it
+    fails. Met live is not a pass: where real Envoy gave an answer the models allow
+    (one sample of a split that lands on the share that works), the case is still
+    wrong by them; only an answer outside what they predict says a model (or the
+    case) is wrong."""
+    outside = verdict.odd_one_out is not None
+    predicted_problems = dict.fromkeys(predicted.spec_problems + predicted.envoy_problems)
+    if not problems:
+        lead = "met live" if outside else "met live on its one attempt by chance"
+        live = [f"{lead}, though both models predict it fails: {'; '.join(predicted_problems)}"]
+    else:
+        live = problems
+    if predicted.doomed:
+        code = MISTAKE_UNCONFIRMED if outside and not problems else MISTAKE_CONFIRMED
+        finding = mistake_finding(ctx, predicted, code, RULE, "; ".join(live))
+        why = f"as both models predict, because of: {_why(predicted)}"
+        return [*findings, finding], [*live, why]
+    if not findings:
+        findings = [_failed_case(ctx, c, 1, live)]
+    return findings, [*live, "as both models predict: sent once, not retried"]
 
 
 def _why(judged: Judged) -> str:

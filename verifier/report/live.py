@@ -46,7 +46,7 @@ def render_text(report: LiveReport, *, summary: bool = True) -> str:
         if r.skipped:
             out.append(f"{r.scenario}: {r.name}: skipped: {r.skipped}")
         elif not r.passed:
-            out.append(f"{r.scenario}: {r.name}: FAILED after {r.attempts} attempts")
+            out.append(f"{r.scenario}: {r.name}: FAILED after {r.tries}")
             out.append(f"    request: {r.request}")
             out += [f"    {p}" for p in r.problems]
     for f in report.findings:

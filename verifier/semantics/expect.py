@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from verifier.semantics.request import Headers, Outcome, Request
-from verifier.semantics.shares import PodRef, Ratio, Shares, mirror_share, share_problems
+from verifier.semantics.shares import (
+    PodRef,
+    Ratio,
+    Shares,
+    mirror_share,
+    share_problems,
+    status_shares,
+)
 
 HeaderLists = tuple[tuple[str, tuple[str, ...]], ...]
 
@@ -46,9 +53,8 @@ class Expectation:
 
 
 def possible_statuses(outcome: Outcome) -> set[int]:
-    statuses = {outcome.status}
-    if outcome.invalid_weight and outcome.backends:
-        statuses.add(500)
+    """Every status some request of those ``outcome`` stands for gets (its shares)."""
+    statuses = {outcome.status, *status_shares(outcome)}
     if outcome.may_refuse:
         statuses.add(0)  # NO_RESPONSE: the handshake may fail
     return statuses

@@ -379,8 +379,11 @@ class Outcome:
 
     ``status`` is what the client sees when the proxy answers itself (404, 500,
     3xx, CORS preflight 200) or 200 when it forwards to a backend. With weighted
-    backends, ``backends`` holds every Service with a positive share (sorted)
-    and ``invalid_weight`` the share answered with 500.
+    backends, ``backends`` holds every Service with a positive share that has a
+    ready endpoint (sorted), ``invalid_weight`` the share answered with 500 (an
+    invalid backendRef) and ``unavailable_weight`` the share answered with 503 (a
+    backend with no ready endpoint: "implementations SHOULD return a 503 for
+    requests to that backend"), all on one scale (``shares.status_shares``).
 
     ``request`` is the request as forwarded: its headers are the client's
     headers after the configured modifications only (Envoy's own x-forwarded-*,
@@ -392,13 +395,15 @@ class Outcome:
     shows them). ``mirrors`` carry their share in parts per million as weight
     (0% mirrors are left out; mirrors and timeouts only on forwarded outcomes). Timeouts are in
     milliseconds; None means the proxy's default. A 500 because every backend is
-    invalid has ``invalid_weight`` > 0. ``status`` 0 means no HTTP response at
+    invalid has ``invalid_weight`` > 0, a 503 because no backend has a ready
+    endpoint ``unavailable_weight`` > 0. ``status`` 0 means no HTTP response at
     all (no listener on the port, TLS handshake failure).
     """
 
     status: int
     backends: tuple[Backend, ...] = ()
     invalid_weight: int = 0
+    unavailable_weight: int = 0
     request: Forwarded | None = None
     response_headers: Headers = ()
     response_headers_removed: tuple[str, ...] = ()  # lower-cased names
@@ -447,6 +452,7 @@ class Outcome:
             "status": self.status,
             "backends": [b.to_json() for b in self.backends],
             "invalid_weight": self.invalid_weight,
+            "unavailable_weight": self.unavailable_weight,
             "request": self.request.to_json() if self.request else None,
             "response_headers": headers_to_json(self.response_headers),
             "response_headers_removed": list(self.response_headers_removed),

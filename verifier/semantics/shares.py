@@ -4,7 +4,8 @@
 A live pass counts them over ``samples`` requests; a model's Outcome states them
 exactly: a backend's share is its weight among the backends (``backend_ratio``
 counts 2xx answers, which only backends give), the invalid weight is the share
-answered with 500, and a mirror's weight is its share in parts per million. So
+answered with 500, the unavailable weight (backends with no ready endpoint) the
+share answered with 503, and a mirror's weight is its share in parts per million. So
 ``check`` judges a split ratio offline, against the same ratio and tolerance
 the live pass uses. Pure data and arithmetic.
 """
@@ -17,6 +18,9 @@ from verifier.semantics.request import Backend, Outcome
 
 PPM = 1_000_000
 INVALID_STATUS = 500  # HTTPRouteRule.backendRefs: an invalid backend's share gets 500
+# HTTPRouteRule.backendRefs: "When a HTTPBackendRef refers to a Service that has no
+# ready endpoints, implementations SHOULD return a 503 for requests to that backend".
+UNAVAILABLE_STATUS = 503
 
 
 @dataclass(frozen=True)
@@ -55,12 +59,24 @@ class Shares:
 
 
 def status_shares(o: Outcome) -> dict[int, float]:
-    """Each status's share of the answers ``o`` stands for."""
-    total = sum(b.weight for b in o.backends) + o.invalid_weight
-    if not (o.backends and o.invalid_weight and total):
+    """Each status's share of the answers ``o`` stands for: the forwarded share gets
+    ``o.status``, the invalid share 500, the unavailable share 503. With no backend
+    to forward to, the proxy answers every request itself with ``o.status``, unless
+    both an invalid and an unavailable share are stated: then each gets its own."""
+    forwarded = sum(b.weight for b in o.backends)
+    total = forwarded + o.invalid_weight + o.unavailable_weight
+    if (not o.backends and not (o.invalid_weight and o.unavailable_weight)) or (
+        o.backends and forwarded == total
+    ):
         return {o.status: 1.0}
-    shares = {o.status: (total - o.invalid_weight) / total}
-    shares[INVALID_STATUS] = shares.get(INVALID_STATUS, 0.0) + o.invalid_weight / total
+    shares: dict[int, float] = {}
+    for status, weight in (
+        (o.status, forwarded),
+        (INVALID_STATUS, o.invalid_weight),
+        (UNAVAILABLE_STATUS, o.unavailable_weight),
+    ):
+        if weight:
+            shares[status] = shares.get(status, 0.0) + weight / total
     return shares
 
 

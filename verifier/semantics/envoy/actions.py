@@ -212,6 +212,8 @@ def _forward(rctx: RouteContext, action: RouteAction, trace: list[str]) -> Outco
         return Outcome(
             504 if timed_out else up.status,
             invalid_weight=up.invalid_weight,
+            # A timed-out backend's answer stands for all of it, as the spec side's does.
+            unavailable_weight=0 if timed_out else up.unavailable_weight,
             response_headers=normalize_headers(resp),
             response_headers_removed=removed,
             response_header_ops=ops,
@@ -245,6 +247,7 @@ def _forward(rctx: RouteContext, action: RouteAction, trace: list[str]) -> Outco
         status,
         backends=up.backends,
         invalid_weight=up.invalid_weight,
+        unavailable_weight=up.unavailable_weight,
         request=Forwarded(rctx.request.method.upper(), host, path, normalize_headers(headers)),
         response_headers=normalize_headers(resp),
         response_headers_removed=removed,

@@ -2,7 +2,10 @@
 
 Weights are reported as configured (a backend's share is its weight over the total,
 the missing clusters' weight included), merged when several clusters reach the same
-Service port.
+Service port. A weighted cluster is picked per request before any host is: one with
+no host to send to answers its share "no healthy upstream" (503, UH) whatever the
+others have, so that share is ``unavailable_weight``, as is a missing cluster's
+answered 503.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Upstream:
     status: int
     backends: tuple[Backend, ...] = ()
     invalid_weight: int = 0
+    unavailable_weight: int = 0  # the share answered 503: no host, or a missing cluster
     host_literal: str | None = None  # weighted cluster host_rewrite_literal
     dns_host: str | None = None  # for auto_host_rewrite
     request_headers: list[HeaderParser] = field(default_factory=list)
@@ -110,7 +114,7 @@ def _single(name: str, resolver: ClusterResolver, missing_status: int) -> Upstre
         out.trace.append(f"cluster {name!r} does not exist: {missing_status}")
         return out
     if target.unavailable:
-        out = Upstream(NO_HEALTHY_UPSTREAM_STATUS, notes=list(target.notes))
+        out = Upstream(NO_HEALTHY_UPSTREAM_STATUS, unavailable_weight=1, notes=list(target.notes))
         out.trace.append(f"cluster {name!r} has no healthy host: {NO_HEALTHY_UPSTREAM_STATUS}")
         return out
     out = Upstream(200, (target.backend,), dns_host=target.dns_host, notes=list(target.notes))
@@ -124,9 +128,8 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
     assert wc is not None
     out = Upstream(200)
     shares: dict[Backend, int] = {}
-    unavailable: set[Backend] = set()
-    invalid = 0
-    first = True
+    invalid = unavailable = 0
+    first: tuple[object, ...] | None = None
     for cw in wc.clusters:
         weight = cw.weight or 0
         if weight <= 0:
@@ -142,9 +145,14 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
             out.trace.append(f"weighted cluster {cw.name!r} ({weight}) does not exist")
             continue
         key = evolve(target.backend, weight=1)
-        shares[key] = shares.get(key, 0) + weight
         if target.unavailable:
-            unavailable.add(key)
+            unavailable += weight
+            out.trace.append(
+                f"weighted cluster {cw.name!r} ({weight}) -> {key.namespace}/{key.name} has "
+                f"no healthy host: its share gets {NO_HEALTHY_UPSTREAM_STATUS}"
+            )
+            continue
+        shares[key] = shares.get(key, 0) + weight
         out.trace.append(f"weighted cluster {cw.name!r} ({weight}) -> {key.namespace}/{key.name}")
         label = f"weighted cluster {cw.name}"
         req = header_parser(
@@ -153,29 +161,32 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
         resp = header_parser(
             label, cw.response_headers_to_add, cw.response_headers_to_remove, request=False
         )
-        if first:
+        # What the cluster does to a forwarded request, its label aside.
+        mods = (req.to_add, req.to_remove, resp.to_add, resp.to_remove, cw.host_rewrite_literal)
+        if first is None:
             out.request_headers, out.response_headers = [req], [resp]
             out.host_literal = cw.host_rewrite_literal or None
             out.dns_host = target.dns_host
-            first = False
-        elif (req, resp) != (out.request_headers[0], out.response_headers[0]):
+            first = mods
+        elif mods != first:
             out.notes.append(
                 "weighted clusters modify headers differently; the first cluster's are shown"
             )
     if wc.header_name or wc.use_hash_policy:
         out.notes.append("weighted cluster selection by header/hash not modelled")
-    if invalid and missing_status != 500:
+    if invalid and missing_status not in (500, NO_HEALTHY_UPSTREAM_STATUS):
         out.notes.append(
             f"a share of the traffic names a missing cluster and is answered {missing_status}"
         )
     out.invalid_weight = invalid if missing_status == 500 else 0
-    if not shares:
+    out.unavailable_weight = unavailable + (
+        invalid if missing_status == NO_HEALTHY_UPSTREAM_STATUS else 0
+    )
+    if not shares and not unavailable:
         out.status = missing_status
         out.trace.append(f"no weighted cluster exists: {missing_status}")
         return out
-    if all(k in unavailable for k in shares):
-        # With some clusters up, the share of those without hosts (503 each) is not
-        # told apart: they stay listed, as the spec model lists such backends.
+    if not shares:
         out.status = NO_HEALTHY_UPSTREAM_STATUS
         out.trace.append(f"no weighted cluster has a healthy host: {NO_HEALTHY_UPSTREAM_STATUS}")
         return out

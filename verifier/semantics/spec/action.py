@@ -231,11 +231,12 @@ def act(res: Resources, lst: GatewayListener, winner: Candidate, request: Reques
 
 
 def _forward(p: _Pipeline, winner: Candidate, ref: RouteRef) -> Action:
-    """Weighted backendRefs: valid shares forwarded, invalid shares answered with 500."""
+    """Weighted backendRefs: valid shares forwarded, invalid shares answered with 500,
+    the shares of backends with no ready endpoint with 503."""
     rule = winner.rule
     backends: list[Backend] = []
     backend_filters: list[tuple[tuple[HeaderOp, ...], tuple[HeaderOp, ...]]] = []
-    invalid = 0
+    invalid = unavailable = 0
     for b in rule.backend_refs:
         resolved = resolve_ref(p.res, p.route, b.ref, b.weight)
         if resolved.backend is None:
@@ -245,6 +246,16 @@ def _forward(p: _Pipeline, winner: Candidate, ref: RouteRef) -> Action:
             )
         elif b.weight <= 0:
             p.trace.append(f"backendRef {b.ref.name} has weight 0: no traffic")
+        elif not has_ready_endpoint(p.res, resolved.backend):
+            # HTTPRouteRule.backendRefs: "When a HTTPBackendRef refers to a Service that
+            # has no ready endpoints, implementations SHOULD return a 503 for requests to
+            # that backend instead": its share, not the others'.
+            unavailable += b.weight
+            be = resolved.backend
+            p.trace.append(
+                f"backendRef {be.namespace}/{be.name}:{be.port} weight {b.weight} has no "
+                f"ready endpoint: its share gets {NO_READY_ENDPOINT_STATUS}"
+            )
         else:
             req_b, resp_b, ignored = _backend_filter_ops(b.filters)
             if ignored:
@@ -257,33 +268,33 @@ def _forward(p: _Pipeline, winner: Candidate, ref: RouteRef) -> Action:
                 f"({resolved.protocol})"
             )
     notes = _apply_backend_filters(p, backend_filters)
-    if not backends:
+    shares: dict[str, Any] = {"invalid_weight": invalid, "unavailable_weight": unavailable}
+    if not backends and not unavailable:
         why = "no backendRefs" if not rule.backend_refs else "no valid backendRef with weight > 0"
         p.trace.append(f"{why}: {NO_BACKEND_STATUS}")
-        return p.response(NO_BACKEND_STATUS, ref, invalid_weight=invalid, notes=notes)
-    if not any(has_ready_endpoint(p.res, b) for b in backends):
-        # When some backends answer, the share of those that do not is not told apart
-        # (the Outcome has no field for a 503 share): they stay listed as backends.
+        return p.response(NO_BACKEND_STATUS, ref, notes=notes, **shares)
+    if not backends:
         p.trace.append(f"no backend has a ready endpoint: {NO_READY_ENDPOINT_STATUS}")
-        return p.response(NO_READY_ENDPOINT_STATUS, ref, invalid_weight=invalid, notes=notes)
+        return p.response(NO_READY_ENDPOINT_STATUS, ref, notes=notes, **shares)
     host, headers = _forwarded_headers(p.request, p.host, tuple(p.req_ops))
     forwarded = Forwarded(p.request.method, host, p.path, to_headers(headers))
     request_ms, backend_ms = rule_timeouts(rule.request_timeout, rule.backend_request_timeout)
     if request_ms is not None or backend_ms is not None:
         p.trace.append(f"timeouts: request {request_ms} ms, backendRequest {backend_ms} ms")
-    if invalid:
-        total = invalid + sum(b.weight for b in backends)
-        p.trace.append(f"{invalid}/{total} of the traffic gets {NO_BACKEND_STATUS}")
+    total = invalid + unavailable + sum(b.weight for b in backends)
+    for weight, status in ((invalid, NO_BACKEND_STATUS), (unavailable, NO_READY_ENDPOINT_STATUS)):
+        if weight:
+            p.trace.append(f"{weight}/{total} of the traffic gets {status}")
     return p.response(
         FORWARDED_STATUS,
         ref,
         backends=tuple(sorted(backends)),
-        invalid_weight=invalid,
         request=forwarded,
         mirrors=tuple(sorted(p.mirrors)),
         request_timeout_ms=request_ms,
         backend_timeout_ms=backend_ms,
         notes=notes,
+        **shares,
     )
 
 

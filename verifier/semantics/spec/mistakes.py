@@ -30,7 +30,7 @@ from verifier.gatewayapi.model import GATEWAY_GROUP, Gateway, GatewayListener, H
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.request import Outcome, Request
 from verifier.semantics.spec.attach import attachment_refusal, refers_to_gateway
-from verifier.semantics.spec.backends import resolve_ref
+from verifier.semantics.spec.backends import has_ready_endpoint, resolve_ref
 from verifier.semantics.spec.filters import mirror_share_ppm
 from verifier.semantics.spec.hostnames import effective_hostnames, route_hostname_key
 from verifier.semantics.spec.listeners import select_listener
@@ -38,6 +38,7 @@ from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.semantics.spec.match import match_accepts, rule_problem
 
 NO_MATCH_STATUS = 404
+NO_READY_ENDPOINT = "NoReadyEndpoint"
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,8 @@ def mistakes(
     on (module docstring); empty when it rests on none this can name."""
     ref = outcome.route
     if ref is not None and ref.httproute and "/" in ref.httproute and ref.rule is not None:
-        ns, name = ref.httproute.split("/", 1)
-        route = res.httproutes.get((ns, name))
-        if route is None or ref.rule >= len(route.rules):
-            return ()
-        return _in_rule(res, route, route.rules[ref.rule])
+        rule = answering_rule(res, outcome)
+        return () if rule is None else _in_rule(res, *rule)
     if outcome.status != NO_MATCH_STATUS:
         return ()
     gw = res.gateways.get(gateway)
@@ -89,6 +87,42 @@ def mistakes(
         else:
             found.extend(_missing_parents(res, route, request))
     return tuple(found)
+
+
+def answering_rule(res: Resources, outcome: Outcome) -> tuple[HTTPRoute, RouteRule] | None:
+    """The HTTPRoute rule the spec model's ``outcome`` came from, if a rule's did."""
+    ref = outcome.route
+    if ref is None or not ref.httproute or "/" not in ref.httproute or ref.rule is None:
+        return None
+    ns, name = ref.httproute.split("/", 1)
+    route = res.httproutes.get((ns, name))
+    if route is None or ref.rule >= len(route.rules):
+        return None
+    return route, route.rules[ref.rule]
+
+
+def unready_backends(res: Resources, outcome: Outcome) -> tuple[Mistake, ...]:
+    """The backendRefs of the rule behind ``outcome`` whose Service has no ready
+    endpoint, so that their share is answered 503 (HTTPRouteRule.backendRefs). No
+    condition says so (ResolvedRefs stays True): ``reason`` is ``NoReadyEndpoint``,
+    the spec's own words, and a case failing on it is not ``doomed``."""
+    found = answering_rule(res, outcome)
+    if found is None or not outcome.unavailable_weight:
+        return ()
+    route, rule = found
+    out = []
+    for b in rule.backend_refs:
+        resolved = resolve_ref(res, route, b.ref, b.weight)
+        if b.weight > 0 and resolved.backend is not None:
+            be = resolved.backend
+            if not has_ready_endpoint(res, be):
+                problem = (
+                    f"Service {be.namespace}/{be.name} has no ready endpoint: its share "
+                    f"(weight {b.weight}) is answered 503"
+                )
+                where = _at(b.ref.path or b.path, "name")
+                out.append(_of(route, NO_READY_ENDPOINT, where, problem))
+    return tuple(out)
 
 
 def _in_rule(res: Resources, route: HTTPRoute, rule: RouteRule) -> tuple[Mistake, ...]:
