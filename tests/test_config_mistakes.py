@@ -354,6 +354,33 @@ def test_a_mistyped_field_names_the_one_meant(tmp_path: Path, cli: CLI) -> None:
     assert cli("check", str(folder)).rc == 2
 
 
+def test_a_mistyped_field_of_a_service_or_deployment_names_the_one_meant(
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """Issue 31's second trial: ``selecter``, ``targetport`` and ``replica`` passed check
+    (the Service then selected nothing, and ``run`` blamed Envoy a minute later). The
+    API server refuses them; so does check, each at its line, naming the field meant."""
+    folder = write(tmp_path / "shop")
+    path = folder / "resources.yaml"
+    text = path.read_text("utf-8").replace("  replicas: 1", "  replica: 1", 1)
+    text = text.replace("  selector: {app: cart-canary}", "  selecter: {app: cart-canary}")
+    head, _, tail = text.rpartition("targetPort: 3000")
+    path.write_text(f"{head}targetport: 3000{tail}", "utf-8")
+    r = cli("check", str(folder))
+    assert r.rc == 2, r.err
+    typos = (
+        ("  replica: 1", "spec.replica", "replicas"),
+        ("  selecter: {app: cart-canary}", "spec.selecter", "selector"),
+        ("  - {port: 8080, targetport: 3000}", "spec.ports[0].targetport", "targetPort"),
+    )
+    for line, field, meant in typos:
+        where = f"{path}:{line_of(path, line)}: {field}: unknown field "
+        (error,) = [e for e in r.err.splitlines() if e.startswith(where)]
+        assert error.endswith(f"did you mean {meant!r}? [unknown-field]"), error
+    assert "3 input errors" in r.err
+
+
 def test_a_fuzzer_fixture_declares_its_worlds_mistakes(tmp_path: Path, cli: CLI) -> None:  # noqa: F811
     """Drawn worlds hold invalid backendRefs on purpose: the written fixture declares
     the finding, so it passes check with a correct translator, as it must."""
