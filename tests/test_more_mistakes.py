@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from user_scenario import write
+from user_scenario import SPLIT_CASE, write
 from verifier.rules import CONFIGURATION
 
 from verifier.check import Context
 from verifier.cli import main
-from verifier.findings import Finding
+from verifier.findings import Finding, hint
 from verifier.gatewayapi.resources import load_resources
 from verifier.semantics.spec.identical import unreached_matches
 from verifier.semantics.spec.model import DEFAULT_CONTROLLER
@@ -110,9 +110,13 @@ def test_a_target_port_no_container_declares_is_a_warning_at_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     number = edited(tmp_path / "n", (CART_TARGET, CART_TARGET.replace("3000", "8080")))
+    # The models answer the split's case 200 (no case finding: containerPort is
+    # informational), and the warning says so rather than that requests are refused.
+    (number / "cases.yaml").write_text(SPLIT_CASE, "utf-8")
     rc, doc = check_json(capsys, str(number))
     assert rc == 1
     found = only(doc)
+    assert hint("target-port-number", target="8080") in found["message"]
     assert (found["code"], found["severity"], found["resource"]) == (
         "EV914",
         "warning",
@@ -141,6 +145,7 @@ def test_a_named_target_port_no_container_names_and_ports_left_undeclared(
         ("Service shop/cart", "http")
     ]
     assert line_of(found[0]) == "- {port: 8080, targetPort: htpp}"
+    assert hint("target-port-name", target="htpp") in found[0].message
     number = (CART_TARGET, CART_TARGET.replace("3000", "8080"))
     unported = (CART_PORTS, "ports: []")
     assert [f.code for f in mistakes(tmp_path / "b", number, unported)] == []
