@@ -12,10 +12,11 @@ against the ratio and tolerance). A case both models miss because of a
 configuration mistake the spec model names (a backendRef to a missing Service,
 an HTTPRoute no listener accepts) is one EV702 at the mistake's line, the case
 as a related location. A case both models miss the same way otherwise is one
-EV703 at the case, the HTTPRoute rule the spec model chose (and any backendRef of
-it without a ready endpoint) as related locations: the case and the rule's
-weights or matches disagree, whatever the xDS. Models that miss it differently
-give an EV701 each.
+EV703 at the case, with related locations where the answer comes from: the rule
+the spec model chose and any backendRef of it without a ready endpoint; or, for a
+split the case states otherwise, the weight of each of the rule's backendRefs
+(where a user changes a split). The case and the rule disagree, whatever the xDS.
+Models that miss it differently give an EV701 each.
 
 Example: a case expects `GET /v2` with `Version: two` to reach
 `infra-backend-v2`; the Envoy model sends it to `infra-backend-v1`.

@@ -3,14 +3,16 @@
 Why it matters: the Service's targetPort is "the port to access on the pods targeted
 by the service" (Kubernetes ServiceSpec.ports). A number no container listens on
 (``targetPort: 8080`` for ``containerPort: 8000``) gives endpoints on that number,
-so the edge dials them and the connection is refused: in a cluster the requests fail,
-while offline the models, which take every endpoint to answer, agree that they
-succeed. A name "will be looked up as a named port in the target Pod's container
-ports": a name no container declares (with the Service port's protocol) leaves the
-pods without that port. This rule reports it at the Service port's ``targetPort``
-(EV914, a warning; at the port itself when targetPort is left to default to it), names
-the workloads whose pods lack it, and offers their containerPorts ("did you mean
-targetPort 8000?" when they declare one, or the closest name).
+so the edge dials them and, if the container listens only on its declared ports, the
+connection is refused. containerPort is informational, so neither model nor the live
+pass (whose echo backend listens wherever it is sent) can tell: both answer as if the
+pods listen there, and the finding says so. A name "will be looked up as a named port
+in the target Pod's container ports": a name no container declares (with the Service
+port's protocol) leaves the pods without that port. This rule reports it at the
+Service port's ``targetPort`` (EV914, a warning; at the port itself when targetPort
+is left to default to it), names the workloads whose pods lack it, and offers their
+containerPorts ("did you mean targetPort 8000?" when they declare one, or the
+closest name).
 
 containerPort is informational for a number: a pod template that declares no ports
 at all may listen anywhere and is not judged for a numeric targetPort (a name still
@@ -37,6 +39,11 @@ from verifier.suggest import closest
 
 NAME = "service-target-port"
 CODE = "EV914"
+
+
+# What the finding says follows, for a number or a name: the models and the live pass
+# answer as if the pods listen there, so the message must not say otherwise.
+_EFFECT = {True: "target-port-number", False: "target-port-name"}
 
 
 def _own(port: m.ServicePort, workloads: list[m.Workload]) -> list[m.ContainerPort]:
@@ -89,6 +96,7 @@ def _service(svc: m.Service, workloads: list[m.Workload]) -> Iterator[Finding]:
             target=port.target_port,
             workloads=who,
             declared=", ".join(shown) or "none",
+            effect=hint(_EFFECT[port.target_port.isdigit()], target=port.target_port),
             fix=fix,
         )
 

@@ -68,6 +68,7 @@ def fixture_objects(dirs: Iterable[Path]) -> list[dict[str, Any]]:
             creationTimestamp="2026-12-01T00:00:00Z",
             managedFields=[{"manager": "kubectl", "operation": "Update"}],
         )
+        _server_set(obj)
         if obj.get("kind") == "Secret":
             data = dict(obj.get("data") or {})
             for k, v in (obj.pop("stringData", None) or {}).items():
@@ -79,6 +80,39 @@ def fixture_objects(dirs: Iterable[Path]) -> list[dict[str, Any]]:
                 "kubectl.kubernetes.io/last-applied-configuration"
             ] = applied
     return out
+
+
+# A field of a Kubernetes newer than the tool's field lists: an API server that knows it
+# has validated it, so an object read from one must load with it (a file must not).
+NEWER_FIELD = "fieldOfALaterKubernetes"
+
+
+def _server_set(obj: dict[str, Any]) -> None:
+    """What an API server adds to a core object it stores: defaults, a status, and here a
+    field newer than the tool knows; none changes where a request goes."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    kind = obj.get("kind")
+    if kind == "Service":
+        spec.setdefault("sessionAffinity", "None")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec[NEWER_FIELD] = True
+        for port in spec.get("ports") or []:
+            port.setdefault("protocol", "TCP")
+        obj.setdefault("status", {"loadBalancer": {}})
+    elif kind in ("Deployment", "StatefulSet", "DaemonSet"):
+        spec.setdefault("revisionHistoryLimit", 10)
+        template = spec.get("template") or {}
+        template.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+        pod = template.get("spec") or {}
+        pod.update(dnsPolicy="ClusterFirst", schedulerName="default-scheduler", securityContext={})
+        pod[NEWER_FIELD] = True
+        for container in pod.get("containers") or []:
+            container.update(terminationMessagePath="/dev/termination-log", resources={})
+            container.setdefault("imagePullPolicy", "IfNotPresent")
+        obj.setdefault("status", {"observedGeneration": 1})
 
 
 def _unwrap(doc: Any) -> Iterator[dict[str, Any]]:

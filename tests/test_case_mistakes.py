@@ -118,21 +118,21 @@ def test_the_mistake_and_its_case_in_text_and_sarif(tmp_path: Path, edge_verify:
 
 def test_a_split_ratio_is_judged_offline(tmp_path: Path, edge_verify: CLI) -> None:
     """90/10 as the case says passes (an answer from cart-canary counts for the longer
-    prefix, not for cart); the same route changed to 50/50 fails check: one finding at
-    the case saying both models miss it alike, the rule whose weights they follow
-    related."""
+    prefix, not for cart); the same route changed to 60/40 fails check: one finding at
+    the case saying both models miss it alike, with the weights they follow related
+    (where a user changes a split; a second new user was pointed at ``- matches:``)."""
     scenario(tmp_path)
     r = edge_verify("check", "shop", "--format", "json")
     assert (r.rc, findings(r)) == (0, []), r.out
     (tmp_path / "shop").rename(tmp_path / "right")
-    scenario(tmp_path, weight="50", canary_weight="50")
+    scenario(tmp_path, weight="60", canary_weight="40")
     r = edge_verify("check", "shop", "--format", "json")
     assert r.rc == 1
     (found,) = case_findings(r)
     assert (found["code"], found["location"]) == ("EV703", "shop/cases.yaml:1")
-    assert "backend cart share 0.50 of 2xx, expected 0.9±0.07" in found["message"]
-    (rule,) = found["related"]
-    assert rule["location"] == at(tmp_path / "shop", "  - matches:")
+    assert "backend cart share 0.60 of 2xx, expected 0.9±0.07" in found["message"]
+    weights = [at(tmp_path / "shop", f"      weight: {w}") for w in (60, 40)]
+    assert [related["location"] for related in found["related"]] == weights
 
 
 @pytest.mark.live
@@ -155,3 +155,26 @@ def test_live_sends_a_case_both_models_explain_once(tmp_path: Path, edge_verify:
     assert finding["location"] == at(folder, made.line)
     (case,) = finding["related"]
     assert case["location"] == "shop/cases.yaml:1" and case["what"].startswith("case beta-split")
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_live_names_a_backend_without_endpoints_as_check_does(
+    tmp_path: Path, edge_verify: CLI
+) -> None:
+    """The canary Service's selector matches no pod: its share is answered 503 and the
+    split's case fails. check's EV703 names the backendRef without a ready endpoint; so
+    does live's EV801 (a second new user found it named no cause), at the same places."""
+    folder = scenario(tmp_path)
+    path = folder / "resources.yaml"
+    text = path.read_text("utf-8")
+    path.write_text(text.replace("selector: {app: cart-canary}", "selector: {app: cart-canry}"))
+    check = edge_verify("check", "shop", "--format", "json")
+    (ev703,) = case_findings(check)
+    live = edge_verify("live", "shop", "--format", "json")
+    assert live.rc == 1, live.err
+    (ev801,) = [f for f in case_findings(live) if f["code"] == "EV801"]
+    assert ev801["location"] == ev703["location"] == "shop/cases.yaml:1"
+    assert ev801["related"] == ev703["related"]
+    backend_ref = at(folder, "    - name: cart-canary")
+    assert backend_ref in [related["location"] for related in ev801["related"]]

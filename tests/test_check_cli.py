@@ -1299,7 +1299,8 @@ def test_a_case_error_names_the_line_of_its_field(tmp_path: Path, cli: CLI) -> N
         f"- name: dup\n{valid}"
         f"- {valid.strip()}\n  name: dup\n",
     )
-    assert any(f"{cases}:5: [0].expct: unknown key" in ln for ln in lines), lines
+    # ... naming the key meant (found by a second new user: ``staus`` for ``status``).
+    assert any(f"{cases}:5: [0].expct: unknown key; did you mean 'expect'?" in ln for ln in lines)
     assert any(f"{cases}:7: [1].gateway:" in ln for ln in lines), lines
     assert any(f"{cases}:15: [3].name: duplicate case name" in ln for ln in lines), lines
 

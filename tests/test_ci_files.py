@@ -373,7 +373,7 @@ def test_the_action_uploads_findings_then_fails(tmp_path: Path) -> None:
     paths = f"{suite / 'base'} {suite / BROKEN}"
     proc, output = run_action_check(tmp_path, paths)
     assert proc.returncode == 0, proc.stderr  # the step itself goes on, to the upload
-    assert output.read_text() == "exit-code=1\n"
+    assert output.read_text() == "exit-code=1\nreport=written\n"
     doc = yaml.safe_load((tmp_path / "edge-verify.sarif").read_text())
     assert sarif_problems(doc) == []
     results = doc["runs"][0]["results"]
@@ -388,20 +388,33 @@ def test_the_action_uploads_findings_then_fails(tmp_path: Path) -> None:
 def test_the_action_on_clean_input_uploads_an_empty_report(tmp_path: Path) -> None:
     proc, output = run_action_check(tmp_path, " ".join(SCENARIO_PATHS))
     assert proc.returncode == 0, proc.stderr
-    assert output.read_text() == "exit-code=0\n"
+    assert output.read_text() == "exit-code=0\nreport=written\n"
     doc = yaml.safe_load((tmp_path / "edge-verify.sarif").read_text())
     assert sarif_problems(doc) == []
     assert doc["runs"][0]["results"] == []
 
 
-def test_bad_input_skips_the_upload(tmp_path: Path) -> None:
-    """Exit 2 writes no report; the upload step's condition leaves it alone."""
+def test_bad_input_uploads_the_errors_and_a_bad_command_line_nothing(tmp_path: Path) -> None:
+    """Exit 2 on bad input still writes the SARIF, the errors at their lines and the run
+    marked unsuccessful, and it is uploaded; a bad command line writes none, and a
+    report of an earlier run is not left to be uploaded in its place."""
+    sarif = tmp_path / "edge-verify.sarif"
+    upload = next(s for s in steps(ACTION) if "upload-sarif" in s.get("uses", ""))
+    assert "steps.check.outputs.report == 'written'" in upload["if"]
     proc, output = run_action_check(tmp_path, str(tmp_path / "missing.yaml"))
     assert proc.returncode == 0, proc.stderr
+    assert output.read_text() == "exit-code=2\nreport=written\n"
+    doc = yaml.safe_load(sarif.read_text())
+    assert sarif_problems(doc) == []
+    (invocation,) = doc["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    (error,) = invocation["toolExecutionNotifications"]
+    assert error["descriptor"]["id"] == "not-found"
+    output.unlink()
+    proc, output = run_action_check(tmp_path, "--no-such-option")
+    assert proc.returncode == 0, proc.stderr
     assert output.read_text() == "exit-code=2\n"
-    assert not (tmp_path / "edge-verify.sarif").exists()
-    upload = next(s for s in steps(ACTION) if "upload-sarif" in s.get("uses", ""))
-    assert "steps.check.outputs.exit-code != '2'" in upload["if"]
+    assert not sarif.exists()
 
 
 def test_the_sarif_validator_finds_problems() -> None:

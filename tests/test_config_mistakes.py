@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pytest
 import yaml
@@ -352,6 +353,81 @@ def test_a_mistyped_field_names_the_one_meant(tmp_path: Path, cli: CLI) -> None:
     assert (error.field, error.code) == ("spec.rules[0].matchs", "unknown-field")
     assert error.message.endswith("did you mean 'matches'?")
     assert cli("check", str(folder)).rc == 2
+
+
+def test_a_mistyped_field_of_a_service_or_deployment_names_the_one_meant(
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """Issue 31's second trial: ``selecter``, ``targetport`` and ``replica`` passed check
+    (the Service then selected nothing, and ``run`` blamed Envoy a minute later). The
+    API server refuses them; so does check, each at its line, naming the field meant."""
+    folder = write(tmp_path / "shop")
+    path = folder / "resources.yaml"
+    text = path.read_text("utf-8").replace("  replicas: 1", "  replica: 1", 1)
+    text = text.replace("  selector: {app: cart-canary}", "  selecter: {app: cart-canary}")
+    head, _, tail = text.rpartition("targetPort: 3000")
+    path.write_text(f"{head}targetport: 3000{tail}", "utf-8")
+    r = cli("check", str(folder))
+    assert r.rc == 2, r.err
+    typos = (
+        ("  replica: 1", "spec.replica", "replicas"),
+        ("  selecter: {app: cart-canary}", "spec.selecter", "selector"),
+        ("  - {port: 8080, targetport: 3000}", "spec.ports[0].targetport", "targetPort"),
+    )
+    for line, field, meant in typos:
+        where = f"{path}:{line_of(path, line)}: {field}: unknown field "
+        (error,) = [e for e in r.err.splitlines() if e.startswith(where)]
+        assert error.endswith(f"did you mean {meant!r}? [unknown-field]"), error
+    assert "3 input errors" in r.err
+
+
+@pytest.mark.parametrize("fmt", ["json", "junit", "sarif"])
+def test_a_machine_report_of_bad_input_carries_the_errors(
+    fmt: str,
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """check --format json|junit|sarif -o FILE on bad input wrote nothing (a CI step
+    uploading the SARIF got no file). It writes the report, exit 2, with each input
+    error at its line, and never a report that looks clean."""
+    folder = write(tmp_path / "shop")
+    path = folder / "resources.yaml"
+    typo = "  selecter: {app: cart-canary}"
+    path.write_text(path.read_text("utf-8").replace("  selector: {app: cart-canary}", typo))
+    line = line_of(path, typo)
+    report = tmp_path / f"report.{fmt}"
+    r = cli("check", str(folder), "--format", fmt, "-o", str(report))
+    assert r.rc == 2, r.err
+    text = report.read_text("utf-8")
+    if fmt == "json":
+        doc = json.loads(text)
+        (error,) = doc["input_errors"]
+        assert (error["location"], error["field"], error["code"], error["scenario"]) == (
+            f"{path}:{line}",
+            "spec.selecter",
+            "unknown-field",
+            "shop",
+        )
+        assert doc["summary"]["input_errors"] == 1
+    elif fmt == "sarif":  # run's SARIF likewise: bad input stops it before the live pass
+        ran = tmp_path / "run.sarif"
+        assert cli("run", str(folder), "--format", fmt, "-o", str(ran)).rc == 2
+        for sarif in (text, ran.read_text("utf-8")):
+            (invocation,) = json.loads(sarif)["runs"][0]["invocations"]
+            assert (invocation["executionSuccessful"], invocation["exitCode"]) == (False, 2)
+            (note,) = invocation["toolExecutionNotifications"]
+            assert (note["level"], note["descriptor"]["id"]) == ("error", "unknown-field")
+            (where,) = note["locations"]
+            assert where["physicalLocation"]["region"]["startLine"] == line
+    else:
+        suites = ET.fromstring(text)
+        (suite,) = suites
+        assert (suite.get("name"), suite.get("failures")) == ("shop", "1")
+        (failure,) = suite.iter("failure")
+        assert failure.get("type") == "input-error"
+        assert failure.text and failure.text.startswith(f"{path}:{line}: spec.selecter: ")
+        assert failure.text.endswith("[unknown-field]")
 
 
 def test_a_fuzzer_fixture_declares_its_worlds_mistakes(tmp_path: Path, cli: CLI) -> None:  # noqa: F811

@@ -27,6 +27,7 @@ from test_check_cli import (
     translated,
     xds_route,
 )
+from user_scenario import write
 
 from verifier.cli import build_parser, main
 
@@ -418,3 +419,23 @@ def test_request_on_a_listener_set_port(cli: CLI) -> None:
     doc = json.loads(r.out)
     assert doc["agree"] is True
     assert [b["name"] for b in doc["spec"]["backends"]] == ["infra-backend-v2"]
+
+
+@pytest.mark.parametrize(
+    ("host", "path", "reason"),
+    [
+        ("cart.shop.example.com", "/nothing/here", "hostnames match but no match fits"),
+        ("pay.shop.example.com", "/cart/1", "no hostname matching 'pay.shop.example.com'"),
+    ],
+)
+def test_the_index_says_why_it_skipped_a_route(
+    host: str, path: str, reason: str, tmp_path: Path, cli: CLI
+) -> None:
+    """A second new user was told a route was skipped for "no hostname matches ... or no
+    match fits the path's first segment" when its hostname did match: one of the two is
+    named, with the segment that fitted nothing."""
+    r = cli("explain", str(write(tmp_path / "shop")), "--request", f"GET http://{host}{path}")
+    assert r.rc == 0, r.err
+    (line,) = [ln for ln in r.out.splitlines() if "skipped by the index" in ln]
+    assert reason in line and " or " not in line, line
+    assert ("'/nothing'" in line) == (host.startswith("cart")), line

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from user_scenario import write
+from user_scenario import SPLIT_CASE, write
 from verifier.rules import CONFIGURATION
 
 from verifier.check import Context
 from verifier.cli import main
-from verifier.findings import Finding
+from verifier.findings import Finding, hint
 from verifier.gatewayapi.resources import load_resources
+from verifier.live.envoy_process import envoy_available
 from verifier.semantics.spec.identical import unreached_matches
 from verifier.semantics.spec.model import DEFAULT_CONTROLLER
 from verifier.xds.snapshot import Snapshot
@@ -110,9 +111,13 @@ def test_a_target_port_no_container_declares_is_a_warning_at_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     number = edited(tmp_path / "n", (CART_TARGET, CART_TARGET.replace("3000", "8080")))
+    # The models answer the split's case 200 (no case finding: containerPort is
+    # informational), and the warning says so rather than that requests are refused.
+    (number / "cases.yaml").write_text(SPLIT_CASE, "utf-8")
     rc, doc = check_json(capsys, str(number))
     assert rc == 1
     found = only(doc)
+    assert hint("target-port-number", target="8080") in found["message"]
     assert (found["code"], found["severity"], found["resource"]) == (
         "EV914",
         "warning",
@@ -121,6 +126,54 @@ def test_a_target_port_no_container_declares_is_a_warning_at_it(
     assert isinstance(found["location"], str)
     assert text_at(found["location"]) == "  - {port: 8080, targetPort: 8080}"
     assert found["expected"] == {"did_you_mean": "3000"}
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_run_and_live_fail_on_a_warning_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second new user could not make ``run`` fail on a warning (``--fail-on`` was a
+    usage error), though its README says it exits 0 only if all is clean. The split's
+    case passes live and the only finding is EV914, a warning: ``run`` exits 0 by
+    default and 1 with ``--fail-on warning``, its SARIF holding the warning at its line;
+    ``live --fail-on warning`` counts the live pass's findings only (none here)."""
+    folder = edited(tmp_path / "shop", (CART_TARGET, CART_TARGET.replace("3000", "8080")))
+    (folder / "cases.yaml").write_text(SPLIT_CASE, "utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "shop"]) == 0
+    assert main(["run", "shop", "--fail-on", "warning", "--format", "sarif", "-o", "r.sarif"]) == 1
+    (result,) = json.loads((tmp_path / "r.sarif").read_text("utf-8"))["runs"][0]["results"]
+    assert (result["ruleId"], result["level"]) == ("EV914", "warning")
+    where = result["locations"][0]["physicalLocation"]
+    location = f"{where['artifactLocation']['uri']}:{where['region']['startLine']}"
+    assert text_at(location) == "  - {port: 8080, targetPort: 8080}"
+    assert main(["live", "shop", "--fail-on", "warning"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_run_sarif_holds_both_passes_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run --format sarif``: check's findings and the live pass's side by side, each
+    code described among the rules (a SARIF consumer rejects an undescribed ruleId
+    or shows it bare). The canary selects no pod: check's EV703 and EV913, live's
+    EV801, at the case and the backendRef."""
+    folder = edited(tmp_path / "shop", CANARY_SELECTOR)
+    (folder / "cases.yaml").write_text(SPLIT_CASE, "utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "shop", "--format", "sarif"]) == 1
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    results = {(r["ruleId"], r["properties"]["rule"]) for r in run["results"]}
+    assert results == {
+        ("EV703", "case-expectations"),
+        ("EV913", "httproute-backend-endpoints"),
+        ("EV801", "live-three-way"),
+    }
+    described = {rule["id"] for rule in run["tool"]["driver"]["rules"]}
+    assert {code for code, _ in results} <= described
 
 
 def mistakes(folder: Path, *changes: tuple[str, str]) -> list[Finding]:
@@ -141,6 +194,7 @@ def test_a_named_target_port_no_container_names_and_ports_left_undeclared(
         ("Service shop/cart", "http")
     ]
     assert line_of(found[0]) == "- {port: 8080, targetPort: htpp}"
+    assert hint("target-port-name", target="htpp") in found[0].message
     number = (CART_TARGET, CART_TARGET.replace("3000", "8080"))
     unported = (CART_PORTS, "ports: []")
     assert [f.code for f in mistakes(tmp_path / "b", number, unported)] == []

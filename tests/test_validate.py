@@ -837,3 +837,177 @@ def test_remembered_pattern_results_are_re2s(pattern: str, text: str, expected: 
     assert matches.__wrapped__(pattern, text) is expected
     assert matches(pattern, text) is expected
     assert matches(pattern, text) is expected  # the remembered answer
+
+
+# Every field a real manifest of the core kinds may hold where the edge reads (each level
+# from the object down to a container's port), with the values kubectl would send.
+REAL_CORE_MANIFESTS = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: web, labels: {team: a}}
+spec: {finalizers: [kubernetes]}
+status: {phase: Active}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: web, annotations: {a: b}}
+spec:
+  type: LoadBalancer
+  selector: {app: web}
+  ports:
+  - {name: http, protocol: TCP, appProtocol: http, port: 80, targetPort: http, nodePort: 30080}
+  clusterIP: 10.0.0.1
+  clusterIPs: [10.0.0.1]
+  externalIPs: [192.0.2.1]
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: 10}}
+  loadBalancerIP: 192.0.2.2
+  loadBalancerSourceRanges: [0.0.0.0/0]
+  loadBalancerClass: example.com/lb
+  externalTrafficPolicy: Local
+  healthCheckNodePort: 30000
+  publishNotReadyAddresses: true
+  ipFamilies: [IPv4]
+  ipFamilyPolicy: SingleStack
+  allocateLoadBalancerNodePorts: true
+  internalTrafficPolicy: Cluster
+  trafficDistribution: PreferClose
+status: {loadBalancer: {ingress: [{ip: 192.0.2.2}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: web, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints:
+- addresses: [10.1.0.1]
+  conditions: {ready: true, serving: true, terminating: false}
+  hostname: web-0
+  nodeName: node-1
+  zone: a
+  hints: {forZones: [{name: a}]}
+  targetRef: {kind: Pod, name: web-0, namespace: web}
+  deprecatedTopology: {a: b}
+ports:
+- {name: http, protocol: TCP, port: 8080, appProtocol: http}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: s, namespace: web}
+type: Opaque
+immutable: true
+stringData: {a: b}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c, namespace: web}
+immutable: false
+data: {a: b}
+binaryData: {b: YQ==}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: web}
+spec:
+  replicas: 2
+  minReadySeconds: 1
+  revisionHistoryLimit: 3
+  paused: false
+  progressDeadlineSeconds: 600
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}
+  selector: {matchLabels: {app: web}, matchExpressions: [{key: app, operator: Exists}]}
+  template:
+    metadata: {labels: {app: web}, annotations: {a: b}, creationTimestamp: null}
+    spec:
+      serviceAccountName: web
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 5
+      dnsPolicy: ClusterFirst
+      restartPolicy: Always
+      schedulerName: default-scheduler
+      nodeSelector: {disk: ssd}
+      tolerations: [{key: a, operator: Exists}]
+      affinity: {}
+      securityContext: {runAsNonRoot: true}
+      imagePullSecrets: [{name: pull}]
+      topologySpreadConstraints: []
+      volumes: [{name: tmp, emptyDir: {}}]
+      initContainers: [{name: init, image: busybox}]
+      containers:
+      - name: web
+        image: web:1
+        imagePullPolicy: IfNotPresent
+        command: [/web]
+        args: [--port=8080]
+        workingDir: /
+        env: [{name: A, value: b}]
+        envFrom: [{configMapRef: {name: c}}]
+        ports: [{name: http, containerPort: 8080, protocol: TCP, hostPort: 0, hostIP: ""}]
+        resources: {limits: {cpu: "1"}, requests: {memory: 64Mi}}
+        livenessProbe: {httpGet: {path: /healthz, port: http}}
+        readinessProbe: {tcpSocket: {port: 8080}}
+        startupProbe: {exec: {command: ["true"]}}
+        lifecycle: {preStop: {sleep: {seconds: 1}}}
+        securityContext: {readOnlyRootFilesystem: true}
+        volumeMounts: [{name: tmp, mountPath: /tmp}]
+        terminationMessagePath: /dev/termination-log
+        terminationMessagePolicy: File
+        stdin: false
+        tty: false
+status: {replicas: 2}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: web}
+spec:
+  serviceName: db
+  replicas: 1
+  podManagementPolicy: Parallel
+  updateStrategy: {type: RollingUpdate}
+  persistentVolumeClaimRetentionPolicy: {whenDeleted: Retain}
+  ordinals: {start: 0}
+  volumeClaimTemplates: []
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: db}]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: web}
+spec:
+  updateStrategy: {type: OnDelete}
+  minReadySeconds: 0
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {hostNetwork: true, containers: [{name: agent, image: agent}]}
+"""
+
+
+def test_real_core_manifests_load() -> None:
+    assert found(REAL_CORE_MANIFESTS) == []
+
+
+@pytest.mark.parametrize(
+    ("real", "typo", "field"),
+    [
+        ("  sessionAffinity: ClientIP", "  sessionAfinity: ClientIP", "spec.sessionAfinity"),
+        ("  zone: a", "  zome: a", "endpoints[0].zome"),
+        ("{ready: true,", "{redy: true,", "endpoints[0].conditions.redy"),
+        ("immutable: true", "imutable: true", "imutable"),
+        ("  paused: false", "  pausd: false", "spec.pausd"),
+        ("      dnsPolicy:", "      dnsPolicyy:", "spec.template.spec.dnsPolicyy"),
+        ("        workingDir: /", "        workdir: /", "spec.template.spec.containers[0].workdir"),
+        ("hostPort: 0", "hostport: 0", "spec.template.spec.containers[0].ports[0].hostport"),
+        ("annotations: {a: b}, creationTimestamp", "anotations: {a: b}, creationTimestamp",
+         "spec.template.metadata.anotations"),
+        ("  serviceName: db", "  servicename: db", "spec.servicename"),
+        ("  updateStrategy: {type: OnDelete}", "  updatestrategy: {type: OnDelete}",
+         "spec.updatestrategy"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_core_field_is_unknown_at_its_level(real: str, typo: str, field: str) -> None:
+    assert REAL_CORE_MANIFESTS.count(real) == 1, real
+    (error,) = problems(REAL_CORE_MANIFESTS.replace(real, typo))
+    assert (error.field, error.code) == (field, "unknown-field")
+    assert "did you mean" in error.message

@@ -202,11 +202,17 @@ def test_fields_the_derivation_reads_are_validated(doc: str, field: str, code: s
     assert [(e.field, e.code) for e in caught.value.errors] == [(field, code)]
 
 
-def test_fields_the_derivation_does_not_read_stay_open() -> None:
+def test_fields_the_derivation_does_not_read_are_known_not_checked() -> None:
+    """A field of DeploymentSpec the derivation never reads is known and its value left
+    to the API server (``strategy`` with whatever it holds); a key the API does not
+    define at that level is refused, as the API server refuses it."""
     doc = _workload("Deployment", "a").replace(
-        "spec:\n  selector", "spec:\n  strategy: {type: Recreate}\n  anything: 1\n  selector"
+        "spec:\n  selector", "spec:\n  strategy: {type: Recreate, anything: 1}\n  selector"
     )
     assert _load(doc).workloads
+    with pytest.raises(InputErrors) as caught:
+        _load(doc.replace("strategy:", "stratgy:"))
+    assert [(e.field, e.code) for e in caught.value.errors] == [("spec.stratgy", "unknown-field")]
 
 
 def test_a_huge_replica_count_is_refused_not_enumerated() -> None:

@@ -35,11 +35,13 @@ from verifier.inputs import LIMIT_FLAGS, Limits, limits, set_limits
 # its own machinery, so `--version`, `--help` and `status` never load envoy-data-plane,
 # Hypothesis or the models (tests/test_startup.py holds it).
 if TYPE_CHECKING:
+    from verifier.findings import Finding
     from verifier.gatewayapi.cluster import ClusterSource
     from verifier.gatewayapi.resources import Resources
     from verifier.live.remote import Remote
     from verifier.live.results import LiveReport
     from verifier.pipeline import CheckOptions, ScenarioResult
+    from verifier.report.scenario import ScenarioError
     from verifier.xds.snapshot import Snapshot
 
 EXIT_OK = 0
@@ -439,7 +441,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from verifier import baseline, pipeline
-    from verifier.report import findings_json, junit, sarif, text
+    from verifier.report import text
     from verifier.rules import RULES
 
     for given, flag in ((args.save_baseline, "--save-baseline"), (args.baseline, "--baseline")):
@@ -492,7 +494,12 @@ def _check(args: argparse.Namespace) -> int:
                 state += f" (and {len(r.expected)} expected)" if r.expected else ""
             Console(stderr=True).print(f"[{i}/{n}] {r.scenario.name}: {state}", highlight=False)
 
-    results = pipeline.check_all(args.paths, opts, RULES, progress)
+    try:
+        results = pipeline.check_all(args.paths, opts, RULES, progress)
+    except InputErrors as exc:  # no scenario's: a machine-readable report still says so
+        if args.format != "text":
+            _write(_check_report(args, [], before, [("", e) for e in exc.errors]), args.output)
+        raise
     bad_input = [e for r in results for e in r.input_errors]
     for r in results:
         prefix = f"{r.scenario.name}: " if len(results) > 1 else ""
@@ -513,27 +520,52 @@ def _check(args: argparse.Namespace) -> int:
         _print_input_errors(r.input_errors, prefix)
     if bad_input:
         n = len(bad_input)
+        if args.format != "text":  # what could be checked, and the errors: never clean
+            errors = [(r.scenario.name, e) for r in results for e in r.input_errors]
+            _write(_check_report(args, results, before, errors), args.output)
         print(f"edge-verify: {n} input error{'s' if n != 1 else ''}", file=sys.stderr)
-        return EXIT_BAD_INPUT  # no report: it would claim a clean run
+        return EXIT_BAD_INPUT  # no text report: the errors above are it
     findings = [f for r in results for f in r.findings]
-    summary = pipeline.summary(results, baseline=before is not None)
     if args.save_baseline:
         baseline.save(args.save_baseline, frozenset().union(*(r.agreed for r in results)))
+    _write(_check_report(args, results, before), args.output)
+    if args.output:  # the report went to a file: the terminal still hears how it went
+        summary = pipeline.summary(results, baseline=before is not None)
+        print(f"{text.summary_line(summary)} (report: {args.output})", file=sys.stderr)
+    return EXIT_FINDINGS if _fails(findings, args.fail_on) else EXIT_OK
+
+
+def _fails(findings: Iterable[Finding], fail_on: str) -> bool:
+    """Whether a finding is at or above ``--fail-on`` (error, or warning)."""
+    levels = ("error",) if fail_on == "error" else ("error", "warning")
+    return any(f.severity in levels for f in findings)
+
+
+def _check_report(
+    args: argparse.Namespace,
+    results: Sequence[ScenarioResult],
+    before: object,
+    errors: Sequence[ScenarioError] = (),
+) -> str:
+    """check's report in ``--format``; with ``errors`` (a run that exits 2), the machine
+    formats carry them beside the findings of what could be checked."""
+    from verifier import pipeline
+    from verifier.report import findings_json, junit, sarif, text
+    from verifier.rules import RULES
+
+    summary = pipeline.summary(results, baseline=before is not None)
+    if errors:
+        summary["input_errors"] = len(errors)
     scenarios = [pipeline.reported(r) for r in results]
     notes = pipeline.input_notes(results)
     if args.format == "json":
-        out = findings_json.render(scenarios, summary, notes)
-    elif args.format == "junit":
-        out = junit.render(scenarios)
-    elif args.format == "sarif":
-        out = sarif.render(scenarios, RULES, _version(), notes)
-    else:
-        out = text.render(findings, summary, _scenario_lines(results))
-    _write(out, args.output)
-    if args.output:  # the report went to a file: the terminal still hears how it went
-        print(f"{text.summary_line(summary)} (report: {args.output})", file=sys.stderr)
-    levels = ("error",) if args.fail_on == "error" else ("error", "warning")
-    return EXIT_FINDINGS if any(f.severity in levels for f in findings) else EXIT_OK
+        return findings_json.render(scenarios, summary, notes, errors)
+    if args.format == "junit":
+        return junit.render(scenarios, errors)
+    if args.format == "sarif":
+        return sarif.render(scenarios, RULES, _version(), notes, errors)
+    findings = [f for r in results for f in r.findings]
+    return text.render(findings, summary, _scenario_lines(results))
 
 
 def _scenario_lines(results: Sequence[ScenarioResult]) -> list[str]:
@@ -692,7 +724,7 @@ def cmd_live(args: argparse.Namespace) -> int:
     else:
         report = _live_pass(args, opts, remote=remote)
     _write_live(args, report)
-    return EXIT_OK if report.ok else EXIT_FINDINGS
+    return EXIT_OK if report.ok and not _fails(report.findings, args.fail_on) else EXIT_FINDINGS
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -712,9 +744,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         results = pipeline.check_all(args.paths, opts, RULES)
     bad_input = [e for r in results for e in r.input_errors]
     if bad_input:
+        if args.format == "sarif":  # as check's: what could be checked, and the errors
+            errors = [(r.scenario.name, e) for r in results for e in r.input_errors]
+            _write(_run_sarif(results, None, errors), args.output)
         raise InputErrors(bad_input)
     findings = [f for r in results for f in r.findings]
-    errors = [f for f in findings if f.severity == "error"]
     if tty:
         with _Bar(n, "live") as bar:
             report = _live_pass(args, opts, bar, remote)
@@ -724,14 +758,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     for f in findings:
         for line in text.finding_lines(f):
             print(line, file=sys.stderr)
-    _write_live(args, report)
+    if args.format == "sarif":
+        _write(_run_sarif(results, report), args.output)
+    else:
+        _write_live(args, report)
     # One summary at the end: check's line, then the live pass's (on stderr, so
     # stdout holds only the report in whatever format was asked for).
     for line in _scenario_lines(results):
         print(line, file=sys.stderr)
     print(text.summary_line(pipeline.summary(results)), file=sys.stderr)
     print(live.summary_line(report.summary()), file=sys.stderr)
-    return EXIT_OK if report.ok and not errors else EXIT_FINDINGS
+    failed = not report.ok or _fails([*findings, *report.findings], args.fail_on)
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def _run_sarif(
+    results: Sequence[ScenarioResult],
+    report: LiveReport | None,
+    errors: Sequence[ScenarioError] = (),
+) -> str:
+    """``run --format sarif``: check's SARIF, each scenario's live findings beside its
+    check findings (``live-three-way``), and, on bad input, the errors as check has them."""
+    from verifier import pipeline
+    from verifier.live.runner import LIVE_CODES
+    from verifier.live.runner import RULE as LIVE_RULE
+    from verifier.report import sarif
+    from verifier.report.scenario import ScenarioReport
+    from verifier.rules import RULES
+
+    scenarios = [pipeline.reported(r) for r in results]
+    live = {s.name: s.findings for s in report.scenarios} if report is not None else {}
+    merged = [replace(s, findings=(*s.findings, *live.pop(s.name, ()))) for s in scenarios]
+    merged += [ScenarioReport(name, findings=found) for name, found in live.items() if found]
+    notes = pipeline.input_notes(results)
+    return sarif.render(merged, RULES, _version(), notes, errors, ((LIVE_RULE, LIVE_CODES),))
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -1133,12 +1193,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument(
         "-o", "--output", metavar="FILE", help="write the report here instead of stdout"
     )
-    ck.add_argument(
-        "--fail-on",
-        default="error",
-        choices=("error", "warning"),
-        help="the least severe finding that makes the exit code 1 (default: error)",
-    )
+    _add_fail_on(ck, "the least severe finding that makes the exit code 1")
     ck.add_argument(
         "--cases",
         action="append",
@@ -1327,8 +1382,9 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=helptext,
             description=desc,
-            epilog="Exit codes: 0 all pass, 1 any case fails (or, for run, check finds an "
-            "error), 2 bad input or nothing to run, 130 Ctrl-C.",
+            epilog="Exit codes: 0 all pass, 1 any case fails or a finding is at or above "
+            "--fail-on (for run, check's findings too), 2 bad input or nothing to run, "
+            "130 Ctrl-C.",
         )
         _add_common(lv, cluster=True)
         _add_remote(lv)
@@ -1354,9 +1410,13 @@ def build_parser() -> argparse.ArgumentParser:
         lv.add_argument(
             "--format",
             default="text",
-            choices=("text", "json", "junit", "conformance"),
-            help="text (default); json (a stable contract); junit; conformance: a Gateway "
-            "API ConformanceReport YAML",
+            choices=FORMATS + (("sarif",) if name == "run" else ()),
+            help=f"{FORMAT_HELP}{RUN_SARIF_HELP if name == 'run' else ''}",
+        )
+        _add_fail_on(
+            lv,
+            "the least severe finding (of the live pass; for run, of check too) that makes "
+            "the exit code 1, as a failing case does",
         )
         lv.add_argument("-o", "--output", metavar="FILE", help="write the report here")
         lv.add_argument(
@@ -1408,6 +1468,22 @@ def build_parser() -> argparse.ArgumentParser:
         _add_mesh(lv)
         lv.set_defaults(run=cmd_live if name == "live" else cmd_run)
     return parser
+
+
+# live's and run's report formats; run also writes check's SARIF, with the live pass's
+# findings beside check's.
+FORMATS = ("text", "json", "junit", "conformance")
+FORMAT_HELP = (
+    "text (default); json (a stable contract); junit; conformance: a Gateway API "
+    "ConformanceReport YAML"
+)
+RUN_SARIF_HELP = "; sarif: check's and the live pass's findings, for code review"
+
+
+def _add_fail_on(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--fail-on", default="error", choices=("error", "warning"), help=f"{what} (default: error)"
+    )
 
 
 def _report(errors: Sequence[InputError]) -> int:

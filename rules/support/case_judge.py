@@ -19,6 +19,7 @@ from verifier.findings import Finding, Related, new
 from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.semantics.cases import Case, model_unmet
 from verifier.semantics.request import Evaluation, Outcome
+from verifier.semantics.shares import Shares, share_problems
 from verifier.semantics.spec.mistakes import (
     Mistake,
     answering_rule,
@@ -132,19 +133,34 @@ def related(ctx: Context, found: tuple[Mistake, ...]) -> tuple[Related, ...]:
 
 
 def rule_related(ctx: Context, judged: Judged) -> tuple[Related, ...]:
-    """The HTTPRoute rule the spec model chose for the case (its weights and matches
-    are what the answer follows), then each of its backendRefs whose share is answered
-    503 for want of a ready endpoint."""
+    """Where the answer the models agree on comes from: each backendRef of the rule the
+    spec model chose whose share is answered 503 for want of a ready endpoint, after
+    that rule; else, for a split the case states otherwise, the weight of each of its
+    backendRefs (where a user changes a split); else that rule (its matches, filters)."""
     outcome = judged.spec.outcome
     found = answering_rule(ctx.res, outcome)
     if found is None:
         return ()
     route, rule = found
-    where = route.meta.where(rule.path or f"spec.rules[{rule.index}]")
     meta = route.meta
-    what = f"HTTPRoute {meta.namespace}/{meta.name} rule {rule.index}, chosen by the spec model"
-    unready = unready_backends(ctx.res, outcome)
-    return (Related(where.file, where.line, what), *related(ctx, unready))
+    named = f"HTTPRoute {meta.namespace}/{meta.name} rule {rule.index}"
+    unready = related(ctx, unready_backends(ctx.res, outcome))
+    if not unready and len(rule.backend_refs) > 1 and _split_missed(judged):
+        weights = []
+        for i, b in enumerate(rule.backend_refs):
+            where = meta.where(f"{b.path or f'{rule.path}.backendRefs[{i}]'}.weight")
+            what = f"weight {b.weight} of backendRef {b.ref.name} ({named})"
+            weights.append(Related(where.file, where.line, what))
+        return tuple(weights)
+    where = meta.where(rule.path or f"spec.rules[{rule.index}]")
+    return (Related(where.file, where.line, f"{named}, chosen by the spec model"), *unready)
+
+
+def _split_missed(judged: Judged) -> bool:
+    """The case states a share of statuses or backends the models' split does not give."""
+    expect = judged.case.expect
+    stated = Shares(expect.status_ratio, expect.backend_ratio)
+    return bool(share_problems(stated, judged.spec.outcome))
 
 
 def case_related(ctx: Context, case: Case, problems: str = "") -> Related:

@@ -158,7 +158,7 @@ class _Reader:
         ns = str(meta.get("namespace") or "") if isinstance(meta, dict) else ""
         name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
         where = f"cluster:{self.context}/{kind.kind}/{ns + '/' if ns else ''}{name}"
-        return RawObject(data, where, {"": 1})
+        return RawObject(data, where, {"": 1}, served=True)
 
     def pages(self, kind: Kind, path: str, namespace: str | None) -> Iterator[dict[str, Any]]:
         """Every item, page by page: a large cluster answers in bounded pieces, and the

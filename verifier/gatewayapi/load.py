@@ -116,6 +116,9 @@ class RawObject:
     data: dict[str, Any]
     file: str
     lines: Mapping[str, int] = field(default_factory=dict)
+    # Read from an API server (``edge-verify ... --kubeconfig``), which has decoded and
+    # stored it already; False for a file's object, which no API server has seen yet.
+    served: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.lines, Lines):

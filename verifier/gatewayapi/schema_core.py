@@ -30,6 +30,11 @@ class Ctx:
     errors: list[InputError] = field(default_factory=list)
     # A Secret's values are key material: its errors say what was wrong, never what was there.
     secret: bool = False
+    # Whose schema an unknown field is missing from, for its message.
+    schema: str = "the Gateway API v1.5 schema"
+    # Read from an API server (``RawObject.served``), which decoded it with its own
+    # field list, perhaps newer than ours: a field we do not know is no mistake there.
+    served: bool = False
 
     def error(self, path: str, code: str, message: str) -> None:
         self.errors.append(InputError(self.raw.file, self.raw.line_of(path), path, code, message))
@@ -72,6 +77,12 @@ class Bool:
 
 
 @dataclass(frozen=True)
+class Unread:
+    """A field the API defines whose value the edge never reads: its name is known
+    (a typo beside it is still caught), its value is the API server's to check."""
+
+
+@dataclass(frozen=True)
 class Field:
     node: Node
     required: bool = False
@@ -83,6 +94,8 @@ class Obj:
     rules: tuple[Rule, ...] = ()
     # Free-form objects (status, metadata checked elsewhere) accept any key.
     open: bool = False
+    # The API type it is (``ServiceSpec``), for an unknown field's message.
+    title: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,7 +117,7 @@ class Map:
     rules: tuple[Rule, ...] = ()
 
 
-Node = Str | Int | Bool | Obj | Arr | Map
+Node = Str | Int | Bool | Obj | Arr | Map | Unread
 
 
 def opt(node: Node) -> Field:
@@ -194,6 +207,8 @@ def check(ctx: Ctx, node: Node, value: Any, path: str) -> None:
     Every problem is reported, not just the first: the API server does the
     same for schema errors, and a person fixing a file wants the whole list.
     """
+    if isinstance(node, Unread):
+        return
     if isinstance(node, Str):
         _check_str(ctx, node, value, path)
     elif isinstance(node, Int):
@@ -256,15 +271,8 @@ def _check_obj(ctx: Ctx, node: Obj, value: Any, path: str) -> None:
     for key, child in value.items():
         spec = node.fields.get(key)
         if spec is None:
-            if not node.open:
-                near = closest(str(key), node.fields)
-                ctx.error(
-                    join(path, key),
-                    "unknown-field",
-                    f"unknown field {key!r}: not in the Gateway API v1.5 schema; the API "
-                    "server rejects it (strict field validation, kubectl's default) or "
-                    "silently prunes it" + (f"; did you mean {near!r}?" if near else ""),
-                )
+            if not node.open and not ctx.served:
+                _unknown_field(ctx, node, str(key), join(path, key))
             continue
         if child is not None:  # null is pruned like an absent field
             check(ctx, spec.node, child, join(path, key))
@@ -273,6 +281,18 @@ def _check_obj(ctx: Ctx, node: Obj, value: Any, path: str) -> None:
             ctx.error(join(path, key), "required", f"required field {key!r} is missing")
     for rule in node.rules:
         rule(ctx, value, path)
+
+
+def _unknown_field(ctx: Ctx, node: Obj, key: str, path: str) -> None:
+    near = closest(key, node.fields)
+    where = f"a field of {node.title} in {ctx.schema}" if node.title else f"in {ctx.schema}"
+    ctx.error(
+        path,
+        "unknown-field",
+        f"unknown field {key!r}: not {where}; the API server rejects it (strict field "
+        "validation, kubectl's default) or silently drops it"
+        + (f"; did you mean {near!r}?" if near else ""),
+    )
 
 
 def identity(item: Any) -> str:

@@ -4,7 +4,8 @@ The edge is verified offline, from YAML nobody has applied yet, so a route the
 API server would refuse must not be translated as if it were live. For the
 Gateway API kinds this is the v1.5 experimental-channel CRD (OpenAPI schema
 plus CEL ``x-kubernetes-validations``; see ``schema_*.py``); for the core kinds
-it is the few built-in checks the edge's input depends on.
+it is every field name the Kubernetes API defines where the edge reads, and the
+built-in checks the edge's input depends on (``schema_kube.py``).
 
 Unlike the API server, every problem is reported: schema errors and CEL rules
 alike (the API server skips CEL rules once a type or enum error is found).
@@ -41,37 +42,14 @@ Objects and core kinds: ``unsupported-version`` (apiVersion not served),
 
 from __future__ import annotations
 
-import base64
-import binascii
+from collections.abc import Callable
 from typing import Any
 
 from verifier.errors import InputError
+from verifier.gatewayapi import schema_kube
 from verifier.gatewayapi.load import RawObject
-from verifier.gatewayapi.schema_common import (
-    ANNOTATION_VALUE,
-    DNS_LABEL_RE,
-    DNS_SUBDOMAIN_RE,
-    LABEL_SELECTOR,
-    LABEL_VALUE,
-    QUALIFIED_NAME_RE,
-)
-from verifier.gatewayapi.schema_core import (
-    Arr,
-    Ctx,
-    Int,
-    Map,
-    Obj,
-    Str,
-    as_int,
-    check,
-    d,
-    identity,
-    join,
-    lst,
-    matches,
-    opt,
-    req,
-)
+from verifier.gatewayapi.schema_common import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+from verifier.gatewayapi.schema_core import Ctx, Obj, Str, check, join, matches, opt, req
 from verifier.gatewayapi.schema_gateway import (
     GATEWAY_SPEC,
     GATEWAYCLASS_SPEC,
@@ -79,6 +57,17 @@ from verifier.gatewayapi.schema_gateway import (
     REFERENCEGRANT_SPEC,
 )
 from verifier.gatewayapi.schema_httproute import HTTPROUTE_SPEC
+from verifier.gatewayapi.schema_kube import (
+    ANNOTATIONS,
+    CONFIG_MAP,
+    ENDPOINT_SLICE,
+    LABELS,
+    METADATA_FIELDS,
+    NAMESPACE,
+    SERVICE,
+    check_secret,
+)
+from verifier.gatewayapi.schema_workloads import WORKLOADS
 from verifier.suggest import closest
 
 _ANY = Obj({}, open=True)
@@ -118,6 +107,21 @@ CORE_VERSIONS = {
     ("apps", "DaemonSet"): "v1",
 }
 
+
+def _checker(schema: Obj) -> Callable[[Ctx, Any], None]:
+    return lambda ctx, data: check(ctx, schema, data, "")
+
+
+# kind -> its check. ``metadata`` is checked apart (``_check_metadata``).
+CORE_CHECKS: dict[str, Callable[[Ctx, Any], None]] = {
+    "Service": _checker(SERVICE),
+    "Secret": check_secret,
+    "ConfigMap": _checker(CONFIG_MAP),
+    "Namespace": _checker(NAMESPACE),
+    "EndpointSlice": _checker(ENDPOINT_SLICE),
+    **{kind: _checker(schema) for kind, schema in WORKLOADS.items()},
+}
+
 # What metadata.name must look like, per kind (Kubernetes name validation).
 _SUBDOMAIN = (DNS_SUBDOMAIN_RE, 253, "a lowercase RFC 1123 subdomain (letters, digits, '-', '.')")
 _LABEL = (DNS_LABEL_RE, 63, "a lowercase RFC 1123 label (letters, digits, '-')")
@@ -127,34 +131,6 @@ _DNS1035 = (
     "a lowercase RFC 1035 label (starting with a letter)",
 )
 NAME_RULES = {"Namespace": _LABEL, "Service": _DNS1035}
-
-METADATA_FIELDS = frozenset(
-    {
-        "name", "generateName", "namespace", "labels", "annotations", "uid",
-        "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-        "deletionGracePeriodSeconds", "ownerReferences", "finalizers", "managedFields",
-        "selfLink",
-    }
-)  # fmt: skip
-LABELS = Map(
-    LABEL_VALUE,
-    keys=Str(
-        max_len=316,  # 253 prefix + '/' + 63 name; the pattern bounds each part
-        pattern=QUALIFIED_NAME_RE,
-        expect="must be a label key: an optional DNS subdomain prefix and '/', then a name "
-        "of up to 63 characters",
-        code="invalid-label-key",
-    ),
-)
-ANNOTATIONS = Map(
-    ANNOTATION_VALUE,
-    keys=Str(
-        pattern=QUALIFIED_NAME_RE,
-        expect="must be an annotation key: an optional DNS subdomain prefix and '/', then "
-        "a name of up to 63 characters",
-        code="invalid-annotation-key",
-    ),
-)
 
 
 def validate_object(raw: RawObject) -> list[InputError]:
@@ -170,10 +146,9 @@ def validate_object(raw: RawObject) -> list[InputError]:
     elif (group, kind) in CORE_VERSIONS and _check_version(
         ctx, version, (CORE_VERSIONS[(group, kind)],)
     ):
+        ctx.schema, ctx.served = schema_kube.SCHEMA, raw.served
         _check_metadata(ctx, NAME_RULES.get(kind, _SUBDOMAIN))
-        checker = CORE_CHECKS.get(kind)
-        if checker is not None:
-            checker(ctx, raw.data)
+        CORE_CHECKS[kind](ctx, raw.data)
     return sorted(ctx.errors)
 
 
@@ -206,7 +181,7 @@ def _check_metadata(ctx: Ctx, name_rule: tuple[str, int, str]) -> None:
         ctx.error("metadata.name", "required", "required field 'name' is missing")
         return
     for key in meta:
-        if key not in METADATA_FIELDS:
+        if key not in METADATA_FIELDS and not ctx.served:
             near = closest(str(key), METADATA_FIELDS)
             hint = f"; did you mean {near!r}?" if near else ""
             ctx.error(
@@ -222,291 +197,3 @@ def _check_metadata(ctx: Ctx, name_rule: tuple[str, int, str]) -> None:
         check(ctx, LABELS, meta["labels"], "metadata.labels")
     if meta.get("annotations") is not None:
         check(ctx, ANNOTATIONS, meta["annotations"], "metadata.annotations")
-
-
-# Core kinds: only the built-in checks the edge depends on. Their schemas are
-# open (unknown fields are not reported): the edge reads a small part of them.
-
-_IANA_SVC_NAME = r"^[-a-z0-9]+$"
-_PROTOCOL = Str(enum=("TCP", "UDP", "SCTP"))
-
-
-def _target_port_rule(ctx: Ctx, port: Any, path: str) -> None:
-    target = d(port).get("targetPort")
-    where = join(path, "targetPort")
-    number = as_int(target)
-    if target is None:
-        return
-    if number is not None:
-        if not 1 <= number <= 65535:
-            ctx.error(
-                where, "minimum" if number < 1 else "maximum", f"must be 1..65535, got {number}"
-            )
-    elif isinstance(target, str):
-        ok = (
-            len(target) <= 15
-            and matches(_IANA_SVC_NAME, target)
-            and any(c.isalpha() for c in target)
-            and "--" not in target
-            and not target.startswith("-")
-            and not target.endswith("-")
-        )
-        if not ok:
-            ctx.error(
-                where,
-                "invalid-name",
-                "must be a port number or an IANA service name (at most 15 lowercase "
-                f"letters, digits, '-'), got {target!r}",
-            )
-    else:
-        ctx.error(where, "type", f"expected integer or string, got {target!r}")
-
-
-SERVICE_PORT = Obj(
-    {
-        "name": opt(
-            Str(
-                max_len=63,
-                pattern=DNS_LABEL_RE,
-                expect="must be a lowercase RFC 1123 label",
-                code="invalid-name",
-            )
-        ),
-        "protocol": opt(_PROTOCOL),
-        "port": req(Int(minimum=1, maximum=65535)),
-        "nodePort": opt(Int(minimum=0, maximum=65535)),
-        "appProtocol": opt(Str()),
-    },
-    open=True,
-    rules=(_target_port_rule,),
-)
-
-
-def _service_rule(ctx: Ctx, spec: Any, path: str) -> None:
-    obj = d(spec)
-    ports = [d(p) for p in lst(obj.get("ports"))]
-    headless = obj.get("clusterIP") == "None"
-    if not ports and obj.get("type") != "ExternalName" and not headless:
-        ctx.error(
-            join(path, "ports"),
-            "required",
-            "a Service needs at least one port (unless headless or ExternalName)",
-        )
-    names: dict[str, int] = {}
-    pairs: dict[str, int] = {}
-    for i, port in enumerate(ports):
-        here = f"{path}.ports[{i}]"
-        name = port.get("name")
-        if len(ports) > 1 and not name:
-            ctx.error(
-                join(here, "name"),
-                "required",
-                "each port needs a name when a Service has more than one",
-            )
-        elif isinstance(name, str) and name:
-            if name in names:
-                ctx.error(
-                    join(here, "name"),
-                    "unique",
-                    f"port name {name!r} is already used by {path}.ports[{names[name]}]",
-                )
-            names.setdefault(name, i)
-        number, protocol = port.get("port"), port.get("protocol", "TCP")
-        pair = identity([number, protocol])
-        if pair in pairs:
-            ctx.error(
-                here,
-                "unique",
-                f"port {number}/{protocol} is already defined at {path}.ports[{pairs[pair]}]",
-            )
-        pairs.setdefault(pair, i)
-
-
-SERVICE = Obj(
-    {
-        "spec": req(
-            Obj(
-                {
-                    "type": opt(
-                        Str(enum=("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"))
-                    ),
-                    "ports": opt(Arr(SERVICE_PORT)),
-                },
-                open=True,
-                rules=(_service_rule,),
-            )
-        )
-    },
-    open=True,
-)
-
-_CONFIG_KEY = Str(
-    max_len=253,
-    pattern=r"^[-._a-zA-Z0-9]+$",
-    expect="must be a key of letters, digits, '-', '_' or '.'",
-)
-
-
-def _check_secret(ctx: Ctx, data: Any) -> None:
-    ctx.secret = True  # key material: errors never quote it
-    check(ctx, SECRET, data, "")
-
-
-def _secret_rule(ctx: Ctx, secret: Any, path: str) -> None:
-    obj = d(secret)
-    data = d(obj.get("data"))
-    for key, value in data.items():
-        if isinstance(value, str):
-            try:
-                base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                ctx.error(
-                    join("data", key),
-                    "invalid-base64",
-                    "data values must be base64-encoded (use stringData for plain text)",
-                )
-    if obj.get("type") == "kubernetes.io/tls":
-        present = set(data) | set(d(obj.get("stringData")))
-        for key in ("tls.crt", "tls.key"):
-            if key not in present:
-                ctx.error(
-                    join("data", key),
-                    "tls-secret-missing-key",
-                    f"a kubernetes.io/tls Secret must have {key} in data or stringData",
-                )
-
-
-SECRET = Obj(
-    {
-        "type": opt(Str()),
-        "data": opt(Map(Str(), keys=_CONFIG_KEY)),
-        "stringData": opt(Map(Str(), keys=_CONFIG_KEY)),
-    },
-    open=True,
-    rules=(_secret_rule,),
-)
-CONFIG_MAP = Obj(
-    {
-        "data": opt(Map(Str(), keys=_CONFIG_KEY)),
-        "binaryData": opt(Map(Str(), keys=_CONFIG_KEY)),
-    },
-    open=True,
-)
-ENDPOINT_SLICE = Obj(
-    {
-        "addressType": req(Str(enum=("IPv4", "IPv6", "FQDN"))),
-        "endpoints": opt(
-            Arr(
-                Obj({"addresses": req(Arr(Str(), min_items=1, max_items=100))}, open=True),
-                max_items=1000,
-            )
-        ),
-        "ports": opt(
-            Arr(
-                Obj({"name": opt(Str()), "protocol": opt(_PROTOCOL), "port": opt(Int())}, open=True)
-            )
-        ),
-    },
-    open=True,
-)
-
-
-def _port_names_rule(ctx: Ctx, containers: Any, path: str) -> None:
-    """Container port names are unique in a pod: a Service's named targetPort must
-    resolve to one port (the API server rejects the pod template otherwise)."""
-    seen: dict[str, str] = {}
-    for i, container in enumerate(lst(containers)):
-        for j, port in enumerate(lst(d(container).get("ports"))):
-            name = d(port).get("name")
-            here = f"{path}[{i}].ports[{j}].name"
-            if isinstance(name, str) and name:
-                if name in seen:
-                    ctx.error(here, "unique", f"port name {name!r} is already used by {seen[name]}")
-                seen.setdefault(name, here)
-
-
-def _selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
-    if any(labels.get(k) != v for k, v in d(selector.get("matchLabels")).items()):
-        return False
-    for expr in (d(e) for e in lst(selector.get("matchExpressions"))):
-        key, op, values = str(expr.get("key")), expr.get("operator"), lst(expr.get("values"))
-        present = key in labels
-        if (
-            (op == "In" and labels.get(key) not in values)
-            or (op == "NotIn" and present and labels.get(key) in values)
-            or (op == "Exists" and not present)
-            or (op == "DoesNotExist" and present)
-        ):
-            return False
-    return True
-
-
-def _workload_rule(ctx: Ctx, spec: Any, path: str) -> None:
-    """apps/v1: "selector does not match template labels" is refused on create; the
-    endpoints derived for a Service follow the pod template's labels, so a workload
-    whose own selector would not own those pods is not read as if it did."""
-    obj = d(spec)
-    selector = obj.get("selector")
-    labels = d(d(d(obj.get("template")).get("metadata")).get("labels"))
-    if isinstance(selector, dict) and not _selector_matches(selector, labels):
-        ctx.error(
-            join(path, "selector"),
-            "selector-mismatch",
-            "selector does not match template labels (spec.template.metadata.labels)",
-        )
-
-
-CONTAINER_PORT = Obj(
-    {
-        "name": opt(
-            Str(
-                max_len=15,
-                pattern=_IANA_SVC_NAME,
-                expect="must be an IANA service name (lowercase letters, digits, '-')",
-                code="invalid-name",
-            )
-        ),
-        "containerPort": req(Int(minimum=1, maximum=65535)),
-        "protocol": opt(_PROTOCOL),
-    },
-    open=True,
-)
-CONTAINER = Obj({"name": req(Str(min_len=1)), "ports": opt(Arr(CONTAINER_PORT))}, open=True)
-POD_TEMPLATE = Obj(
-    {
-        "metadata": opt(Obj({"labels": opt(LABELS)}, open=True)),
-        "spec": req(
-            Obj(
-                {
-                    "containers": req(Arr(CONTAINER, min_items=1, rules=(_port_names_rule,))),
-                    "serviceAccountName": opt(Str()),
-                },
-                open=True,
-            )
-        ),
-    },
-    open=True,
-)
-
-
-def _workload(replicas: bool) -> Obj:
-    """Deployment, StatefulSet (with replicas) and DaemonSet: only the fields the
-    endpoint derivation reads are checked; the rest stay open."""
-    fields = {"selector": req(LABEL_SELECTOR), "template": req(POD_TEMPLATE)}
-    if replicas:
-        fields["replicas"] = opt(Int(minimum=0))
-    return Obj({"spec": req(Obj(fields, open=True, rules=(_workload_rule,)))}, open=True)
-
-
-SCALED_WORKLOAD = _workload(replicas=True)
-DAEMON_SET = _workload(replicas=False)
-
-CORE_CHECKS = {
-    "Service": lambda ctx, data: check(ctx, SERVICE, data, ""),
-    "Deployment": lambda ctx, data: check(ctx, SCALED_WORKLOAD, data, ""),
-    "StatefulSet": lambda ctx, data: check(ctx, SCALED_WORKLOAD, data, ""),
-    "DaemonSet": lambda ctx, data: check(ctx, DAEMON_SET, data, ""),
-    "Secret": lambda ctx, data: _check_secret(ctx, data),
-    "ConfigMap": lambda ctx, data: check(ctx, CONFIG_MAP, data, ""),
-    "EndpointSlice": lambda ctx, data: check(ctx, ENDPOINT_SLICE, data, ""),
-}

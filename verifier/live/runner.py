@@ -55,7 +55,13 @@ from verifier.live.replay import (
 )
 from verifier.live.results import CASE, WITNESS, CaseResult, LiveReport, ScenarioRun
 from verifier.live.verdict import ODD_ENVOY, ODD_LIVE, ODD_SPEC, ODD_XDS, Verdict, three_way
-from verifier.rules.support.case_judge import Judged, judge, mistake_finding, reason
+from verifier.rules.support.case_judge import (
+    Judged,
+    judge,
+    mistake_finding,
+    reason,
+    rule_related,
+)
 from verifier.semantics import witness as wt
 from verifier.semantics.request import Evaluation, Outcome, Request, evolve
 
@@ -398,7 +404,7 @@ async def _judge_case(
     if once:
         findings, problems = _judged_once(ctx, c, predicted, verdict, findings, problems)
     elif problems and not findings:
-        findings = [_failed_case(ctx, c, attempts, problems)]
+        findings = [_failed_case(ctx, c, predicted, attempts, problems)]
     result = CaseResult(
         scenario=scenario,
         name=c.case.name,
@@ -505,7 +511,7 @@ def _judged_once(
         why = f"as both models predict, because of: {_why(predicted)}"
         return [*findings, finding], [*live, why]
     if not findings:
-        findings = [_failed_case(ctx, c, 1, live)]
+        findings = [_failed_case(ctx, c, predicted, 1, live)]
     return findings, [*live, "as both models predict: sent once, not retried"]
 
 
@@ -570,15 +576,20 @@ def _findings(
     ]
 
 
-def _failed_case(ctx: Context, c: LiveCase, attempts: int, problems: list[str]) -> Finding:
+def _failed_case(
+    ctx: Context, c: LiveCase, predicted: Judged, attempts: int, problems: list[str]
+) -> Finding:
     """A case all three answers agree on and that still fails: its expectation is at odds
-    with both models and real Envoy."""
+    with both models and real Envoy. Related, as check's EV703 has them: where the
+    answer comes from (the rule, or the weights of a split the case states otherwise)
+    and any backendRef whose Service has no ready endpoint."""
     file, line = ctx.case_locations.get(c.case.name, ("", 0))
     return new(
         FAILED_CASE,
         RULE,
         file=file,
         line=line,
+        related=rule_related(ctx, predicted),
         request=c.case.request.to_json(),
         case=c.case.name,
         attempts=attempts,

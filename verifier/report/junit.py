@@ -9,16 +9,37 @@ from __future__ import annotations
 from collections.abc import Sequence
 from xml.etree import ElementTree as ET
 
+from verifier.errors import InputError
 from verifier.findings import Finding
-from verifier.report.scenario import ScenarioReport
+from verifier.report.scenario import ScenarioError, ScenarioReport
 from verifier.report.text import finding_lines
 
 
-def render(scenarios: Sequence[ScenarioReport]) -> str:
+def _input_case(suite: ET.Element, classname: str, errors: Sequence[InputError]) -> None:
+    """A test case ``input`` failed by the input errors, counted in its suite."""
+    case = ET.SubElement(suite, "testcase", classname=classname, name="input")
+    n = len(errors)
+    failure = ET.SubElement(
+        case, "failure", message=f"{n} input error{'s' if n != 1 else ''}", type="input-error"
+    )
+    failure.text = "\n".join(str(err) for err in errors)
+    for counter in ("tests", "failures"):
+        suite.set(counter, str(int(suite.get(counter, "0")) + 1))
+
+
+def render(scenarios: Sequence[ScenarioReport], errors: Sequence[ScenarioError] = ()) -> str:
     """One suite per scenario, named after it, with a ``cases`` property per cases
     table it replayed. Notes on the input are no test case: the suite's
-    ``<system-out>`` lists them."""
+    ``<system-out>`` lists them. The input errors of a run that exits 2 (``errors``)
+    fail a test case ``input`` of their scenario's suite (of a suite ``input`` for
+    those no scenario owns), so the report never passes."""
     suites = ET.Element("testsuites", name="edge-verify check")
+    by_scenario: dict[str, list[InputError]] = {}
+    for scenario, err in errors:
+        by_scenario.setdefault(scenario, []).append(err)
+    for scenario in sorted(set(by_scenario) - {s.name for s in scenarios}):
+        suite = ET.SubElement(suites, "testsuite", name=scenario or "input", skipped="0")
+        _input_case(suite, scenario or "input", by_scenario[scenario])
     for scn in scenarios:
         name, ran, skipped, findings = scn.name, scn.ran, scn.skipped, scn.findings
         notes = scn.notes
@@ -50,6 +71,8 @@ def render(scenarios: Sequence[ScenarioReport]) -> str:
         for rule, reason in skipped:
             case = ET.SubElement(suite, "testcase", classname=name, name=rule)
             ET.SubElement(case, "skipped", message=reason)
+        if name in by_scenario:
+            _input_case(suite, name, by_scenario[name])
         if notes:
             ET.SubElement(suite, "system-out").text = "\n".join(f"note: {n}" for n in notes)
     ET.indent(suites)

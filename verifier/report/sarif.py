@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from verifier.errors import InputError
 from verifier.findings import Finding, catalogue
 from verifier.registry import Rule
-from verifier.report.scenario import ScenarioReport
+from verifier.report.scenario import ScenarioError, ScenarioReport
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+EXIT_BAD_INPUT = 2  # the invocation's exit code when the input had errors
 
 
 def _uri(file: str) -> str:
@@ -44,10 +46,25 @@ def _rules(rules: Sequence[Rule]) -> list[dict[str, Any]]:
                     "properties": {"features": list(rule.features)},
                 }
             )
-    for r in out:
-        if r["helpUri"] is None:
-            del r["helpUri"]
     return out
+
+
+def _pass_rules(passes: Sequence[tuple[str, Sequence[str]]]) -> list[dict[str, Any]]:
+    """The codes of a pass that is no rule of the registry (the live pass's verdicts,
+    ``live-three-way``), described from the catalogue alone."""
+    cat = catalogue()
+    return [
+        {
+            "id": code,
+            "name": name,
+            "shortDescription": {"text": f"{name} {code}"},
+            "fullDescription": {"text": cat[code].template},
+            "helpUri": cat[code].spec_ref if cat[code].spec_ref.startswith("http") else None,
+            "defaultConfiguration": {"level": LEVELS[cat[code].level]},
+        }
+        for name, codes in passes
+        for code in codes
+    ]
 
 
 def _result(f: Finding, scenario: str) -> dict[str, Any]:
@@ -79,34 +96,63 @@ def _physical(file: str, line: int) -> dict[str, Any]:
     return {"artifactLocation": {"uri": _uri(file)}, "region": {"startLine": max(line, 1)}}
 
 
+def _error(scenario: str, err: InputError) -> dict[str, Any]:
+    """An input error as a tool execution notification: an error, at its line."""
+    notification: dict[str, Any] = {
+        "level": "error",
+        "message": {"text": str(err)},
+        "descriptor": {"id": err.code},
+        "properties": {"scenario": scenario, "field": err.field},
+    }
+    if err.file:
+        where: dict[str, Any] = {"artifactLocation": {"uri": _uri(err.file)}}
+        if err.line:
+            where["region"] = {"startLine": err.line}
+        notification["locations"] = [{"physicalLocation": where}]
+    return notification
+
+
 def render(
     scenarios: Sequence[ScenarioReport],
     rules: Sequence[Rule],
     version: str,
     notes: Sequence[str] = (),
+    errors: Sequence[ScenarioError] = (),
+    passes: Sequence[tuple[str, Sequence[str]]] = (),
 ) -> str:
     """``notes``: what reading the input noted (``pipeline.input_notes``). They are not
-    results: SARIF's place for them is the invocation's tool notifications."""
+    results: SARIF's place for them is the invocation's tool notifications. So is
+    each input error (``errors``) of a run that exits 2: an error notification at its
+    line, and the invocation marked ``executionSuccessful: false`` with exit code 2,
+    so no reader takes the results of what could be checked for a clean run.
+    ``passes``: (name, codes) of findings made by no rule of ``rules`` (``run``'s live
+    pass), so that every result's ruleId is described."""
+    descriptors = [*_rules(rules), *_pass_rules(passes)]
+    for descriptor in descriptors:
+        if descriptor["helpUri"] is None:
+            del descriptor["helpUri"]
     run: dict[str, Any] = {
         "tool": {
             "driver": {
                 "name": "edge-verify",
                 "version": version,
                 "informationUri": "https://gateway-api.sigs.k8s.io/",
-                "rules": _rules(rules),
+                "rules": descriptors,
             }
         },
         "results": [_result(f, s.name) for s in scenarios for f in s.findings],
         "properties": {"scenarios": [s.to_json() for s in scenarios]},
     }
-    if notes:
-        run["invocations"] = [
-            {
-                "executionSuccessful": True,
-                "toolExecutionNotifications": [
-                    {"level": "note", "message": {"text": n}} for n in notes
-                ],
-            }
-        ]
+    if notes or errors:
+        invocation: dict[str, Any] = {
+            "executionSuccessful": not errors,
+            "toolExecutionNotifications": [
+                *(_error(scenario, err) for scenario, err in errors),
+                *({"level": "note", "message": {"text": n}} for n in notes),
+            ],
+        }
+        if errors:
+            invocation["exitCode"] = EXIT_BAD_INPUT
+        run["invocations"] = [invocation]
     doc = {"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"

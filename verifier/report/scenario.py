@@ -10,7 +10,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from verifier.errors import InputError, clip_message
 from verifier.findings import Finding
+
+# An input error and the scenario it was found in ("" when it is no scenario's: a file
+# or option every scenario shares). A report of a run that met any exits 2 and says so.
+ScenarioError = tuple[str, InputError]
+
+
+def error_location(err: InputError) -> str:
+    """``file:line`` as a finding's location reads, or the file alone (line 0: all of it)."""
+    return f"{err.file}:{err.line}" if err.line else err.file
+
+
+def error_json(scenario: str, err: InputError) -> dict[str, Any]:
+    """An input error in the JSON report, beside the findings."""
+    return {
+        "scenario": scenario,
+        "location": error_location(err),
+        "field": err.field,
+        "code": err.code,
+        "message": clip_message(err.message),
+    }
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ ExpectedResponse means. Parsing only; pure: the caller reads files.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -31,6 +31,7 @@ from verifier.semantics.request import (
     wire_problem,
 )
 from verifier.semantics.shares import PodRef, Ratio
+from verifier.suggest import closest
 
 __all__ = [
     "LIVE_ONLY",
@@ -138,7 +139,16 @@ def _known_keys(item: Mapping[str, Any], where: str) -> None:
         unknown = sorted(str(k) for k in node if k not in allowed)
         if unknown:
             at = f"{where}.{level}.{unknown[0]}" if level else f"{where}.{unknown[0]}"
-            raise CaseError(at, f"unknown key; expected one of {', '.join(sorted(allowed))}")
+            raise unknown_key(at, unknown[0], allowed)
+
+
+def unknown_key(at: str, key: str, allowed: Iterable[str]) -> CaseError:
+    """A key no case knows at ``at``: the one meant when one is close (``staus``:
+    ``status``), then every key allowed there."""
+    names = sorted(allowed)
+    near = closest(key, names)
+    meant = f"did you mean {near!r}? " if near else ""
+    return CaseError(at, f"unknown key; {meant}expected one of {', '.join(names)}")
 
 
 def _int(value: Any, where: str) -> int:
@@ -169,7 +179,7 @@ def _ratio(value: Any, where: str, extra: frozenset[str] = frozenset()) -> Ratio
     spec = _mapping(value, where)
     unknown = sorted(str(k) for k in set(spec) - {"ratio", "tolerance"} - extra)
     if unknown:
-        raise CaseError(f"{where}.{unknown[0]}", "unknown key; expected ratio and tolerance")
+        raise unknown_key(f"{where}.{unknown[0]}", unknown[0], {"ratio", "tolerance", *extra})
     if "ratio" not in spec:
         raise CaseError(f"{where}.ratio", "required: the expected share, from 0 to 1")
     return Ratio(

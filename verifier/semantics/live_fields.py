@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from verifier.semantics.cases import CaseError, _int
+from verifier.semantics.cases import CaseError, _int, unknown_key
 
 # Requests one sampled case may send: a ratio's tolerance of a few percent needs a
 # few hundred; more is a typo, and each sample's answer is held until judged.
@@ -104,8 +104,7 @@ def _pod(value: Any, where: str, allowed: frozenset[str]) -> None:
         raise CaseError(where, f"expected {{{', '.join(sorted(allowed))}}}")
     unknown = sorted(str(k) for k in value if k not in allowed)
     if unknown:
-        expected = ", ".join(sorted(allowed))
-        raise CaseError(f"{where}.{unknown[0]}", f"unknown key; expected {expected}")
+        raise unknown_key(f"{where}.{unknown[0]}", unknown[0], allowed)
     for key in sorted(_POD_KEYS):
         if not isinstance(value.get(key), str) or not value.get(key):
             raise CaseError(f"{where}.{key}", "required: the echo pod's " + key)
@@ -117,7 +116,7 @@ def _ratio(value: Any, where: str, allowed: frozenset[str]) -> None:
         raise CaseError(where, "expected {ratio: 0..1, tolerance: 0..1}")
     unknown = sorted(str(k) for k in value if k not in allowed)
     if unknown:
-        raise CaseError(f"{where}.{unknown[0]}", "unknown key; expected ratio and tolerance")
+        raise unknown_key(f"{where}.{unknown[0]}", unknown[0], allowed)
     if "ratio" not in value:
         raise CaseError(f"{where}.ratio", "required: the expected share, from 0 to 1")
     for key in ("ratio", "tolerance"):

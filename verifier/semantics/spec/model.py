@@ -316,11 +316,33 @@ def _candidates_indexed(
     if skipped:
         trace.append(
             f"{skipped} of {lr.served} HTTPRoute(s) serving {describe(lr.listener)} skipped "
-            f"by the index: no hostname matches {host!r} or no match fits the path's first segment"
+            f"by the index: {_why_skipped(lr, host, segment, set(plausible), skipped)}"
         )
     if lr.unrelated:
         trace.append(f"{lr.unrelated} HTTPRoute(s) do not reference this Gateway")
     return found
+
+
+def _why_skipped(
+    lr: ListenerRoutes, host: str, segment: str, plausible: set[int], skipped: int
+) -> str:
+    """Which of the two reasons skipped the Routes the index passed over: those filed
+    under the host whose hostnames match it were skipped for the path alone."""
+    for_path = {
+        order
+        for bucket in lr.buckets(host)
+        for order, sr in bucket.routes.items()
+        if order not in plausible and route_hostname_key(sr.effective, host) is not None
+    }
+    why = []
+    if skipped > len(for_path):
+        why.append(f"{skipped - len(for_path)} with no hostname matching {host!r}")
+    if for_path:
+        why.append(
+            f"{len(for_path)} whose hostnames match but no match fits the path's first "
+            f"segment {'/' + segment!r}"
+        )
+    return "; ".join(why)
 
 
 def _indexed_candidates(
