@@ -86,7 +86,9 @@ def _hcm(port: int, route_config: str) -> HttpConnectionManager:
     )
 
 
-def _hcm_filter(port: int, route_config: str) -> Filter:
+def hcm_filter(port: int, route_config: str) -> Filter:
+    """The HTTP connection manager of every HTTP filter chain, the edge's and the
+    sidecars' outbound ones: RDS ``route_config``, CORS then the router."""
     return new(Filter, name=HCM_FILTER, typed_config=Any.pack(_hcm(port, route_config)))
 
 
@@ -187,7 +189,7 @@ def build_listener(
     chains: list[FilterChain] = []
     if any(lst.protocol == "HTTP" for _, lst in listeners):
         chains.append(
-            new(FilterChain, name=f"{place.name}-http", filters=[_hcm_filter(port, place.name)])
+            new(FilterChain, name=f"{place.name}-http", filters=[hcm_filter(port, place.name)])
         )
     seen_sni: set[str | None] = set()
     for gw, lst in listeners:
@@ -206,7 +208,7 @@ def build_listener(
                 transport_socket=new(
                     TransportSocket, name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
                 ),
-                filters=[_hcm_filter(port, https_route_config_name(port, gw, lst))],
+                filters=[hcm_filter(port, https_route_config_name(port, gw, lst))],
             )
         )
     terminates_tls = any(c.transport_socket is not None for c in chains)
