@@ -53,13 +53,13 @@ from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 from envoy_data_plane.google.protobuf import Any, Struct
 
 from verifier.gatewayapi.attach import ResolvedBackend
+from verifier.gatewayapi.mesh_attach import mesh_registered
 from verifier.gatewayapi.resources import Resources
 from verifier.xds.codec import new
 
 MESH_PORT = 15008
 # The ORIGINAL_DST cluster a sidecar sends what it does not route to (docs/mesh.md).
 PASSTHROUGH = "passthrough"
-MESH_LABEL = ("aether.io/managed", "true")
 METADATA_KEY = "aether.io/backend"
 HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 # Names of the SDS secrets the edge's own agent serves: its workload certificate
@@ -79,6 +79,10 @@ class BackendKey:
     mesh: bool
 
     @property
+    def service_port(self) -> tuple[str, str, int]:
+        return (self.namespace, self.service, self.port)
+
+    @property
     def cluster_name(self) -> str:
         path = "mesh" if self.mesh else "k8s"
         return f"{path}/{self.namespace}/{self.service}/{self.port}"
@@ -90,11 +94,6 @@ def ads() -> ConfigSource:
 
 def fqdn(namespace: str, service: str) -> str:
     return f"{service}.{namespace}.svc.cluster.local"
-
-
-def is_mesh(res: Resources, registry: frozenset[tuple[str, str]], ns: str, name: str) -> bool:
-    labels = res.namespace_labels(ns)
-    return labels.get(MESH_LABEL[0]) == MESH_LABEL[1] or (ns, name) in registry
 
 
 def service_accounts(res: Resources, backend: ResolvedBackend) -> list[str]:
@@ -122,7 +121,7 @@ def backend_key(
         backend.service.meta.name,
         backend.port.port,
         backend.protocol,
-        is_mesh(res, registry, backend.namespace, backend.service.meta.name),
+        mesh_registered(res, registry, backend.namespace, backend.service.meta.name),
     )
 
 
@@ -186,7 +185,7 @@ def dns_cluster(key: BackendKey) -> Cluster:
     )
 
 
-def mesh_sni(res: Resources, key: BackendKey) -> str:
+def mesh_sni(res: Resources, namespace: str, service: str, port: int) -> str:
     """The SNI a mesh client sends to a workload's :15008: the Service's name, and, when
     the Service has several ports, the port too (``<port>.<svc>.<ns>.svc.cluster.local``).
 
@@ -194,41 +193,43 @@ def mesh_sni(res: Resources, key: BackendKey) -> str:
     destination's sidecar has to choose the targetPort by (its inbound listener has a
     filter chain per SNI, ``verifier.translate.inbound``). A one-port Service needs no
     port in it, and keeps the name the edge has always sent."""
-    svc = res.services.get((key.namespace, key.service))
-    name = fqdn(key.namespace, key.service)
-    return f"{key.port}.{name}" if svc is not None and len(svc.ports) > 1 else name
+    svc = res.services.get((namespace, service))
+    name = fqdn(namespace, service)
+    return f"{port}.{name}" if svc is not None and len(svc.ports) > 1 else name
 
 
 def spiffe_id(trust_domain: str, namespace: str, sa: str) -> str:
     return f"spiffe://{trust_domain}/ns/{namespace}/sa/{sa}"
 
 
+def mesh_tls(san: list[StringMatcher]) -> CommonTlsContext:
+    """The mesh's TLS on either end: the workload's own certificate (SDS ``default``),
+    the trust bundle (SDS ``ROOTCA``), and the URI SANs the peer may present."""
+    return new(
+        CommonTlsContext,
+        tls_certificate_sds_secret_configs=[
+            new(SdsSecretConfig, name=SDS_IDENTITY, sds_config=ads())
+        ],
+        combined_validation_context=new(
+            CommonTlsContextCombinedCertificateValidationContext,
+            default_validation_context=new(
+                CertificateValidationContext,
+                match_typed_subject_alt_names=[
+                    new(SubjectAltNameMatcher, san_type=SubjectAltNameMatcherSanType.URI, matcher=m)
+                    for m in san
+                ],
+            ),
+            validation_context_sds_secret_config=new(
+                SdsSecretConfig, name=SDS_ROOT, sds_config=ads()
+            ),
+        ),
+    )
+
+
 def mesh_cluster(key: BackendKey, identities: list[str], sni: str) -> Cluster:
     tls = new(
         UpstreamTlsContext,
-        common_tls_context=new(
-            CommonTlsContext,
-            tls_certificate_sds_secret_configs=[
-                new(SdsSecretConfig, name=SDS_IDENTITY, sds_config=ads())
-            ],
-            combined_validation_context=new(
-                CommonTlsContextCombinedCertificateValidationContext,
-                default_validation_context=new(
-                    CertificateValidationContext,
-                    match_typed_subject_alt_names=[
-                        new(
-                            SubjectAltNameMatcher,
-                            san_type=SubjectAltNameMatcherSanType.URI,
-                            matcher=new(StringMatcher, exact=identity),
-                        )
-                        for identity in identities
-                    ],
-                ),
-                validation_context_sds_secret_config=new(
-                    SdsSecretConfig, name=SDS_ROOT, sds_config=ads()
-                ),
-            ),
-        ),
+        common_tls_context=mesh_tls([new(StringMatcher, exact=i) for i in identities]),
         sni=sni,
     )
     return new(
@@ -310,8 +311,27 @@ class ClusterCollector:
                     spiffe_id(self.trust_domain, key.namespace, sa)
                     for sa in service_accounts(self.res, backend)
                 ]
-                self.clusters[name] = mesh_cluster(key, ids, mesh_sni(self.res, key))
+                self.clusters[name] = mesh_cluster(key, ids, mesh_sni(self.res, *key.service_port))
                 self.endpoints[name] = mesh_endpoints(self.res, key)
             else:
                 self.clusters[name] = dns_cluster(key)
         return name
+
+
+def static_cluster(name: str, address: str, port: int) -> Cluster:
+    """A cluster of one fixed address: a sidecar's own application port."""
+    endpoint = new(
+        Endpoint,
+        address=new(Address, socket_address=new(SocketAddress, address=address, port_value=port)),
+    )
+    return new(
+        Cluster,
+        name=name,
+        type=ClusterDiscoveryType.STATIC,
+        connect_timeout=timedelta(seconds=5),
+        load_assignment=new(
+            ClusterLoadAssignment,
+            cluster_name=name,
+            endpoints=[new(LocalityLbEndpoints, lb_endpoints=[new(LbEndpoint, endpoint=endpoint)])],
+        ),
+    )

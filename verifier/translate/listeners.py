@@ -39,6 +39,7 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
     HttpFilter,
     Rds,
 )
+from envoy_data_plane.envoy.extensions.filters.network.tcp_proxy.v3 import TcpProxy
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
     CertificateValidationContext,
     CertificateValidationContextTrustChainVerification,
@@ -65,6 +66,7 @@ from verifier.xds.codec import new
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 GATEWAY_METADATA_KEY = "aether.io/gateway"
 TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
+TCP_PROXY = "envoy.filters.network.tcp_proxy"
 
 
 def _hcm(port: int, route_config: str) -> HttpConnectionManager:
@@ -90,6 +92,12 @@ def hcm_filter(port: int, route_config: str) -> Filter:
     """The HTTP connection manager of every HTTP filter chain, the edge's and the
     sidecars' outbound ones: RDS ``route_config``, CORS then the router."""
     return new(Filter, name=HCM_FILTER, typed_config=Any.pack(_hcm(port, route_config)))
+
+
+def tcp_proxy_filter(cluster: str) -> Filter:
+    """Bytes to ``cluster`` as they come: a sidecar's passthrough and inbound chains."""
+    proxy = new(TcpProxy, stat_prefix=cluster, cluster=cluster)
+    return new(Filter, name=TCP_PROXY, typed_config=Any.pack(proxy))
 
 
 def _certificates(

@@ -273,7 +273,7 @@ ClusterFor = Callable[[ResolvedBackend], str]
 
 
 def _backend_action(
-    src: RouteSource, backends: tuple[ResolvedBackend, ...], cluster_for: ClusterFor
+    backends: tuple[ResolvedBackend, ...], cluster_for: ClusterFor
 ) -> RouteAction | DirectResponseAction:
     live = [b for b in backends if b.weight > 0]
     if not live:
@@ -336,7 +336,7 @@ def build_route(
     if redirect is not None:
         route.redirect = _redirect(redirect, src)
     else:
-        action = _backend_action(src, backends, cluster_for)
+        action = _backend_action(backends, cluster_for)
         if isinstance(action, DirectResponseAction):
             route.direct_response = action
         else:
@@ -394,6 +394,16 @@ def _apply_rule_to_action(
         )
         if rule.request_timeout is None:
             action.timeout = duration(rule.backend_request_timeout)
+
+
+def service_route(name: str, backend: ResolvedBackend, cluster_for: ClusterFor) -> Route:
+    """Everything to one Service port, as kube-proxy would send it: a sidecar's route
+    for a Service no mesh route applies to."""
+    route = new(Route, name=name, match=new(RouteMatch, prefix="/"))
+    action = _backend_action((backend,), cluster_for)
+    assert isinstance(action, RouteAction)  # one live, valid backend
+    route.route = action
+    return route
 
 
 Backends = Mapping[tuple[str, str, int], tuple[ResolvedBackend, ...]]
