@@ -279,3 +279,13 @@ def test_translate_proxy_refuses_what_it_cannot_write(
     run = cli(*args("--proxy", proxy, *more))
     (line,) = run.error_lines()
     assert expected in line and run.out == ""
+
+
+def test_translate_without_a_gateway_points_at_proxy(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """Mesh routes and no Gateway: nothing for the edge, said as such, with the way to
+    a sidecar's xDS."""
+    mesh_only = tmp_path / "mesh.yaml"
+    mesh_only.write_text((SCENARIO / "resources.yaml").read_text(encoding="utf-8"), "utf-8")
+    (line,) = cli("translate", str(mesh_only)).error_lines()
+    assert "[nothing-to-check]" in line and "--proxy NS/WORKLOAD" in line
+    assert cli("translate", str(mesh_only), "--proxy", "mesh-client/client").rc == 0

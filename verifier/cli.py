@@ -224,7 +224,7 @@ def _translated(args: argparse.Namespace) -> Snapshot:
 
     addressing = _addressing(args)
     res, registry = _translation_inputs(args)
-    _something_to_do(res, args.controller_name, args.paths)
+    _edge_or_proxy(res, args)
     graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     opts = TranslateOptions(
         controller_name=args.controller_name,
@@ -233,6 +233,22 @@ def _translated(args: argparse.Namespace) -> Snapshot:
         addressing=addressing,
     )
     return translate(res, graph, opts)
+
+
+def _edge_or_proxy(res: Resources, args: argparse.Namespace) -> None:
+    """translate with no Gateway of ours writes nothing; when the input has mesh routes,
+    the user may have meant a sidecar: say how to ask for one (serve has no --proxy)."""
+    import dataclasses
+
+    from verifier.gatewayapi.mesh_attach import is_mesh_route
+
+    empty = nothing_to_check(res, args.controller_name, " ".join(args.paths))
+    if empty is None:
+        return
+    if "proxy" in vars(args) and any(is_mesh_route(r) for r in res.httproutes.values()):
+        hint = "; the input has mesh routes: --proxy NS/WORKLOAD writes a sidecar's xDS"
+        empty = dataclasses.replace(empty, message=empty.message + hint)
+    raise InputErrors([empty])
 
 
 # Options that say how the edge is deployed: a sidecar's xDS cannot use them.
