@@ -7,6 +7,7 @@ same inputs (including the scenario's mesh registry, which the loader skips).
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -179,15 +180,62 @@ def load_scenario(scenario: Path) -> tuple[Resources, Graph]:
     return res, build_graph(res)
 
 
+def scenario_registry(scenario: Path) -> frozenset[tuple[str, str]]:
+    """The scenario's mesh registry (``mesh-registry.yaml`` beside it), if any."""
+    from verifier.gatewayapi.mesh_registry import load_mesh_registry
+
+    registry = scenario / MESH_REGISTRY
+    return load_mesh_registry(rel(registry)) if registry.is_file() else frozenset()
+
+
 def translate_scenario(scenario: Path) -> Snapshot:
     # Imported late: the translator is not needed to collect (or run) the other tests.
-    from verifier.gatewayapi.mesh_registry import load_mesh_registry
     from verifier.translate import TranslateOptions, translate
 
     res, graph = load_scenario(scenario)
-    registry = scenario / MESH_REGISTRY
-    mesh = load_mesh_registry(rel(registry)) if registry.is_file() else frozenset()
-    return translate(res, graph, TranslateOptions(mesh_registry=mesh))
+    return translate(res, graph, TranslateOptions(mesh_registry=scenario_registry(scenario)))
+
+
+@functools.cache
+def mesh_proxies() -> tuple[tuple[Path, str, str], ...]:
+    """(scenario, namespace, workload) of every sidecar of every valid scenario that has
+    mesh routes (HTTPRoutes whose parent is a Service): each gets goldens of its own and
+    is held to real Envoy, found by reading the fixtures, never listed by hand."""
+    from verifier.gatewayapi import mesh_attach
+
+    found = []
+    for scenario in valid_scenarios():
+        try:
+            res = load_resources([str(BASE), str(scenario)])
+        except InputErrors:
+            continue  # test_goldens reports it
+        if any(mesh_attach.is_mesh_route(r) for r in res.httproutes.values()):
+            found += [
+                (scenario, ns, name)
+                for (_kind, ns, name), wl in sorted(res.workloads.items())
+                if mesh_attach.has_sidecar(res, wl)
+            ]
+    return tuple(found)
+
+
+def proxy_params() -> list[object]:
+    """pytest params ``scenario:ns/workload``; an explicit skip when there are none."""
+    found = mesh_proxies()
+    if not found:
+        return [pytest.param(None, "", "", marks=pytest.mark.skip(reason="no mesh scenarios"))]
+    return [pytest.param(s, ns, n, id=f"{s.name}:{ns}/{n}") for s, ns, n in found]
+
+
+def translate_proxy(scenario: Path, namespace: str, workload: str) -> Snapshot:
+    """The sidecar's xDS, as ``edge-verify translate ... --proxy NS/WORKLOAD`` writes it."""
+    from verifier.gatewayapi import mesh_attach
+    from verifier.translate import TranslateOptions
+    from verifier.translate.sidecar import translate_sidecar
+
+    res, _graph = load_scenario(scenario)
+    wl = mesh_attach.sidecar_workload(res, f"{namespace}/{workload}")
+    opts = TranslateOptions(mesh_registry=scenario_registry(scenario))
+    return translate_sidecar(res, mesh_attach.build_mesh(res), wl, opts)
 
 
 def as_records(snap: Snapshot) -> Snapshot:

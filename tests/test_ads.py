@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from conftest import FIXTURES, translate_scenario
+from conftest import FIXTURES, mesh_proxies, translate_proxy, translate_scenario
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     DataSource,
@@ -305,6 +305,35 @@ def test_endpoints_and_mesh_secrets_are_answered_before_listeners_are_sent(
         assert order.index(CLUSTER_TYPE) < order.index(ENDPOINT_TYPE) < order.index(LISTENER_TYPE)
         assert set(dump[ENDPOINT_TYPE]) == names(snap, ENDPOINT_TYPE)
         assert {"default", "ROOTCA"} <= set(dump[SECRET_TYPE])
+
+    asyncio.run(run())
+
+
+def test_one_envoy_takes_every_sidecar_config_in_turn(tmp_path: Path, repo_cwd: Path) -> None:
+    """Every mesh scenario's sidecars (``translate --proxy``), served one after another
+    to one real Envoy with the mesh secrets the agent would add: each is ACKed whole,
+    and Envoy then holds exactly its listeners, routes, clusters and endpoints."""
+    proxies = mesh_proxies()
+    if not proxies:
+        pytest.skip("no mesh scenario in fixtures/")
+    snaps = [(f"{ns}/{n}", local(translate_proxy(s, ns, n))) for s, ns, n in proxies]
+
+    async def run() -> None:
+        server = AdsServer(snaps[0][1], extra_secrets=await _mesh_secrets(tmp_path))
+        async with envoy_on(server, tmp_path, delta=False) as envoy:
+            for proxy, snap in snaps:
+                versions = server.update(snap)
+                wanted = {url: versions[url] for url in served_types(server, snap)}
+                got = await answers(server, {**wanted, SECRET_TYPE: versions[SECRET_TYPE]})
+                assert all(a.accepted for a in got.values()), (proxy, server.nacks)
+                dump = await config_dump(envoy)
+                for url in TYPES:
+                    held = set(dump[url])
+                    if url == ENDPOINT_TYPE:  # include_eds lists STRICT_DNS hosts too
+                        held -= names(snap, CLUSTER_TYPE) - names(snap, ENDPOINT_TYPE)
+                    if url == SECRET_TYPE:
+                        continue  # the agent's, not the translator's
+                    assert held == names(snap, url), (proxy, url)
 
     asyncio.run(run())
 

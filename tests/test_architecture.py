@@ -54,12 +54,12 @@ BOUNDARIES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     ),
     (
         ("verifier.semantics",),
-        ("verifier.translate", "verifier.gatewayapi.attach"),
+        ("verifier.translate", "verifier.gatewayapi.attach", "verifier.gatewayapi.mesh_attach"),
         "the models never share a decision with the translator or the controller's attachment",
     ),
     (
         ("verifier.rules",),
-        ("verifier.translate", "verifier.gatewayapi.attach"),
+        ("verifier.translate", "verifier.gatewayapi.attach", "verifier.gatewayapi.mesh_attach"),
         "rules judge xDS from any source and must not agree with our controller's bugs",
     ),
     (

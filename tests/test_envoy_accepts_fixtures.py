@@ -10,7 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import scenario_params, translate_scenario, valid_scenarios
+from conftest import (
+    proxy_params,
+    scenario_params,
+    translate_proxy,
+    translate_scenario,
+    valid_scenarios,
+)
 
 
 @pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
@@ -21,4 +27,22 @@ def test_envoy_accepts(scenario: Path, repo_cwd: Path) -> None:
     if not ok:
         pytest.fail(
             f"envoy --mode validate rejected the xDS of {scenario.name}:\n{output}", pytrace=False
+        )
+
+
+@pytest.mark.parametrize(("scenario", "namespace", "workload"), proxy_params())
+def test_envoy_accepts_sidecar(
+    scenario: Path, namespace: str, workload: str, repo_cwd: Path
+) -> None:
+    """Each sidecar's xDS (``translate --proxy``): the outbound listener's original_dst
+    filter and destination-matched chains, the inbound mTLS listener, the passthrough
+    and mesh clusters."""
+    from verifier.xds.snapshot import envoy_validate
+
+    ok, output = envoy_validate(translate_proxy(scenario, namespace, workload))
+    if not ok:
+        pytest.fail(
+            f"envoy --mode validate rejected the sidecar {namespace}/{workload} of "
+            f"{scenario.name}:\n{output}",
+            pytrace=False,
         )

@@ -18,8 +18,11 @@ import pytest
 from conftest import (
     FIXTURES,
     load_scenario,
+    mesh_proxies,
+    proxy_params,
     rel,
     scenario_params,
+    translate_proxy,
     translate_scenario,
     valid_scenarios,
 )
@@ -29,6 +32,10 @@ from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
 from verifier.report.status import format_yaml, status_documents
 
 XDS_GOLDEN = re.compile(r"^xds\.(?P<type>[A-Za-z0-9_-]+)\.golden\.json$")
+# A sidecar's: xds.<namespace>.<workload>.<type>.golden.json, beside its mesh scenario.
+SIDECAR_GOLDEN = re.compile(
+    r"^xds\.(?P<ns>[a-z0-9-]+)\.(?P<workload>[a-z0-9.-]+)\.(?P<type>[A-Za-z0-9_-]+)\.golden\.json$"
+)
 STATUS_GOLDEN = "status.golden.yaml"
 UPDATE_HINT = "run `pytest --update-goldens` and review the diff"
 MAX_DIFF_LINES = 200
@@ -103,6 +110,38 @@ def test_xds_goldens(scenario: Path, update_goldens: bool, repo_cwd: Path) -> No
         pytest.fail("\n\n".join(found), pytrace=False)
 
 
+def sidecar_golden(scenario: Path, namespace: str, workload: str, xds_type: str) -> Path:
+    return scenario / f"xds.{namespace}.{workload}.{xds_type}.golden.json"
+
+
+@pytest.mark.parametrize(("scenario", "namespace", "workload"), proxy_params())
+def test_sidecar_goldens(
+    scenario: Path, namespace: str, workload: str, update_goldens: bool, repo_cwd: Path
+) -> None:
+    """Each sidecar of a mesh scenario (``translate --proxy NS/WORKLOAD``), split per
+    xDS type as the edge's; a type it no longer produces is an orphan."""
+    from verifier.xds.snapshot import split_by_type
+
+    by_type = split_by_type(translate_proxy(scenario, namespace, workload))
+    problems = [
+        check_golden(
+            sidecar_golden(scenario, namespace, workload, t), golden_json(v), update_goldens
+        )
+        for t, v in sorted(by_type.items())
+    ]
+    for path in sorted(scenario.glob(f"xds.{namespace}.{workload}.*.golden.json")):
+        found = SIDECAR_GOLDEN.match(path.name)
+        if found is None or found["workload"] != workload or found["type"] in by_type:
+            continue
+        if update_goldens:
+            path.unlink()
+        else:
+            problems.append(f"{rel(path)}: orphan golden, the sidecar no longer produces it")
+    found_problems = [p for p in problems if p]
+    if found_problems:
+        pytest.fail("\n\n".join(found_problems), pytrace=False)
+
+
 @pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
 def test_status_golden(scenario: Path, update_goldens: bool, repo_cwd: Path) -> None:
     res, graph = load_scenario(scenario)
@@ -116,10 +155,12 @@ def test_status_golden(scenario: Path, update_goldens: bool, repo_cwd: Path) -> 
 def test_no_orphan_goldens(update_goldens: bool) -> None:
     """Goldens left in folders that are no longer (valid) scenarios must go."""
     live = set(valid_scenarios())
+    proxies = {(s, ns, n) for s, ns, n in mesh_proxies()}
     orphans = sorted(
         path
         for path in FIXTURES.rglob("*.golden.*")
-        if (XDS_GOLDEN.match(path.name) or path.name == STATUS_GOLDEN) and path.parent not in live
+        if ((XDS_GOLDEN.match(path.name) or path.name == STATUS_GOLDEN) and path.parent not in live)
+        or _orphan_sidecar_golden(path, proxies)
     )
     if update_goldens:
         for path in orphans:
@@ -131,3 +172,9 @@ def test_no_orphan_goldens(update_goldens: bool) -> None:
             + "\n".join(rel(p) for p in orphans),
             pytrace=False,
         )
+
+
+def _orphan_sidecar_golden(path: Path, proxies: set[tuple[Path, str, str]]) -> bool:
+    """A sidecar's golden whose scenario has no such sidecar (any more)."""
+    found = SIDECAR_GOLDEN.match(path.name)
+    return found is not None and (path.parent, found["ns"], found["workload"]) not in proxies

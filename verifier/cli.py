@@ -197,15 +197,12 @@ def _addressing(args: argparse.Namespace) -> Addressing:
     return Addressing(args.addressing, args.gateway_cidr, tuple(fixed), tuple(ports))
 
 
-def _translated(args: argparse.Namespace) -> Snapshot:
-    """The xDS the aether edge would serve for the PATHs (translate, serve)."""
-    from verifier.gatewayapi.attach import build_graph
+def _translation_inputs(args: argparse.Namespace) -> tuple[Resources, frozenset[tuple[str, str]]]:
+    """The resources of the PATHs and the mesh registry, their problems reported together."""
     from verifier.gatewayapi.mesh_registry import load_mesh_registry
     from verifier.gatewayapi.resources import load_resources
-    from verifier.translate import TranslateOptions, translate
 
     errors: list[InputError] = []
-    addressing = _addressing(args)
     registry: frozenset[tuple[str, str]] = frozenset()
     if args.mesh_registry is not None:
         try:
@@ -219,7 +216,17 @@ def _translated(args: argparse.Namespace) -> Snapshot:
     if errors:  # one run reports the registry's and the resources' problems together
         raise InputErrors(errors)
     _warn(res)
-    _something_to_do(res, args.controller_name, args.paths)
+    return res, registry
+
+
+def _translated(args: argparse.Namespace) -> Snapshot:
+    """The xDS the aether edge would serve for the PATHs (translate, serve)."""
+    from verifier.gatewayapi.attach import build_graph
+    from verifier.translate import TranslateOptions, translate
+
+    addressing = _addressing(args)
+    res, registry = _translation_inputs(args)
+    _edge_or_proxy(res, args)
     graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     opts = TranslateOptions(
         controller_name=args.controller_name,
@@ -230,13 +237,55 @@ def _translated(args: argparse.Namespace) -> Snapshot:
     return translate(res, graph, opts)
 
 
+def _edge_or_proxy(res: Resources, args: argparse.Namespace) -> None:
+    """translate with no Gateway of ours writes nothing; when the input has mesh routes,
+    the user may have meant a sidecar: say how to ask for one (serve has no --proxy)."""
+    import dataclasses
+
+    from verifier.gatewayapi.mesh_attach import is_mesh_route
+
+    empty = nothing_to_check(res, args.controller_name, " ".join(args.paths))
+    if empty is None:
+        return
+    if "proxy" in vars(args) and any(is_mesh_route(r) for r in res.httproutes.values()):
+        hint = "; the input has mesh routes: --proxy NS/WORKLOAD writes a sidecar's xDS"
+        empty = dataclasses.replace(empty, message=empty.message + hint)
+    raise InputErrors([empty])
+
+
+# Options that say how the edge is deployed: a sidecar's xDS cannot use them.
+EDGE_ONLY = (
+    ("--controller-name", "controller_name", DEFAULT_CONTROLLER),
+    ("--addressing", "addressing", "per-gateway"),
+    ("--gateway-cidr", "gateway_cidr", "192.0.2.0/24"),
+    ("--gateway-address", "gateway_address", None),
+)
+
+
+def _sidecar_translated(args: argparse.Namespace) -> Snapshot:
+    """The xDS of the sidecar ``--proxy NS/WORKLOAD`` names (translate --proxy)."""
+    from verifier.gatewayapi import mesh_attach
+    from verifier.translate import TranslateOptions
+    from verifier.translate.sidecar import translate_sidecar
+
+    unused = [flag for flag, dest, default in EDGE_ONLY if getattr(args, dest) != default]
+    if unused:
+        message = f"{', '.join(unused)} says how the edge is deployed; --proxy writes a sidecar's"
+        raise InputErrors([InputError("translate", 0, unused[0], "not-applicable", message)])
+    res, registry = _translation_inputs(args)
+    workload = mesh_attach.sidecar_workload(res, args.proxy)
+    opts = TranslateOptions(trust_domain=args.trust_domain, mesh_registry=registry)
+    return translate_sidecar(res, mesh_attach.build_mesh(res), workload, opts)
+
+
 def cmd_translate(args: argparse.Namespace) -> int:
-    """Write the config_dump the aether edge would serve for the given resources."""
+    """Write the config_dump the aether edge, or one sidecar (--proxy), would serve."""
     # Imported here so `status` and `--version` do not pay for loading the xDS
     # protobuf types.
     from verifier.xds.snapshot import dumps
 
-    _write(dumps(_translated(args)), args.output)
+    snapshot = _sidecar_translated(args) if args.proxy else _translated(args)
+    _write(dumps(snapshot), args.output)
     return EXIT_OK
 
 
@@ -1132,10 +1181,17 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser(
         "translate",
         help="write the xDS config_dump JSON",
-        description="Write the Envoy config_dump JSON the aether edge would serve.",
+        description="Write the Envoy config_dump JSON the aether edge would serve, or with "
+        "--proxy the one a mesh workload's sidecar would (docs/mesh.md).",
     )
     _add_common(tr)
     tr.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    tr.add_argument(
+        "--proxy",
+        metavar="NS/WORKLOAD",
+        help="the sidecar of this Deployment, StatefulSet or DaemonSet (or pod) of a "
+        "mesh-registered namespace, instead of the edge",
+    )
     _add_mesh(tr)
     tr.set_defaults(run=cmd_translate)
 

@@ -475,7 +475,9 @@ def _resolve_ref(
     return ResolvedBackend(ref, weight, filters, ns, svc, port, proto)
 
 
-def _unsupported(route: m.HTTPRoute) -> str | None:
+def unsupported_feature(route: m.HTTPRoute) -> str | None:
+    """Why the controller refuses the route (a filter or field it cannot program), if it
+    does: a Gateway's and a Service's parents alike."""
     for rule in route.rules:
         for f in rule.filters:
             if f.type not in SUPPORTED_FILTERS:
@@ -489,17 +491,26 @@ def _unsupported(route: m.HTTPRoute) -> str | None:
     return None
 
 
-def _resolve_rules(res: Resources, route: m.HTTPRoute, graph: Graph) -> Condition:
+BackendTable = dict[tuple[str, str, int], tuple[ResolvedBackend, ...]]
+MirrorTable = dict[tuple[str, str, str], ResolvedBackend]
+
+
+def resolve_rules(
+    res: Resources, route: m.HTTPRoute, backends: BackendTable, mirrors: MirrorTable
+) -> Condition:
+    """Resolve every backendRef and mirror of ``route`` into ``backends`` and ``mirrors``
+    (a Gateway's ``Graph`` or the mesh's), and say the ResolvedRefs condition: whatever
+    its parents, a route's references resolve alike."""
     first: ResolvedBackend | None = None
     for rule in route.rules:
         resolved = tuple(
             _resolve_ref(res, route, b.ref, b.weight, b.filters) for b in rule.backend_refs
         )
-        graph.backends[(route.meta.namespace, route.meta.name, rule.index)] = resolved
+        backends[(route.meta.namespace, route.meta.name, rule.index)] = resolved
         for f in rule.filters:
             if f.request_mirror is not None:
                 mr = _resolve_ref(res, route, f.request_mirror.backend, 1, ())
-                graph.mirrors[(route.meta.namespace, route.meta.name, f.path)] = mr
+                mirrors[(route.meta.namespace, route.meta.name, f.path)] = mr
                 resolved = (*resolved, mr)
         first = first or next((b for b in resolved if b.problem), None)
     if first is not None:
@@ -618,7 +629,7 @@ def build_graph(
     for rkey in sorted(res.httproutes):
         route = res.httproutes[rkey]
         parents: list[RouteParentStatus] = []
-        unsupported = _unsupported(route)
+        unsupported = unsupported_feature(route)
         resolved: Condition | None = None
         for ref in route.parent_refs:
             if ref.kind == "ListenerSet":
@@ -629,7 +640,7 @@ def build_graph(
             if ref.group != m.GATEWAY_GROUP or parent is None:
                 continue  # not a parent this controller owns: no status from us
             if resolved is None:
-                resolved = _resolve_rules(res, route, graph)
+                resolved = resolve_rules(res, route, graph.backends, graph.mirrors)
             if unsupported:
                 accepted = Condition("Accepted", "False", "UnsupportedValue", unsupported)
             else:

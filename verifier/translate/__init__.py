@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from envoy_data_plane.envoy.config.cluster.v3 import Cluster
-from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
 from envoy_data_plane.envoy.config.route.v3 import (
     DirectResponseAction,
     Route,
@@ -28,7 +26,7 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import Secret
 
 from verifier.gatewayapi import addresses as addr
 from verifier.gatewayapi import model as m
-from verifier.gatewayapi.attach import AttachedRoute, Graph, ResolvedBackend
+from verifier.gatewayapi.attach import AttachedRoute, Graph
 from verifier.gatewayapi.resources import Resources
 from verifier.translate import clusters as cl
 from verifier.translate.listeners import ListenerPlace, build_listener, listener_secrets
@@ -39,7 +37,7 @@ from verifier.translate.order import (
     listener_specificity,
     route_key,
 )
-from verifier.translate.routes import RouteSource, build_route, cors_preflight_guard
+from verifier.translate.routes import RouteSource, build_routes
 from verifier.xds.codec import new
 from verifier.xds.snapshot import Snapshot
 
@@ -53,29 +51,6 @@ class TranslateOptions:
     # (namespace, service) pairs registered in the mesh besides labelled namespaces
     mesh_registry: frozenset[tuple[str, str]] = field(default_factory=frozenset)
     addressing: addr.Addressing = field(default_factory=addr.Addressing)
-
-
-@dataclass
-class _Clusters:
-    """Collects the clusters that routes actually use, so none is orphaned."""
-
-    res: Resources
-    opts: TranslateOptions
-    clusters: dict[str, Cluster] = field(default_factory=dict)
-    endpoints: dict[str, ClusterLoadAssignment] = field(default_factory=dict)
-
-    def name_for(self, backend: ResolvedBackend) -> str:
-        key = cl.backend_key(self.res, self.opts.mesh_registry, backend)
-        name = key.cluster_name
-        if name not in self.clusters:
-            if key.mesh:
-                sa = cl.service_account(self.res, backend)
-                ident = cl.spiffe_id(self.opts.trust_domain, key.namespace, sa)
-                self.clusters[name] = cl.mesh_cluster(key, ident)
-                self.endpoints[name] = cl.mesh_endpoints(self.res, key)
-            else:
-                self.clusters[name] = cl.dns_cluster(key)
-        return name
 
 
 def _owned_domains(
@@ -117,7 +92,7 @@ def _vhost_routes(
     owner: GwListener,
     attached: list[AttachedRoute],
     graph: Graph,
-    collector: _Clusters,
+    collector: cl.ClusterCollector,
 ) -> list[Route]:
     gw, lst = owner
     entries = []
@@ -131,18 +106,11 @@ def _vhost_routes(
                 key = route_key(a.hostnames, domain, a.route, rule, match, i)
                 entries.append((key, a, rule, match, i))
     entries.sort(key=lambda e: e[0])
-    routes = []
-    for _key, a, rule, match, i in entries:
-        src = RouteSource(a.route, rule, match, i, lst.port, lst.protocol.lower())
-        rkey = (a.route.meta.namespace, a.route.meta.name)
-        backends = graph.backends.get((*rkey, rule.index), ())
-        mirrors = {p: b for (ns, n, p), b in graph.mirrors.items() if (ns, n) == rkey}
-        route = build_route(src, backends, mirrors, collector.name_for)
-        guard = cors_preflight_guard(route, rule)
-        if guard is not None:
-            routes.append(guard)
-        routes.append(route)
-    return routes
+    sources = [
+        RouteSource(a.route, rule, match, i, lst.port, lst.protocol.lower())
+        for _key, a, rule, match, i in entries
+    ]
+    return build_routes(sources, graph.backends, graph.mirrors, collector.name_for)
 
 
 def _misdirected(domain: str) -> VirtualHost:
@@ -168,7 +136,7 @@ def _route_config(
     listeners: list[GwListener],
     serve: GwListener | None,
     graph: Graph,
-    collector: _Clusters,
+    collector: cl.ClusterCollector,
 ) -> RouteConfiguration:
     """Virtual hosts of the listeners on one port; with ``serve`` (one HTTPS
     listener's filter chain), only its hosts, other listeners' hosts answer 421."""
@@ -231,7 +199,7 @@ def _groups(
 def translate(res: Resources, graph: Graph, opts: TranslateOptions | None = None) -> Snapshot:
     """The xDS the aether edge serves for ``res``; deterministic for the same input."""
     opts = opts or TranslateOptions()
-    collector = _Clusters(res, opts)
+    collector = cl.ClusterCollector(res, opts.mesh_registry, opts.trust_domain)
     listeners = []
     route_configs = []
     secrets: dict[str, Secret] = {}

@@ -9,7 +9,7 @@ backend's ServiceAccount, so a compromised DNS answer cannot impersonate it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from envoy_data_plane.envoy.config.cluster.v3 import (
@@ -17,6 +17,7 @@ from envoy_data_plane.envoy.config.cluster.v3 import (
     ClusterDiscoveryType,
     ClusterDnsLookupFamily,
     ClusterEdsClusterConfig,
+    ClusterLbPolicy,
 )
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
@@ -52,11 +53,13 @@ from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 from envoy_data_plane.google.protobuf import Any, Struct
 
 from verifier.gatewayapi.attach import ResolvedBackend
+from verifier.gatewayapi.mesh_attach import mesh_registered
 from verifier.gatewayapi.resources import Resources
 from verifier.xds.codec import new
 
 MESH_PORT = 15008
-MESH_LABEL = ("aether.io/managed", "true")
+# The ORIGINAL_DST cluster a sidecar sends what it does not route to (docs/mesh.md).
+PASSTHROUGH = "passthrough"
 METADATA_KEY = "aether.io/backend"
 HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 # Names of the SDS secrets the edge's own agent serves: its workload certificate
@@ -76,6 +79,10 @@ class BackendKey:
     mesh: bool
 
     @property
+    def service_port(self) -> tuple[str, str, int]:
+        return (self.namespace, self.service, self.port)
+
+    @property
     def cluster_name(self) -> str:
         path = "mesh" if self.mesh else "k8s"
         return f"{path}/{self.namespace}/{self.service}/{self.port}"
@@ -89,21 +96,20 @@ def fqdn(namespace: str, service: str) -> str:
     return f"{service}.{namespace}.svc.cluster.local"
 
 
-def is_mesh(res: Resources, registry: frozenset[tuple[str, str]], ns: str, name: str) -> bool:
-    labels = res.namespace_labels(ns)
-    return labels.get(MESH_LABEL[0]) == MESH_LABEL[1] or (ns, name) in registry
-
-
-def service_account(res: Resources, backend: ResolvedBackend) -> str:
-    """The identity of the pods behind a Service: the SA of the workload its selector picks."""
+def service_accounts(res: Resources, backend: ResolvedBackend) -> list[str]:
+    """The identities of the pods behind a Service: the ServiceAccount of every workload
+    its selector picks (a Service over two Deployments may run as two), else
+    ``default``."""
     svc = backend.service
-    if svc is None or not svc.selector:
-        return "default"
-    for (_kind, ns, _name), wl in sorted(res.workloads.items()):
-        pod = dict(wl.pod_labels)
-        if ns == backend.namespace and all(pod.get(k) == v for k, v in svc.selector):
-            return wl.service_account
-    return "default"
+    found = {
+        wl.service_account
+        for (_kind, ns, _name), wl in res.workloads.items()
+        if svc is not None
+        and svc.selector
+        and ns == backend.namespace
+        and all(dict(wl.pod_labels).get(k) == v for k, v in svc.selector)
+    }
+    return sorted(found) or ["default"]
 
 
 def backend_key(
@@ -115,19 +121,19 @@ def backend_key(
         backend.service.meta.name,
         backend.port.port,
         backend.protocol,
-        is_mesh(res, registry, backend.namespace, backend.service.meta.name),
+        mesh_registered(res, registry, backend.namespace, backend.service.meta.name),
     )
 
 
-def _metadata(key: BackendKey, identity: str | None) -> Metadata:
+def _metadata(key: BackendKey, identities: list[str] | None) -> Metadata:
     fields: dict[str, object] = {
         "namespace": key.namespace,
         "service": key.service,
         "port": key.port,
         "path": "mesh" if key.mesh else "dns",
     }
-    if identity is not None:
-        fields["identity"] = identity
+    if identities:
+        fields["identity"] = identities[0] if len(identities) == 1 else identities
     return new(Metadata, filter_metadata={METADATA_KEY: Struct.from_dict(fields)})
 
 
@@ -179,36 +185,52 @@ def dns_cluster(key: BackendKey) -> Cluster:
     )
 
 
+def mesh_sni(res: Resources, namespace: str, service: str, port: int) -> str:
+    """The SNI a mesh client sends to a workload's :15008: the Service's name, and, when
+    the Service has several ports, the port too (``<port>.<svc>.<ns>.svc.cluster.local``).
+
+    Every port of a Service arrives on the same :15008, so the SNI is all the
+    destination's sidecar has to choose the targetPort by (its inbound listener has a
+    filter chain per SNI, ``verifier.translate.inbound``). A one-port Service needs no
+    port in it, and keeps the name the edge has always sent."""
+    svc = res.services.get((namespace, service))
+    name = fqdn(namespace, service)
+    return f"{port}.{name}" if svc is not None and len(svc.ports) > 1 else name
+
+
 def spiffe_id(trust_domain: str, namespace: str, sa: str) -> str:
     return f"spiffe://{trust_domain}/ns/{namespace}/sa/{sa}"
 
 
-def mesh_cluster(key: BackendKey, identity: str) -> Cluster:
-    tls = new(
-        UpstreamTlsContext,
-        common_tls_context=new(
-            CommonTlsContext,
-            tls_certificate_sds_secret_configs=[
-                new(SdsSecretConfig, name=SDS_IDENTITY, sds_config=ads())
-            ],
-            combined_validation_context=new(
-                CommonTlsContextCombinedCertificateValidationContext,
-                default_validation_context=new(
-                    CertificateValidationContext,
-                    match_typed_subject_alt_names=[
-                        new(
-                            SubjectAltNameMatcher,
-                            san_type=SubjectAltNameMatcherSanType.URI,
-                            matcher=new(StringMatcher, exact=identity),
-                        )
-                    ],
-                ),
-                validation_context_sds_secret_config=new(
-                    SdsSecretConfig, name=SDS_ROOT, sds_config=ads()
-                ),
+def mesh_tls(san: list[StringMatcher]) -> CommonTlsContext:
+    """The mesh's TLS on either end: the workload's own certificate (SDS ``default``),
+    the trust bundle (SDS ``ROOTCA``), and the URI SANs the peer may present."""
+    return new(
+        CommonTlsContext,
+        tls_certificate_sds_secret_configs=[
+            new(SdsSecretConfig, name=SDS_IDENTITY, sds_config=ads())
+        ],
+        combined_validation_context=new(
+            CommonTlsContextCombinedCertificateValidationContext,
+            default_validation_context=new(
+                CertificateValidationContext,
+                match_typed_subject_alt_names=[
+                    new(SubjectAltNameMatcher, san_type=SubjectAltNameMatcherSanType.URI, matcher=m)
+                    for m in san
+                ],
+            ),
+            validation_context_sds_secret_config=new(
+                SdsSecretConfig, name=SDS_ROOT, sds_config=ads()
             ),
         ),
-        sni=fqdn(key.namespace, key.service),
+    )
+
+
+def mesh_cluster(key: BackendKey, identities: list[str], sni: str) -> Cluster:
+    tls = new(
+        UpstreamTlsContext,
+        common_tls_context=mesh_tls([new(StringMatcher, exact=i) for i in identities]),
+        sni=sni,
     )
     return new(
         Cluster,
@@ -220,7 +242,7 @@ def mesh_cluster(key: BackendKey, identity: str) -> Cluster:
             TransportSocket, name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
         ),
         typed_extension_protocol_options=_protocol_options(key.protocol),
-        metadata=_metadata(key, identity),
+        metadata=_metadata(key, identities),
     )
 
 
@@ -254,4 +276,62 @@ def mesh_endpoints(res: Resources, key: BackendKey) -> ClusterLoadAssignment:
         ClusterLoadAssignment,
         cluster_name=key.cluster_name,
         endpoints=[new(LocalityLbEndpoints, lb_endpoints=lb)] if lb else [],
+    )
+
+
+def passthrough_cluster() -> Cluster:
+    """Where a sidecar sends a connection no filter chain claims: to the address it
+    was sent to, which the ``original_dst`` listener filter restored."""
+    return new(
+        Cluster,
+        name=PASSTHROUGH,
+        type=ClusterDiscoveryType.ORIGINAL_DST,
+        lb_policy=ClusterLbPolicy.CLUSTER_PROVIDED,
+        connect_timeout=timedelta(seconds=5),
+    )
+
+
+@dataclass
+class ClusterCollector:
+    """Collects the clusters that routes actually use, so none is orphaned; the edge and
+    the sidecars dial a backend alike (one decision: ``backend_key``)."""
+
+    res: Resources
+    registry: frozenset[tuple[str, str]]
+    trust_domain: str
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    endpoints: dict[str, ClusterLoadAssignment] = field(default_factory=dict)
+
+    def name_for(self, backend: ResolvedBackend) -> str:
+        key = backend_key(self.res, self.registry, backend)
+        name = key.cluster_name
+        if name not in self.clusters:
+            if key.mesh:
+                ids = [
+                    spiffe_id(self.trust_domain, key.namespace, sa)
+                    for sa in service_accounts(self.res, backend)
+                ]
+                self.clusters[name] = mesh_cluster(key, ids, mesh_sni(self.res, *key.service_port))
+                self.endpoints[name] = mesh_endpoints(self.res, key)
+            else:
+                self.clusters[name] = dns_cluster(key)
+        return name
+
+
+def static_cluster(name: str, address: str, port: int) -> Cluster:
+    """A cluster of one fixed address: a sidecar's own application port."""
+    endpoint = new(
+        Endpoint,
+        address=new(Address, socket_address=new(SocketAddress, address=address, port_value=port)),
+    )
+    return new(
+        Cluster,
+        name=name,
+        type=ClusterDiscoveryType.STATIC,
+        connect_timeout=timedelta(seconds=5),
+        load_assignment=new(
+            ClusterLoadAssignment,
+            cluster_name=name,
+            endpoints=[new(LocalityLbEndpoints, lb_endpoints=[new(LbEndpoint, endpoint=endpoint)])],
+        ),
     )

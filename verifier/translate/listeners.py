@@ -39,6 +39,7 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
     HttpFilter,
     Rds,
 )
+from envoy_data_plane.envoy.extensions.filters.network.tcp_proxy.v3 import TcpProxy
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
     CertificateValidationContext,
     CertificateValidationContextTrustChainVerification,
@@ -65,6 +66,7 @@ from verifier.xds.codec import new
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 GATEWAY_METADATA_KEY = "aether.io/gateway"
 TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
+TCP_PROXY = "envoy.filters.network.tcp_proxy"
 
 
 def _hcm(port: int, route_config: str) -> HttpConnectionManager:
@@ -86,8 +88,16 @@ def _hcm(port: int, route_config: str) -> HttpConnectionManager:
     )
 
 
-def _hcm_filter(port: int, route_config: str) -> Filter:
+def hcm_filter(port: int, route_config: str) -> Filter:
+    """The HTTP connection manager of every HTTP filter chain, the edge's and the
+    sidecars' outbound ones: RDS ``route_config``, CORS then the router."""
     return new(Filter, name=HCM_FILTER, typed_config=Any.pack(_hcm(port, route_config)))
+
+
+def tcp_proxy_filter(cluster: str) -> Filter:
+    """Bytes to ``cluster`` as they come: a sidecar's passthrough and inbound chains."""
+    proxy = new(TcpProxy, stat_prefix=cluster, cluster=cluster)
+    return new(Filter, name=TCP_PROXY, typed_config=Any.pack(proxy))
 
 
 def _certificates(
@@ -187,7 +197,7 @@ def build_listener(
     chains: list[FilterChain] = []
     if any(lst.protocol == "HTTP" for _, lst in listeners):
         chains.append(
-            new(FilterChain, name=f"{place.name}-http", filters=[_hcm_filter(port, place.name)])
+            new(FilterChain, name=f"{place.name}-http", filters=[hcm_filter(port, place.name)])
         )
     seen_sni: set[str | None] = set()
     for gw, lst in listeners:
@@ -206,7 +216,7 @@ def build_listener(
                 transport_socket=new(
                     TransportSocket, name="envoy.transport_sockets.tls", typed_config=Any.pack(tls)
                 ),
-                filters=[_hcm_filter(port, https_route_config_name(port, gw, lst))],
+                filters=[hcm_filter(port, https_route_config_name(port, gw, lst))],
             )
         )
     terminates_tls = any(c.transport_socket is not None for c in chains)

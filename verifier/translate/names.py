@@ -27,3 +27,24 @@ def certificate_secret_name(namespace: str, name: str) -> str:
     """The SDS name of a listener certificate: ``<namespace>/<name>`` of its Secret.
     The mesh's own secrets (``default``, ``ROOTCA``) have no slash, so they never clash."""
     return f"{namespace}/{name}"
+
+
+# The sidecar's names (docs/mesh.md): listeners `outbound` (:15001) and `inbound`
+# (:15008); a filter chain and a route table per captured Service port.
+OUTBOUND = "outbound"
+INBOUND = "inbound"
+OUTBOUND_PORT = 15001
+
+
+def service_port_name(namespace: str, service: str, port: int) -> str:
+    """``<ns>/<svc>/<port>``: an outbound filter chain, and its virtual host."""
+    return f"{namespace}/{service}/{port}"
+
+
+def outbound_route_config_name(namespace: str, service: str, port: int) -> str:
+    return f"{OUTBOUND}/{service_port_name(namespace, service, port)}"
+
+
+def inbound_cluster_name(target_port: int) -> str:
+    """The workload's own application port, reached on loopback."""
+    return f"{INBOUND}/{target_port}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -273,7 +273,7 @@ ClusterFor = Callable[[ResolvedBackend], str]
 
 
 def _backend_action(
-    src: RouteSource, backends: tuple[ResolvedBackend, ...], cluster_for: ClusterFor
+    backends: tuple[ResolvedBackend, ...], cluster_for: ClusterFor
 ) -> RouteAction | DirectResponseAction:
     live = [b for b in backends if b.weight > 0]
     if not live:
@@ -336,7 +336,7 @@ def build_route(
     if redirect is not None:
         route.redirect = _redirect(redirect, src)
     else:
-        action = _backend_action(src, backends, cluster_for)
+        action = _backend_action(backends, cluster_for)
         if isinstance(action, DirectResponseAction):
             route.direct_response = action
         else:
@@ -394,6 +394,39 @@ def _apply_rule_to_action(
         )
         if rule.request_timeout is None:
             action.timeout = duration(rule.backend_request_timeout)
+
+
+def service_route(name: str, backend: ResolvedBackend, cluster_for: ClusterFor) -> Route:
+    """Everything to one Service port, as kube-proxy would send it: a sidecar's route
+    for a Service no mesh route applies to."""
+    route = new(Route, name=name, match=new(RouteMatch, prefix="/"))
+    action = _backend_action((backend,), cluster_for)
+    assert isinstance(action, RouteAction)  # one live, valid backend
+    route.route = action
+    return route
+
+
+Backends = Mapping[tuple[str, str, int], tuple[ResolvedBackend, ...]]
+Mirrors = Mapping[tuple[str, str, str], ResolvedBackend]
+
+
+def build_routes(
+    sources: Iterable[RouteSource], backends: Backends, mirrors: Mirrors, cluster_for: ClusterFor
+) -> list[Route]:
+    """Envoy routes for (rule, match) pairs already in precedence order, each preceded
+    by its CORS preflight guard: one virtual host's routes, the edge's or a sidecar's.
+    ``backends`` and ``mirrors`` are the controller's resolution (``attach.resolve_rules``)."""
+    routes = []
+    for src in sources:
+        rkey = (src.route.meta.namespace, src.route.meta.name)
+        rule_backends = backends.get((*rkey, src.rule.index), ())
+        own_mirrors = {p: b for (ns, n, p), b in mirrors.items() if (ns, n) == rkey}
+        route = build_route(src, rule_backends, own_mirrors, cluster_for)
+        guard = cors_preflight_guard(route, src.rule)
+        if guard is not None:
+            routes.append(guard)
+        routes.append(route)
+    return routes
 
 
 def cors_preflight_guard(route: Route, rule: m.RouteRule) -> Route | None:
