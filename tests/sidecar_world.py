@@ -21,7 +21,11 @@ handshake does:
   ORIGINAL_DST cluster;
 - ``web``'s route: a cleartext EDS cluster to its pod;
 - listener ``inbound`` on the sidecar's pod IP :15008, terminating mTLS: a client
-  certificate of the mesh CA whose URI SAN is in the trust domain is required.
+  certificate of the mesh CA whose URI SAN is in the trust domain is required;
+- listener ``virtual`` on 0.0.0.0:15002 with ``use_original_dst`` (as other
+  implementations capture): a connection redirected there is handed off to the
+  listener for its original destination, ``port-8088`` (``bind_to_port: false``, so
+  no connection reaches it directly), or, without one, answered by ``virtual``.
 
 Every HTTP connection manager and the tcp_proxy write an access log naming the
 filter chain, route, cluster and both peers' URI SANs: what the live test reads
@@ -105,8 +109,9 @@ TRUST_DOMAIN = "cluster.local"
 CLIENT_POD, ECHO_POD, WEB_POD = "10.244.50.9", "10.244.50.1", "10.244.60.1"
 ECHO_IP, CLIENT_IP, WEB_IP, OTHER_IP = "10.96.50.1", "10.96.50.9", "10.96.60.1", "10.96.60.2"
 NOBODY_IP = "10.96.70.1"  # no Service: the catch-all chain answers itself
-SERVICE_RANGE = "10.96.0.0/16"  # what the capture redirects
-CAPTURE_PORT, MESH_PORT, APP_PORT = 15001, 15008, 8080
+SERVICE_RANGE = "10.96.0.0/16"  # what the capture redirects to CAPTURE_PORT
+HANDOFF_IP, HANDOFF_RANGE = "10.97.0.1", "10.97.0.0/16"  # ... and to HANDOFF_PORT
+CAPTURE_PORT, HANDOFF_PORT, MESH_PORT, APP_PORT = 15001, 15002, 15008, 8080
 PROBE_HEADER = "x-probe"
 
 
@@ -256,23 +261,43 @@ def _route_configs() -> list[RouteConfiguration]:
     ]
 
 
-def _listeners(log: str) -> list[Listener]:
-    catch_all = RouteConfiguration(
-        name="catch-all",
-        virtual_hosts=[
-            VirtualHost(
-                name="catch-all",
-                domains=["*"],
-                routes=[
-                    Route(
-                        name="teapot",
-                        match=RouteMatch(prefix="/"),
-                        direct_response=DirectResponseAction(status=418),
-                    )
-                ],
-            )
+def _answer(name: str, status: int) -> RouteConfiguration:
+    """Routes that answer every request with ``status`` themselves (route ``name``)."""
+    route = Route(
+        name=name, match=RouteMatch(prefix="/"), direct_response=DirectResponseAction(status=status)
+    )
+    return RouteConfiguration(
+        name=name, virtual_hosts=[VirtualHost(name=name, domains=["*"], routes=[route])]
+    )
+
+
+def _handoff(log: str) -> list[Listener]:
+    original_dst = ListenerFilter(
+        name="envoy.filters.listener.original_dst", typed_config=Any.pack(OriginalDst())
+    )
+    virtual = Listener(
+        name="virtual",
+        address=_address("0.0.0.0", HANDOFF_PORT),
+        use_original_dst=True,
+        listener_filters=[original_dst],
+        default_filter_chain=FilterChain(
+            name="virtual-default",
+            filters=[_hcm("virtual", log, routes=_answer("misdirected", 421))],
+        ),
+    )
+    port_8088 = Listener(
+        name="port-8088",
+        address=_address("0.0.0.0", 8088),
+        bind_to_port=False,
+        filter_chains=[
+            FilterChain(name="8088", filters=[_hcm("8088", log, routes=_answer("accepted", 202))])
         ],
     )
+    return [virtual, port_8088]
+
+
+def _listeners(log: str) -> list[Listener]:
+    catch_all = _answer("teapot", 418)
     passthrough = Filter(
         name="envoy.filters.network.tcp_proxy",
         typed_config=Any.pack(
@@ -341,7 +366,7 @@ def _listeners(log: str) -> list[Listener]:
             )
         ],
     )
-    return [outbound, inbound]
+    return [outbound, inbound, *_handoff(log)]
 
 
 def _san(kind: str, value: str, *, typed: bool = True) -> SubjectAltNameMatcher | StringMatcher:
@@ -490,7 +515,9 @@ class Probe:
 CAPTURED = Redirect(CAPTURE_PORT)
 
 
-def outbound(name: str, address: str, path: str = "/", port: int = 80) -> Probe:
+def outbound(
+    name: str, address: str, path: str = "/", port: int = 80, redirect: Redirect | None = CAPTURED
+) -> Probe:
     host = {ECHO_IP: "echo.mesh-apps", WEB_IP: "web.legacy", OTHER_IP: "other.legacy"}.get(
         address, address
     )
@@ -501,7 +528,7 @@ def outbound(name: str, address: str, path: str = "/", port: int = 80) -> Probe:
         path=path,
         headers=normalize_headers([(PROBE_HEADER, name)]),
     )
-    return Probe(name, request, CAPTURED, CLIENT_POD)
+    return Probe(name, request, redirect, CLIENT_POD if redirect else WEB_POD)
 
 
 def inbound(name: str, cert: str | None, issuer: str, uri: str | None) -> Probe:
@@ -530,6 +557,9 @@ def probes(ca: str, other_ca: str) -> list[Probe]:
         outbound("h2c-only-chain", OTHER_IP),  # /24 chain wants h2c: default chain
         outbound("catch-all", NOBODY_IP),
         outbound("closed-port", ECHO_IP, port=81),  # no chain for :81, no Service port 81
+        outbound("handed-off", HANDOFF_IP, port=8088, redirect=Redirect(HANDOFF_PORT)),
+        outbound("not-handed-off", HANDOFF_IP, port=9099, redirect=Redirect(HANDOFF_PORT)),
+        outbound("not-bound", HANDOFF_IP, port=8088, redirect=None),  # bind_to_port: false
         inbound("peer-in-domain", "web", ca, spiffe("legacy", "web")),
         inbound("peer-other-domain", "foreign", ca, "spiffe://elsewhere.example/ns/x/sa/y"),
         inbound("peer-untrusted-ca", "untrusted", other_ca, spiffe("legacy", "web")),

@@ -29,9 +29,13 @@ from typing import TYPE_CHECKING
 import pytest
 from sidecar_world import (
     APP_PORT,
+    CAPTURE_PORT,
     CLIENT_POD,
     ECHO_IP,
     ECHO_POD,
+    HANDOFF_IP,
+    HANDOFF_PORT,
+    HANDOFF_RANGE,
     MESH_PORT,
     NOBODY_IP,
     OTHER_IP,
@@ -140,7 +144,8 @@ def predicted(world: World, probe: Probe) -> Decision:
     model, request = world.model, probe.request
     outcome = model.evaluate(request, redirect=probe.redirect).outcome
     selected = model.connection_of(request, probe.redirect)
-    assert selected is not None, probe.name
+    if selected is None:  # refused, or no filter chain: Envoy logs nothing
+        return Decision(False)
     chain, conn = selected.chain, selected.downstream
     if chain.tls and chain.client.refusal(request.client_cert) is not None:
         return Decision(False)
@@ -194,6 +199,11 @@ EXPECTED = {
     ),
     "catch-all": Decision(True, "any/80", f"{NOBODY_IP}:80", "teapot", None, None, None, 418),
     "closed-port": Decision(True, "passthrough", f"{ECHO_IP}:81", None, "passthrough"),
+    "handed-off": Decision(True, "8088", f"{HANDOFF_IP}:8088", "accepted", None, status=202),
+    "not-handed-off": Decision(
+        True, "virtual-default", f"{HANDOFF_IP}:9099", "misdirected", None, status=421
+    ),
+    "not-bound": Decision(False),
     "peer-in-domain": Decision(
         True,
         "inbound-mtls",
@@ -304,7 +314,8 @@ CAPTURE_RULES = f"""
 table ip sidecar_capture {{
   chain output {{
     type nat hook output priority -100; policy accept;
-    ip saddr {CLIENT_POD} ip daddr {SERVICE_RANGE} meta l4proto tcp redirect to :15001
+    ip saddr {CLIENT_POD} ip daddr {SERVICE_RANGE} meta l4proto tcp redirect to :{CAPTURE_PORT}
+    ip saddr {CLIENT_POD} ip daddr {HANDOFF_RANGE} meta l4proto tcp redirect to :{HANDOFF_PORT}
   }}
 }}
 """
@@ -328,7 +339,7 @@ async def _live(world: World, workdir: Path) -> list[tuple[Answer, dict[str, str
     envoy = EnvoyProcess(
         ads_bootstrap(at, ("127.0.0.1", 53)),
         workdir,
-        listeners=["outbound", "inbound"],
+        listeners=["outbound", "inbound", "virtual"],
         extra_args=FLUSH_ARGS,
     )
     try:
@@ -401,7 +412,7 @@ def observed(answer: Answer, entry: dict[str, str] | None) -> Decision:
     shutil.which("nft") is None, reason="capture needs nft (apt-get install nftables)"
 )
 def test_real_envoy_does_what_the_model_predicts(world: World, tmp_path: Path) -> None:
-    addresses = [CLIENT_POD, ECHO_POD, WEB_POD, ECHO_IP, WEB_IP, OTHER_IP, NOBODY_IP]
+    addresses = [CLIENT_POD, ECHO_POD, WEB_POD, ECHO_IP, WEB_IP, OTHER_IP, NOBODY_IP, HANDOFF_IP]
     done = asyncio.run(netns.run_in_namespace(lambda: _live(world, tmp_path), addresses))
     wrong = []
     for probe, (answer, entry) in zip(world.probes, done.value, strict=True):

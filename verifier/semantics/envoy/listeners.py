@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from verifier.semantics.envoy.binding import WILDCARDS, Bound, refusal, socket_of, tiers
+from verifier.semantics.envoy.binding import WILDCARDS, Bound, binds, refusal, socket_of, tiers
 from verifier.semantics.envoy.chains import match_chain
 from verifier.semantics.envoy.downstream import Dial, Downstream, inspect
 from verifier.semantics.envoy.origin import DEFAULT_ORIGIN, OriginConfig
@@ -234,16 +234,18 @@ class ListenerIndex:
                 sock = addr.socket_address if addr is not None else None
                 if sock is None:
                     continue
-                bound = Bound(
-                    socket_of(sock.address, sock.port_value, sock.ipv4_compat), li, chains, default
-                )
+                at = socket_of(sock.address, sock.port_value, sock.ipv4_compat)
+                bound = Bound(at, li, chains, default, binds(li))
                 index.by_port.setdefault(bound.socket.port, []).append(bound)
         return index
 
-    def listener_for(self, address: str, port: int) -> tuple[Bound | None, list[str], str]:
-        """The listener a connection to ``address``:``port`` reaches, notes on what is
+    def listener_for(
+        self, address: str, port: int, *, handoff: bool = False
+    ) -> tuple[Bound | None, list[str], str]:
+        """The listener a connection to ``address``:``port`` reaches (``handoff``: the
+        one a connection is handed off to, which may bind no port), notes on what is
         ambiguous, and why it was chosen (verifier.semantics.envoy.binding)."""
-        found = self.by_port.get(port) or []
+        found = [b for b in self.by_port.get(port) or [] if b.binds or handoff]
         if not found:
             return None, [], f"no listener on port {port}"
         notes: list[str] = []
@@ -289,11 +291,14 @@ class ListenerIndex:
         if found is None:
             trace.append(f"{why}: the connection is refused")
             return None, notes
-        li, chains, default = found.listener, found.chains, found.default
+        li = found.listener
         trace.append(f"listener {li.name} (port {arrived[1]}, {why})")
+        conn = inspect(li, arrived, original, dial.tls, dial.sni, trace)
+        if li.use_original_dst and conn.restored:
+            found, conn = self._hand_off(found, conn, dial, trace, notes)
+        li, chains, default = found.listener, found.chains, found.default
         if li.filter_chain_matcher is not None:
             notes.append(f"listener {li.name}: filter_chain_matcher not modelled (ignored)")
-        conn = inspect(li, arrived, original, dial.tls, dial.sni, trace)
         candidates, facts = match_chain(chains, conn, notes)
         if len(candidates) > 1:
             notes.append(
@@ -307,3 +312,28 @@ class ListenerIndex:
         which = "default filter chain" if not candidates else "filter chain"
         trace.append(f"{which} {chain.name} ({said})")
         return Selected(chain, conn, li.name), notes
+
+    def _hand_off(
+        self, found: Bound, conn: Downstream, dial: Dial, trace: list[str], notes: list[str]
+    ) -> tuple[Bound, Downstream]:
+        """use_original_dst: "the listener hands off redirected connections to the
+        listener associated with the original destination address. If there is no
+        listener associated with the original destination address, the connection is
+        handled by the listener that receives it." The new listener runs its own
+        listener filters; what the first ones detected stays with the socket."""
+        target, more, why = self.listener_for(conn.address, conn.port, handoff=True)
+        if target is None or target.listener is found.listener:
+            trace.append(f"use_original_dst: no other listener for {conn.address}:{conn.port}")
+            return found, conn
+        notes += more
+        trace.append(f"use_original_dst: handed off to listener {target.listener.name} ({why})")
+        again = inspect(target.listener, (conn.address, conn.port), None, dial.tls, dial.sni, trace)
+        merged = Downstream(
+            conn.address,
+            conn.port,
+            restored=True,
+            sni=conn.sni or again.sni,
+            transport="tls" if "tls" in (conn.transport, again.transport) else again.transport,
+            application_protocols=conn.application_protocols or again.application_protocols,
+        )
+        return target, merged
