@@ -22,7 +22,7 @@ import os
 import shutil
 import ssl
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,12 +56,13 @@ from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.envoy_process import EnvoyProcess, envoy_available
 from verifier.live.pki import Pki
 from verifier.live.served import FLUSH_ARGS, ads_bootstrap
+from verifier.pipeline import file_snapshot
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy.model import EnvoyModel
 from verifier.semantics.pem import fingerprints
 from verifier.xds import read
 from verifier.xds.ads import TYPES, AdsServer
-from verifier.xds.snapshot import Snapshot
+from verifier.xds.snapshot import Snapshot, dumps
 
 if TYPE_CHECKING:
     from envoy_data_plane.envoy.config.route.v3 import RouteConfiguration
@@ -252,6 +253,20 @@ def test_explain_names_the_listener_chain_cluster_and_identities(world: World) -
     assert "listener inbound" in inbound and "filter chain inbound-mtls" in inbound
     assert f"client identity {spiffe('legacy', 'web')} admitted" in inbound
     assert "match no SAN matcher" in trace("peer-other-domain")
+
+
+def test_a_config_dump_of_the_sidecar_reads_the_same(world: World, tmp_path: Path) -> None:
+    """check --xds reads a sidecar's config_dump (as records where it can): every probe
+    gets the same decision as from the messages."""
+    path = tmp_path / "sidecar.json"
+    path.write_text(dumps(world.snapshot), encoding="utf-8")
+    snap, notes = file_snapshot(str(path), records=True)
+    assert notes == []
+    model = EnvoyModel(snap, world.model.resolver.directory)
+    read_back = replace(world, model=model, snapshot=snap)
+    assert [predicted(read_back, p) for p in world.probes] == [
+        predicted(world, p) for p in world.probes
+    ]
 
 
 def test_without_capture_the_connection_goes_where_it_was_dialled(world: World) -> None:
