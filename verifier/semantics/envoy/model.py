@@ -28,10 +28,11 @@ from verifier.semantics.envoy import caveats
 from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
 from verifier.semantics.envoy.clusters import ClusterResolver
 from verifier.semantics.envoy.codec import METHODS
+from verifier.semantics.envoy.compiled import _COMPILED, compiled, precompile
 from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
 from verifier.semantics.envoy.downstream import Dial, Downstream, Redirect
 from verifier.semantics.envoy.forward import Upstreams, clusters_named, upstream_deadline_ms
-from verifier.semantics.envoy.listeners import Escaped, Hcm, ListenerIndex, Selected
+from verifier.semantics.envoy.listeners import Escaped, Hcm, Selected
 from verifier.semantics.envoy.match import router_view
 from verifier.semantics.envoy.origin import decide, hcm_headers, tls_redirect
 from verifier.semantics.envoy.passthrough import tcp_outcome
@@ -74,10 +75,12 @@ MAX_ALTERNATIVES = 8
 
 __all__ = [
     "NO_RESPONSE",
+    "_COMPILED",
     "BackendReply",
     "EnvoyModel",
     "ModelError",
     "Redirect",
+    "precompile",
     "upstream_deadline_ms",
 ]
 
@@ -125,56 +128,6 @@ def _hcm_summary(hcm: Hcm, rc: CompiledRouteConfig) -> str:
         f"upgrades {sorted(k for k, v in hcm.upgrades.items() if v) or 'none'}, "
         f"CORS filter {'yes' if hcm.cors_filter else 'no'}"
     )
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """What the model works out from the snapshot alone: the listener index and the
-    route configurations the listeners use, compiled (``CompiledRouteConfig``)."""
-
-    listeners: ListenerIndex
-    configs: dict[int, CompiledRouteConfig]  # by id of the RouteConfiguration
-
-
-# What ``precompile`` made, handed to the next model built on the same snapshot object
-# (by identity) and then forgotten: a later model compiles afresh, so one built after
-# the snapshot's messages were edited in place (tests do) sees the edit.
-_COMPILED: dict[int, tuple[Snapshot, Compiled]] = {}
-_REMEMBERED = 4
-
-
-def compiled(snapshot: Snapshot) -> Compiled:
-    """The snapshot's ``Compiled``: precompiled for it (taken), else made now."""
-    hit = _COMPILED.pop(id(snapshot), None)
-    if hit is not None and hit[0] is snapshot:
-        return hit[1]
-    return _compile(snapshot)
-
-
-def _compile(snapshot: Snapshot) -> Compiled:
-    routes = {rc.name: rc for rc in snapshot.routes}
-    secrets = {s.name: s for s in snapshot.secrets}
-    found = Compiled(ListenerIndex.build(snapshot.listeners, routes, secrets), {})
-    for entries in found.listeners.by_port.values():
-        for bound in entries:
-            for chain in [*bound.chains, *([bound.default] if bound.default else [])]:
-                rc = chain.hcm.route_config if chain.hcm is not None else None
-                if rc is not None and id(rc) not in found.configs:
-                    found.configs[id(rc)] = CompiledRouteConfig.build(rc)
-    return found
-
-
-def precompile(snapshot: Snapshot) -> None:
-    """``compiled(snapshot)`` now, if it can be: check runs it while a child process
-    reads the YAML (0.4 s of 10,000 rules otherwise spent after). Whatever fails here
-    fails again, and is reported, where the model is built."""
-    try:
-        found = _compile(snapshot)
-    except Exception:  # raised again where the model is built, and handled there
-        return
-    if len(_COMPILED) >= _REMEMBERED:
-        _COMPILED.pop(next(iter(_COMPILED)))
-    _COMPILED[id(snapshot)] = (snapshot, found)
 
 
 class EnvoyModel:
