@@ -11,10 +11,11 @@ assumption made for it, so a clean report never hides an unjudged part.
 What is named:
 - HTTP filters other than the router and CORS (which are modelled), unless
   ``disabled``: taken to pass every request through unchanged;
-- listener filters other than the TLS inspector (e.g. PROXY protocol): taken to
-  accept every connection;
-- filter chain criteria other than destination port, server names and transport
-  protocol: ignored;
+- listener filters other than the original destination filter and the TLS and HTTP
+  inspectors (e.g. PROXY protocol): taken to accept every connection;
+- filter chain criteria on the client's address (direct source and source prefix
+  ranges, source type, source ports): ignored; a listener's ``filter_chain_matcher``
+  (the matcher API): ignored, the ``filter_chain_match`` fields decide;
 - ``path_normalization_options``, scoped routes, VHDS and generic matcher trees;
 - route match conditions on TLS context, dynamic metadata, filter state and cookies
   (taken to hold; the answers they decide are not judged: assumed-answers, EV110),
@@ -38,7 +39,8 @@ from verifier.rules.support import walk
 from verifier.check import Context
 from verifier.findings import Finding, new
 from verifier.registry import Rule
-from verifier.semantics.envoy.listeners import UNMODELLED_CRITERIA
+from verifier.semantics.envoy.chains import source_criteria
+from verifier.semantics.envoy.downstream import MODELLED_LISTENER_FILTERS as LISTENER_FILTERS
 from verifier.semantics.envoy.match import ASSUMED_CONDITIONS
 from verifier.xds import read
 
@@ -53,10 +55,8 @@ MODELLED_HTTP_FILTERS = (
     "envoy.extensions.filters.http.router.v3.Router",
     "envoy.extensions.filters.http.cors.v3.Cors",
 )
-MODELLED_LISTENER_FILTERS = (
-    "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
-    "envoy.filters.listener.tls_inspector",  # by name, without a typed config
-)
+# By type, or by name without a typed config.
+MODELLED_LISTENER_FILTERS = tuple(x for pair in LISTENER_FILTERS for x in pair)
 MODELLED_BY_NAME = ("envoy.filters.http.router", "envoy.filters.http.cors")
 PASS = "it passes every request through"
 ASSUMED_MATCH = ASSUMED_CONDITIONS
@@ -85,17 +85,20 @@ def _listener(li: Listener) -> Iterator[Item]:
                 "it accepts every connection",
                 (f"{base}.listener_filters[{i}]"),
             )
+    if li.filter_chain_matcher is not None:
+        yield (
+            "a listener's filter_chain_matcher",
+            "it is ignored",
+            f"{base}.filter_chain_matcher",
+        )
     chains = [(f"{base}.filter_chains[{i}]", c) for i, c in enumerate(li.filter_chains)]
     for path, chain in chains:
-        for crit in UNMODELLED_CRITERIA:
-            if chain.filter_chain_match is not None and _set(
-                getattr(chain.filter_chain_match, crit)
-            ):
-                yield (
-                    f"filter chain match on {crit}",
-                    "it is ignored",
-                    (f"{path}.filter_chain_match.{crit}"),
-                )
+        for crit in source_criteria(chain.filter_chain_match):
+            yield (
+                f"filter chain match on {crit}",
+                "it is ignored",
+                (f"{path}.filter_chain_match.{crit}"),
+            )
     for path, hcm in walk.hcms(li):
         for i, f in enumerate(hcm.http_filters):
             kind = _type_of(f.typed_config, f.name)

@@ -183,10 +183,13 @@ class Digests:
         }
         self._slices: dict[tuple[str, str], list[bytes]] = {}
         self._by_address: dict[str, set[tuple[str, str]]] = {}
+        directory = self.ctx.envoy.resolver.directory
         for sl in res.endpoint_slices.values():
             key = (sl.meta.namespace, sl.service_name)
-            # By content: a slice derived from workloads carries its Service's source.
-            self._slices.setdefault(key, []).append(_h(repr(sl).encode()))
+            # By content: a slice derived from workloads carries its Service's source;
+            # the identity each pod presents (its workload's ServiceAccount) too.
+            identities = repr([directory.identity(a) for a in sl.addresses]).encode()
+            self._slices.setdefault(key, []).append(_h(repr(sl).encode(), identities))
             for address in sl.addresses:
                 self._by_address.setdefault(address, set()).add(key)
         for svc in res.services.values():
@@ -237,7 +240,7 @@ class Digests:
         ctx = self.ctx
         parts = [
             tool_digest().encode(),
-            repr((ctx.profile, ctx.controller_name, ctx.addressing)).encode(),
+            repr((ctx.profile, ctx.controller_name, ctx.addressing, ctx.trust_domain)).encode(),
             repr(sorted(ctx.mesh_registry)).encode(),
         ]
         res = ctx.res

@@ -25,7 +25,7 @@ from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import Case, possible_statuses
-from verifier.semantics.directory import backend_directory_from
+from verifier.semantics.directory import DEFAULT_TRUST_DOMAIN, backend_directory_from
 from verifier.semantics.envoy.model import EnvoyModel, ModelError
 from verifier.semantics.request import (
     Backend,
@@ -272,6 +272,8 @@ class Context:
     cases: list[Case] = field(default_factory=list)
     # Services on the mesh path besides labelled namespaces (--mesh-registry).
     mesh_registry: frozenset[tuple[str, str]] = frozenset()
+    # The SPIFFE trust domain mesh workloads' certificates name (--trust-domain).
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
     # Spec answers depend on the resources only; contexts over the same
     # resources (mutants of one scenario) may share them.
     # None: no caching (a single check, where each witness is asked once).
@@ -320,7 +322,10 @@ class Context:
 
     @cached_property
     def envoy(self) -> EnvoyModel:
-        return EnvoyModel(self.snapshot, backend_directory_from(self.res))
+        directory = backend_directory_from(
+            self.res, trust_domain=self.trust_domain, registry=self.mesh_registry
+        )
+        return EnvoyModel(self.snapshot, directory)
 
     @cached_property
     def unjudged(self) -> Unjudged:

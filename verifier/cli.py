@@ -851,6 +851,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     from verifier import explain, pipeline
     from verifier.check import Context
+    from verifier.gatewayapi.mesh_registry import load_mesh_registry
 
     if not args.request and not args.cases:
         raise InputErrors([InputError("explain", 0, "", "required", "give --request or --cases")])
@@ -876,7 +877,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     problems = pipeline.addressing_problems(res, opts, snapshot)
     if problems:
         raise InputErrors(problems)
-    ctx = Context(res, snapshot, controller_name=args.controller_name, addressing=opts.addressing)
+    registry = load_mesh_registry(args.mesh_registry) if args.mesh_registry else frozenset()
+    ctx = Context(
+        res,
+        snapshot,
+        controller_name=args.controller_name,
+        addressing=opts.addressing,
+        mesh_registry=registry,
+        trust_domain=args.trust_domain,
+    )
     if ctx.models_problem is not None:
         where = args.xds or "the reference translation"
         message = f"the Envoy model cannot read this xDS: {ctx.models_problem}"

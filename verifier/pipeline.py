@@ -637,6 +637,7 @@ def prepare(
         cases=cases,
         case_locations=locations,
         mesh_registry=registry,
+        trust_domain=opts.trust_domain,
         spec_cache=spec_cache,
         addressing=opts.addressing,
         baseline=opts.baseline,

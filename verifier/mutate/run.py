@@ -96,6 +96,7 @@ def mutate_scenario(
             cases=base.cases,
             case_locations=base.case_locations,
             mesh_registry=base.mesh_registry,
+            trust_domain=base.trust_domain,
             spec_cache=spec_cache,
         )
         findings = _undeclared(scn, run(active, ctx).findings)

@@ -7,6 +7,14 @@ knows nothing of xDS or of any translator's naming: a DNS name
 Service's port; an IP is a Service's clusterIP or a ready endpoint of one of its
 EndpointSlices (dialled on the targetPort, or on the mesh port 15008 when the
 workload is reached through its mesh tunnel).
+
+It also says what answers there (``peer``), which is what an upstream TLS handshake
+needs: aether gives every pod of a mesh-registered workload (namespace label
+``aether.io/managed: "true"``, or a Service in the mesh registry) a sidecar whose
+port 15008 speaks mutual TLS only, presenting the SPIFFE identity of the pod's
+ServiceAccount, ``spiffe://<trust domain>/ns/<namespace>/sa/<serviceaccount>``, and
+requiring a client certificate; the application ports answer cleartext HTTP as
+before. A pod without a sidecar has nothing on 15008.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from verifier.gatewayapi.resources import Resources
 
 MESH_PORT = 15008
 CLUSTER_DOMAIN_SUFFIXES = (".svc.cluster.local", ".svc", "")
+MESH_LABEL = ("aether.io/managed", "true")
+DEFAULT_TRUST_DOMAIN = "cluster.local"
 
 
 @dataclass(frozen=True, order=True)
@@ -48,6 +58,28 @@ class SliceSpec:
     service: str
     addresses: tuple[str, ...]
     ports: tuple[tuple[str, int], ...]  # (name, port)
+    # The ServiceAccount each address's pod runs as (aligned with ``addresses``;
+    # empty: unknown), and whether those pods have the mesh sidecar.
+    accounts: tuple[str, ...] = ()
+    meshed: bool = False
+
+
+@dataclass(frozen=True)
+class Peer:
+    """What answers a connection to an address and port, as far as a handshake goes.
+
+    ``identity`` is the URI SAN of the certificate a TLS-only peer presents (None:
+    it speaks cleartext); such a peer also demands a client certificate.
+    ``answers`` False: nothing accepts the connection (it is refused).
+    """
+
+    answers: bool
+    identity: str | None = None
+    why: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return self.identity is not None
 
 
 @dataclass(frozen=True)
@@ -68,15 +100,23 @@ class BackendDirectory:
     _pods: dict[str, set[tuple[str, str]]] = field(default_factory=dict)  # ip -> services
     # Services whose EndpointSlices list no ready address: nothing answers behind them.
     _unready: set[tuple[str, str]] = field(default_factory=set)
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+    _accounts: dict[str, tuple[str, str]] = field(default_factory=dict)  # ip -> (ns, sa)
+    _meshed: set[str] = field(default_factory=set)  # pod IPs with the mesh sidecar
+    _cluster_ips: set[str] = field(default_factory=set)
 
     @classmethod
     def build(
-        cls, services: Iterable[ServiceSpec], slices: Iterable[SliceSpec]
+        cls,
+        services: Iterable[ServiceSpec],
+        slices: Iterable[SliceSpec],
+        trust_domain: str = DEFAULT_TRUST_DOMAIN,
     ) -> BackendDirectory:
-        d = cls()
+        d = cls(trust_domain=trust_domain)
         for s in services:
             d.services[(s.namespace, s.name)] = s
             if s.cluster_ip and s.cluster_ip != "None":
+                d._cluster_ips.add(s.cluster_ip)
                 for p in s.ports:
                     d._by_ip.setdefault((s.cluster_ip, p.port), set()).add(
                         ServicePortRef(s.namespace, s.name, p.port)
@@ -87,8 +127,13 @@ class BackendDirectory:
             if svc is None:
                 continue
             (ready if sl.addresses else d._unready).add((sl.namespace, sl.service))
-            for addr in sl.addresses:
+            for i, addr in enumerate(sl.addresses):
                 d._pods.setdefault(addr, set()).add((sl.namespace, sl.service))
+                account = sl.accounts[i] if i < len(sl.accounts) else ""
+                if account:
+                    d._accounts.setdefault(addr, (sl.namespace, account))
+                if sl.meshed:
+                    d._meshed.add(addr)
                 for p in svc.ports:
                     for name, number in sl.ports:
                         # An EndpointSlice names its ports after the Service's ports,
@@ -131,6 +176,33 @@ class BackendDirectory:
 
     def mesh_services(self, ip: str) -> set[tuple[str, str]]:
         return self._pods.get(ip, set())
+
+    def identity(self, ip: str) -> str | None:
+        """The SPIFFE ID of the pod at ``ip``, when it is known to run as a ServiceAccount."""
+        found = self._accounts.get(ip)
+        if found is None:
+            return None
+        return f"spiffe://{self.trust_domain}/ns/{found[0]}/sa/{found[1]}"
+
+    def peer(self, host: str, port: int, *, dns: bool = False) -> Peer | None:
+        """What answers ``host``:``port`` (a DNS name when ``dns``), or None when the
+        address is nobody this directory knows (the caller assumes it answers)."""
+        if dns:
+            ref = self.by_dns(host, port)
+            return None if ref is None else Peer(True, why=f"{host} is a Service: cleartext")
+        if port == MESH_PORT and host in self._pods:
+            if host not in self._meshed:
+                return Peer(False, why=f"pod {host} has no mesh sidecar: nothing listens on 15008")
+            identity = self.identity(host)
+            if identity is None:
+                return None
+            return Peer(True, identity, f"the sidecar of pod {host} presents {identity}")
+        if self.by_ip(host, port):
+            kind = "a pod" if host in self._pods else "a Service"
+            return Peer(True, why=f"{host}:{port} is {kind}: cleartext")
+        if host in self._cluster_ips:  # kube-proxy has no rule for that port
+            return Peer(False, why=f"clusterIP {host} has no Service port {port}")
+        return None
 
     def resolve(
         self,
@@ -216,8 +288,36 @@ def dns_service_keys(host: str) -> list[tuple[str, str]]:
     return out
 
 
-def backend_directory_from(res: Resources) -> BackendDirectory:
-    """Services and EndpointSlices of ``res``, as the cluster's DNS and kube-proxy see them."""
+def _accounts_by_namespace(res: Resources) -> dict[str, list[tuple[dict[str, str], str]]]:
+    """Each namespace's workloads as (pod labels, ServiceAccount), by kind and name."""
+    out: dict[str, list[tuple[dict[str, str], str]]] = {}
+    for (_kind, ns, _name), wl in sorted(res.workloads.items()):
+        out.setdefault(ns, []).append((dict(wl.pod_labels), wl.service_account))
+    return out
+
+
+def _service_account(
+    res: Resources, workloads: dict[str, list[tuple[dict[str, str], str]]], ns: str, svc: str
+) -> str:
+    """The ServiceAccount the Service's pods run as: that of the first workload (by
+    kind, namespace, name) its selector picks; ``default`` when none does."""
+    found = res.services.get((ns, svc))
+    selector = found.selector if found is not None else ()
+    for labels, account in workloads.get(ns, ()):
+        if selector and all(labels.get(k) == v for k, v in selector):
+            return account
+    return "default"
+
+
+def backend_directory_from(
+    res: Resources,
+    *,
+    trust_domain: str = DEFAULT_TRUST_DOMAIN,
+    registry: frozenset[tuple[str, str]] = frozenset(),
+) -> BackendDirectory:
+    """Services and EndpointSlices of ``res``, as the cluster's DNS and kube-proxy see
+    them, with each pod's identity and mesh membership (``registry``: (namespace,
+    Service) pairs registered in the mesh besides labelled namespaces)."""
     services = [
         ServiceSpec(
             s.meta.namespace,
@@ -227,8 +327,14 @@ def backend_directory_from(res: Resources) -> BackendDirectory:
         )
         for s in res.services.values()
     ]
-    slices = [
-        SliceSpec(s.meta.namespace, s.service_name, s.addresses, s.ports)
-        for s in res.endpoint_slices.values()
-    ]
-    return BackendDirectory.build(services, slices)
+    slices = []
+    workloads = _accounts_by_namespace(res)
+    for s in res.endpoint_slices.values():
+        ns, svc = s.meta.namespace, s.service_name
+        account = _service_account(res, workloads, ns, svc)
+        meshed = res.namespace_labels(ns).get(MESH_LABEL[0]) == MESH_LABEL[1] or (
+            (ns, svc) in registry
+        )
+        accounts = (account,) * len(s.addresses)
+        slices.append(SliceSpec(ns, svc, s.addresses, s.ports, accounts, meshed))
+    return BackendDirectory.build(services, slices, trust_domain)

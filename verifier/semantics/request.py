@@ -117,17 +117,21 @@ class ClientCert:
     """The certificate a client presents in the TLS handshake.
 
     ``issuer`` is the SHA-256 fingerprint of the CA certificate that signed it
-    (``verifier.semantics.pem``): that is all client certificate validation
-    looks at. The files are what the live pass sends; they do not change what
-    the models decide, so they take no part in equality.
+    (``verifier.semantics.pem``). ``uri_sans`` are its URI subject alternative names
+    (a mesh workload's SPIFFE ID), which SAN matchers read; None: not known, and
+    SAN matchers are then not judged. The files are what the live pass sends; they
+    do not change what the models decide, so they take no part in equality.
     """
 
     issuer: str
     cert_file: str = field(default="", compare=False)
     key_file: str = field(default="", compare=False)
+    uri_sans: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"issuer": self.issuer}
+        if self.uri_sans is None:
+            return {"issuer": self.issuer}
+        return {"issuer": self.issuer, "uri_sans": list(self.uri_sans)}
 
 
 @dataclass(frozen=True, slots=True)

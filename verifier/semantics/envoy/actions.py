@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from verifier.semantics.envoy.clusters import ClusterResolver
 from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
+from verifier.semantics.envoy.downstream import Downstream
 from verifier.semantics.envoy.forward import Upstreams, mirrors, timeouts, upstream_deadline_ms
 from verifier.semantics.envoy.headers import (
     HeaderList,
@@ -83,6 +84,8 @@ class RouteContext:
     resolver: ClusterResolver
     upstreams: Upstreams
     reply: BackendReply = field(default_factory=BackendReply)
+    # The connection as restored (an ORIGINAL_DST cluster dials its local address).
+    downstream: Downstream | None = None
 
 
 def _local_reply(
@@ -187,7 +190,7 @@ def _forward(rctx: RouteContext, action: RouteAction, trace: list[str]) -> Outco
                 route=rctx.route.ref,
                 notes=tuple(notes),
             )
-    up = rctx.upstreams.of(action, rctx.view)
+    up = rctx.upstreams.of(action, rctx.view, rctx.downstream)
     trace += up.trace
     notes += up.notes
     request_ms, backend_ms = timeouts(action, rctx.vhost.vhost)

@@ -22,6 +22,13 @@ connection reaches, so the rules are Linux's, with Envoy choosing the socket opt
 Checked on Envoy 1.40 in a network namespace (tests/test_dual_stack.py): ``[::]:P``
 with ipv4_compat answers IPv4 connections to any local address and IPv6 ones; without
 it (unset or false) IPv4 is refused; beside ``0.0.0.0:P`` it gets only IPv6.
+
+A listener with ``bind_to_port: false`` binds no socket ("the listener will not bind
+to the port... useful when the listener is used as a target of use_original_dst"): no
+connection reaches it directly, only one handed off to it (``use_original_dst``),
+which Envoy finds in the same order (``getBalancedHandlerByAddress``: the exact
+address, where a dual-stack listener also stands for its IPv4-mapped address, then
+the family's wildcard, where ``[::]`` with ipv4_compat stands for ``0.0.0.0``).
 """
 
 from __future__ import annotations
@@ -89,16 +96,25 @@ class Bound:
     listener: Listener
     chains: list[Chain]
     default: Chain | None
+    binds: bool = True  # bind_to_port (unset: true)
 
     @property
     def address(self) -> str:
         return self.socket.address
 
 
+def binds(listener: Listener) -> bool:
+    """Listener.bind_to_port: "Whether the listener should bind to the port... Default
+    is true" (a BoolValue: unset is true)."""
+    return listener.bind_to_port is not False
+
+
 def sockets(listeners: Iterable[Listener]) -> list[Socket]:
     """Every address and port the listeners bind; an unset address is ``0.0.0.0``."""
     found = []
     for li in listeners:
+        if not binds(li):
+            continue
         for addr in [li.address] + [a.address for a in li.additional_addresses]:
             sock = addr.socket_address if addr is not None else None
             if sock is not None:

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from verifier.semantics.envoy.clusters import ClusterResolver
+from verifier.semantics.envoy.downstream import Downstream
 from verifier.semantics.envoy.headers import HeaderParser, header_parser
 from verifier.semantics.envoy.match import parts_per_million
 from verifier.semantics.request import Backend, evolve
@@ -68,43 +69,66 @@ def _shares(shares: dict[Backend, int]) -> tuple[Backend, ...]:
 
 class Upstreams:
     """``upstream`` per route action, worked out once when the request cannot change
-    it (no ``cluster_header``): check asks it for every witness a route forwards.
-    The Upstreams it returns are shared: read them, never change them."""
+    it (no ``cluster_header``, no ORIGINAL_DST cluster): check asks it for every
+    witness a route forwards. The Upstreams it returns are shared: read them, never
+    change them."""
 
     def __init__(self, resolver: ClusterResolver) -> None:
         self.resolver = resolver
         self._known: dict[int, tuple[RouteAction, Upstream]] = {}
+        self._per_connection: dict[int, bool] = {}
 
-    def of(self, action: RouteAction, headers: dict[str, str]) -> Upstream:
-        if action.cluster_header:
-            return upstream(action, self.resolver, headers)
+    def of(
+        self, action: RouteAction, headers: dict[str, str], conn: Downstream | None = None
+    ) -> Upstream:
+        if action.cluster_header or self._depends_on_connection(action):
+            return upstream(action, self.resolver, headers, conn)
         known = self._known.get(id(action))
         if known is None or known[0] is not action:
             known = self._known[id(action)] = (action, upstream(action, self.resolver, headers))
         return known[1]
 
+    def _depends_on_connection(self, action: RouteAction) -> bool:
+        found = self._per_connection.get(id(action))
+        if found is None:
+            names = clusters_named(action) or frozenset()
+            found = any(self.resolver.depends_on_connection(n) for n in names)
+            self._per_connection[id(action)] = found
+        return found
 
-def upstream(action: RouteAction, resolver: ClusterResolver, headers: dict[str, str]) -> Upstream:
+
+def upstream(
+    action: RouteAction,
+    resolver: ClusterResolver,
+    headers: dict[str, str],
+    conn: Downstream | None = None,
+) -> Upstream:
     code = action.cluster_not_found_response_code or NotFound.SERVICE_UNAVAILABLE
     missing_status = CLUSTER_NOT_FOUND_STATUS.get(int(code), 503)
     if action.weighted_clusters is not None:
-        return _weighted(action, resolver, missing_status)
+        return _weighted(action, resolver, missing_status, conn, headers)
     name = action.cluster
     if action.cluster_header:
         name = headers.get(action.cluster_header.lower(), "").split(",")[0]
         note = f"cluster_header {action.cluster_header!r} names cluster {name!r}"
-        out = _single(name, resolver, missing_status)
+        out = _single(name, resolver, missing_status, conn, headers)
         out.notes.append(note)
         return out
     if not name:
         out = Upstream(missing_status)
         out.notes.append("cluster specifier not modelled (plugin)")
         return out
-    return _single(name, resolver, missing_status)
+    return _single(name, resolver, missing_status, conn, headers)
 
 
-def _single(name: str, resolver: ClusterResolver, missing_status: int) -> Upstream:
-    target = resolver.target(name)
+def _single(
+    name: str,
+    resolver: ClusterResolver,
+    missing_status: int,
+    conn: Downstream | None,
+    headers: dict[str, str],
+) -> Upstream:
+    target = resolver.target_for(name, conn, headers)
     if target.backend is None:
         # As in a weighted list: a missing cluster answered 500 is an invalid backend's
         # share (here all of it), which is how other implementations write invalid
@@ -115,15 +139,23 @@ def _single(name: str, resolver: ClusterResolver, missing_status: int) -> Upstre
         return out
     if target.unavailable:
         out = Upstream(NO_HEALTHY_UPSTREAM_STATUS, unavailable_weight=1, notes=list(target.notes))
+        out.trace += target.trace
         out.trace.append(f"cluster {name!r} has no healthy host: {NO_HEALTHY_UPSTREAM_STATUS}")
         return out
     out = Upstream(200, (target.backend,), dns_host=target.dns_host, notes=list(target.notes))
     b = target.backend
     out.trace.append(f"cluster {name!r} -> {b.namespace}/{b.name}:{b.port}")
+    out.trace += target.trace
     return out
 
 
-def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: int) -> Upstream:
+def _weighted(
+    action: RouteAction,
+    resolver: ClusterResolver,
+    missing_status: int,
+    conn: Downstream | None,
+    headers: dict[str, str],
+) -> Upstream:
     wc = action.weighted_clusters
     assert wc is not None
     out = Upstream(200)
@@ -138,7 +170,7 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
         if cw.cluster_header:
             out.notes.append(f"weighted cluster_header {cw.cluster_header!r} not modelled")
             continue
-        target = resolver.target(cw.name)
+        target = resolver.target_for(cw.name, conn, headers)
         out.notes += target.notes
         if target.backend is None:
             invalid += weight
@@ -147,6 +179,7 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
         key = evolve(target.backend, weight=1)
         if target.unavailable:
             unavailable += weight
+            out.trace += target.trace
             out.trace.append(
                 f"weighted cluster {cw.name!r} ({weight}) -> {key.namespace}/{key.name} has "
                 f"no healthy host: its share gets {NO_HEALTHY_UPSTREAM_STATUS}"
@@ -154,6 +187,7 @@ def _weighted(action: RouteAction, resolver: ClusterResolver, missing_status: in
             continue
         shares[key] = shares.get(key, 0) + weight
         out.trace.append(f"weighted cluster {cw.name!r} ({weight}) -> {key.namespace}/{key.name}")
+        out.trace += target.trace
         label = f"weighted cluster {cw.name}"
         req = header_parser(
             label, cw.request_headers_to_add, cw.request_headers_to_remove, request=True

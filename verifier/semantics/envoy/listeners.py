@@ -1,30 +1,37 @@
-"""From a connection (destination address and port, TLS, SNI) to the HTTP connection manager.
+"""From a connection (destination address and port, TLS, SNI) to the filter chain's terminal filter.
 
 Envoy hands a connection to the listener bound to its exact destination address and
 port, else to one bound to the wildcard address of its family (``0.0.0.0``, ``::``) on
 that port (listener.proto: a listener "bound to a specific address takes precedence").
 So several Gateways can share a port, each on its own address. A request whose
 destination is unknown (``address`` empty) goes to the only listener on the port, or
-the wildcard one. Within a listener Envoy picks a filter chain by
-narrowing on ``FilterChainMatch`` fields one at a time, keeping the most specific
-candidates at each step (listener_components.proto: "the most specific matching
-filter chain is chosen"; server names: "www.example.com will be first matched
-against www.example.com, then *.example.com, then *.com", then chains without
-server names), falling back to ``default_filter_chain``.
+the wildcard one. A captured connection (``Redirect``) arrives at the proxy's
+capture port instead, and the ``original_dst`` listener filter restores the address
+the client dialled (``downstream``). Within a listener Envoy picks a filter chain by
+narrowing on ``FilterChainMatch`` fields one at a time (``chains``), falling back to
+``default_filter_chain``.
 
 The SNI and the "tls" transport protocol are known only to a listener with the TLS
 inspector listener filter: Envoy 1.40 no longer injects one, so without it every
 connection looks like "raw_buffer" without a server name (found on the live edge:
 such a listener resets TLS clients with no_filter_chain_match).
+
+A chain ends in an HTTP connection manager, or in ``tcp_proxy``, which passes the
+connection's bytes to a cluster's host unchanged (tcp_proxy.proto: "cluster: The
+upstream cluster to connect to"; ``weighted_clusters``: "Multiple upstream clusters
+can be specified for a given route. The request is routed to one of the upstream
+clusters based on weights").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from verifier.semantics.envoy.binding import WILDCARDS, Bound, refusal, socket_of, tiers
+from verifier.semantics.envoy.binding import WILDCARDS, Bound, binds, refusal, socket_of, tiers
+from verifier.semantics.envoy.chains import match_chain
+from verifier.semantics.envoy.downstream import Dial, Downstream, inspect
 from verifier.semantics.envoy.origin import DEFAULT_ORIGIN, OriginConfig
 from verifier.semantics.envoy.tls import NO_VALIDATION, ClientValidation, client_validation
 from verifier.xds import read
@@ -46,18 +53,8 @@ Escaped = HttpConnectionManagerPathWithEscapedSlashesAction
 # KEEP_UNCHANGED" (the runtime override is not modelled).
 ESCAPED_DEFAULT = Escaped.KEEP_UNCHANGED
 
-# FilterChainMatch fields that depend on the client's network identity or ALPN: a
-# request in our vocabulary says nothing about them, so they are not narrowed on.
-TLS_INSPECTOR_NAME = "envoy.filters.listener.tls_inspector"
-TLS_INSPECTOR_TYPE = "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"
 HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-UNMODELLED_CRITERIA = (
-    "prefix_ranges",
-    "direct_source_prefix_ranges",
-    "source_prefix_ranges",
-    "source_ports",
-    "application_protocols",
-)
+TCP_PROXY = "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
 
 
 CORS_FILTER_TYPE = "envoy.extensions.filters.http.cors.v3.Cors"
@@ -85,6 +82,14 @@ class Hcm:
 
 
 @dataclass(frozen=True)
+class TcpProxy:
+    """A tcp_proxy filter: the clusters it connects to, with their weights."""
+
+    clusters: tuple[tuple[str, int], ...]  # (cluster, weight); one cluster: weight 1
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Chain:
     name: str
     match: FilterChainMatch | None
@@ -92,6 +97,16 @@ class Chain:
     hcm: Hcm | None
     problem: str = ""
     client: ClientValidation = NO_VALIDATION
+    tcp: TcpProxy | None = None
+
+
+@dataclass(frozen=True)
+class Selected:
+    """Where a connection ends up: the chain, and the connection as it sees it."""
+
+    chain: Chain
+    downstream: Downstream
+    listener: str
 
 
 def _hcm(msg: HttpConnectionManager, routes: dict[str, RouteConfiguration]) -> Hcm:
@@ -165,58 +180,34 @@ def _chain(
             return Chain(name, chain.filter_chain_match, tls, None, str(exc), client)
         if read.is_a(msg, HCM):
             return Chain(name, chain.filter_chain_match, tls, _hcm(msg, routes), client=client)
-    return Chain(name, chain.filter_chain_match, tls, None, "no HttpConnectionManager", client)
+        if read.is_a(msg, TCP_PROXY):
+            return Chain(name, chain.filter_chain_match, tls, None, client=client, tcp=_tcp(msg))
+    return Chain(
+        name, chain.filter_chain_match, tls, None, "no HttpConnectionManager or tcp_proxy", client
+    )
 
 
-def _server_name_rank(names: list[str], sni: str) -> int | None:
-    """Higher is more specific: exact beats `*.example.com` beats `*.com`."""
-    best: int | None = None
-    for n in names:
-        n = n.lower()
-        if n == sni:
-            return 1_000_000
-        if n.startswith("*.") and sni.endswith(n[1:]) and len(sni) > len(n) - 1:
-            best = max(best or 0, len(n))
-    return best
-
-
-def has_tls_inspector(listener: Listener) -> bool:
-    for f in listener.listener_filters:
-        url = f.typed_config.type_url if f.typed_config is not None else ""
-        if url.endswith(TLS_INSPECTOR_TYPE) or (not url and f.name == TLS_INSPECTOR_NAME):
-            return True
-    return False
-
-
-def _narrow(
-    candidates: list[Chain], get: Callable[[FilterChainMatch], object], want: object
-) -> list[Chain]:
-    """One FilterChainMatch field: chains that name ``want`` beat chains that leave the
-    field unset; chains naming another value drop out."""
-    specific = [c for c in candidates if c.match is not None and get(c.match) is not None]
-    matching = [c for c in specific if c.match is not None and get(c.match) == want]
-    return matching or [c for c in candidates if c not in specific]
-
-
-def _by_server_name(candidates: list[Chain], sni: str) -> list[Chain]:
-    ranked = [
-        (_server_name_rank(c.match.server_names, sni), c)
-        for c in candidates
-        if c.match is not None and c.match.server_names
+def _tcp(msg: object) -> TcpProxy:
+    kind, value = read.one_of(msg, "cluster_specifier")
+    notes = [
+        f"tcp_proxy {field} not modelled"
+        for field in ("tunneling_config", "on_demand", "metadata_match")
+        if getattr(msg, field, None) is not None
     ]
-    hits = [(r, c) for r, c in ranked if r is not None]
-    if not hits:
-        return [c for c in candidates if c.match is None or not c.match.server_names]
-    top = max(r for r, _ in hits)
-    return [c for r, c in hits if r == top]
+    if kind == "cluster" and isinstance(value, str):
+        return TcpProxy(((value, 1),), tuple(notes))
+    if kind == "weighted_clusters" and value is not None:
+        picks = tuple((c.name, int(c.weight or 0)) for c in value.clusters)
+        return TcpProxy(picks, tuple(notes))
+    return TcpProxy((), (*notes, "tcp_proxy names no cluster"))
 
 
 @dataclass
 class ListenerIndex:
     by_port: dict[int, list[Bound]] = field(default_factory=dict)
-    # (address, port, tls, sni) -> what select decided, its notes and trace: the
-    # answer depends on nothing else, and check asks it for every witness.
-    _selected: dict[tuple[str, int, bool, str], tuple[Chain | None, list[str], list[str]]] = field(
+    # What select decided for a connection, its notes and trace: the answer depends
+    # on nothing else, and check asks it for every witness.
+    _selected: dict[Dial, tuple[Selected | None, list[str], list[str]]] = field(
         default_factory=dict
     )
 
@@ -243,16 +234,18 @@ class ListenerIndex:
                 sock = addr.socket_address if addr is not None else None
                 if sock is None:
                     continue
-                bound = Bound(
-                    socket_of(sock.address, sock.port_value, sock.ipv4_compat), li, chains, default
-                )
+                at = socket_of(sock.address, sock.port_value, sock.ipv4_compat)
+                bound = Bound(at, li, chains, default, binds(li))
                 index.by_port.setdefault(bound.socket.port, []).append(bound)
         return index
 
-    def listener_for(self, address: str, port: int) -> tuple[Bound | None, list[str], str]:
-        """The listener a connection to ``address``:``port`` reaches, notes on what is
+    def listener_for(
+        self, address: str, port: int, *, handoff: bool = False
+    ) -> tuple[Bound | None, list[str], str]:
+        """The listener a connection to ``address``:``port`` reaches (``handoff``: the
+        one a connection is handed off to, which may bind no port), notes on what is
         ambiguous, and why it was chosen (verifier.semantics.envoy.binding)."""
-        found = self.by_port.get(port) or []
+        found = [b for b in self.by_port.get(port) or [] if b.binds or handoff]
         if not found:
             return None, [], f"no listener on port {port}"
         notes: list[str] = []
@@ -274,50 +267,73 @@ class ListenerIndex:
                 return candidates[0], notes, why
         return None, [], refusal(found, address, port)
 
-    def select(
-        self, address: str, port: int, tls: bool, sni: str, trace: list[str]
-    ) -> tuple[Chain | None, list[str]]:
-        """The filter chain for a connection to ``address``:``port``, and notes on what
-        the model cannot judge; the steps go to ``trace``."""
-        key = (address, port, tls, sni)
-        known = self._selected.get(key)
+    def select(self, dial: Dial, trace: list[str]) -> tuple[Selected | None, list[str]]:
+        """The filter chain for the connection ``dial`` makes, and notes on what the
+        model cannot judge; the steps go to ``trace``."""
+        known = self._selected.get(dial)
         if known is None:
             steps: list[str] = []
-            chain, notes = self._select(address, port, tls, sni, steps)
-            known = self._selected[key] = (chain, notes, steps)
+            chosen, notes = self._select(dial, steps)
+            known = self._selected[dial] = (chosen, notes, steps)
         trace += known[2]
         return known[0], list(known[1])
 
-    def _select(
-        self, address: str, port: int, tls: bool, sni: str, trace: list[str]
-    ) -> tuple[Chain | None, list[str]]:
-        found, notes, why = self.listener_for(address, port)
+    def _select(self, dial: Dial, trace: list[str]) -> tuple[Selected | None, list[str]]:
+        address, port, redirect = dial.address, dial.port, dial.redirect
+        arrived, original = (address, port), None
+        if redirect is not None:
+            arrived, original = (redirect.arrives_at(address), redirect.port), (address, port)
+            trace.append(
+                f"the connection to {address}:{port} was redirected to "
+                f"{arrived[0]}:{arrived[1]} (capture)"
+            )
+        found, notes, why = self.listener_for(*arrived)
         if found is None:
             trace.append(f"{why}: the connection is refused")
             return None, notes
+        li = found.listener
+        trace.append(f"listener {li.name} (port {arrived[1]}, {why})")
+        conn = inspect(li, arrived, original, dial.tls, dial.sni, trace)
+        if li.use_original_dst and conn.restored:
+            found, conn = self._hand_off(found, conn, dial, trace, notes)
         li, chains, default = found.listener, found.chains, found.default
-        trace.append(f"listener {li.name} (port {port}, {why})")
-        transport = "tls" if tls else "raw_buffer"
-        if tls and not has_tls_inspector(li):
-            trace.append(
-                "the listener has no TLS inspector: filter chains see no SNI and raw_buffer"
-            )
-            transport, sni = "raw_buffer", ""
-        candidates = _narrow(list(chains), lambda m: m.destination_port or None, port)
-        candidates = _by_server_name(candidates, sni)
-        candidates = _narrow(candidates, lambda m: m.transport_protocol or None, transport)
-        for c in candidates:
-            for crit in UNMODELLED_CRITERIA:
-                if c.match is not None and getattr(c.match, crit):
-                    notes.append(f"filter chain {c.name}: {crit} not modelled (ignored)")
+        if li.filter_chain_matcher is not None:
+            notes.append(f"listener {li.name}: filter_chain_matcher not modelled (ignored)")
+        candidates, facts = match_chain(chains, conn, notes)
         if len(candidates) > 1:
             notes.append(
                 f"{len(candidates)} filter chains match equally; Envoy rejects such listeners"
             )
+        said = f"sni {conn.sni!r}, transport {conn.transport}{facts}"
         chain = candidates[0] if candidates else default
         if chain is None:
-            trace.append(f"no filter chain matches (sni {sni!r}, {transport}): connection closed")
+            trace.append(f"no filter chain matches ({said}): connection closed")
             return None, notes
-        why = "default filter chain" if not candidates else "filter chain"
-        trace.append(f"{why} {chain.name} (sni {sni!r}, transport {transport})")
-        return chain, notes
+        which = "default filter chain" if not candidates else "filter chain"
+        trace.append(f"{which} {chain.name} ({said})")
+        return Selected(chain, conn, li.name), notes
+
+    def _hand_off(
+        self, found: Bound, conn: Downstream, dial: Dial, trace: list[str], notes: list[str]
+    ) -> tuple[Bound, Downstream]:
+        """use_original_dst: "the listener hands off redirected connections to the
+        listener associated with the original destination address. If there is no
+        listener associated with the original destination address, the connection is
+        handled by the listener that receives it." The new listener runs its own
+        listener filters; what the first ones detected stays with the socket."""
+        target, more, why = self.listener_for(conn.address, conn.port, handoff=True)
+        if target is None or target.listener is found.listener:
+            trace.append(f"use_original_dst: no other listener for {conn.address}:{conn.port}")
+            return found, conn
+        notes += more
+        trace.append(f"use_original_dst: handed off to listener {target.listener.name} ({why})")
+        again = inspect(target.listener, (conn.address, conn.port), None, dial.tls, dial.sni, trace)
+        merged = Downstream(
+            conn.address,
+            conn.port,
+            restored=True,
+            sni=conn.sni or again.sni,
+            transport="tls" if "tls" in (conn.transport, again.transport) else again.transport,
+            application_protocols=conn.application_protocols or again.application_protocols,
+        )
+        return target, merged

@@ -5,12 +5,16 @@ config_dump), so it reads only Envoy's own semantics: no translator code, and no
 naming convention (cluster, route or metadata names) takes part in a decision.
 
 The request flows as in Envoy: listener by destination address and port (an exact
-address beats the wildcard), filter chain by TLS and SNI, the
-HTTP connection manager's host and path handling, virtual host by Host, the first
-matching route, then the route's action (forward, redirect, direct response), CORS
-and header mutations. ``evaluate`` returns the Outcome and a human-readable trace.
-Status ``NO_RESPONSE`` (0) means Envoy sends no HTTP response at all (connection
-refused or closed). Indexes are built once in ``__init__``.
+address beats the wildcard; for a captured connection, the capture port), the
+listener filters (original destination, TLS and HTTP inspectors), filter chain by
+destination, SNI, transport and application protocol, then either ``tcp_proxy``
+(the bytes go to a cluster's host unchanged) or the HTTP connection manager's host
+and path handling, virtual host by Host, the first matching route, then the route's
+action (forward, redirect, direct response), CORS and header mutations; a forwarded
+request reaches a host only if the connection to it (TLS, identity) succeeds.
+``evaluate`` returns the Outcome and a human-readable trace. Status ``NO_RESPONSE``
+(0) means Envoy sends no HTTP response at all (connection refused or closed).
+Indexes are built once in ``__init__``.
 """
 
 from __future__ import annotations
@@ -24,11 +28,14 @@ from verifier.semantics.envoy import caveats
 from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
 from verifier.semantics.envoy.clusters import ClusterResolver
 from verifier.semantics.envoy.codec import METHODS
+from verifier.semantics.envoy.compiled import _COMPILED, compiled, precompile
 from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
+from verifier.semantics.envoy.downstream import Dial, Downstream, Redirect
 from verifier.semantics.envoy.forward import Upstreams, clusters_named, upstream_deadline_ms
-from verifier.semantics.envoy.listeners import Chain, Escaped, Hcm, ListenerIndex
+from verifier.semantics.envoy.listeners import Escaped, Hcm, Selected
 from verifier.semantics.envoy.match import router_view
 from verifier.semantics.envoy.origin import decide, hcm_headers, tls_redirect
+from verifier.semantics.envoy.passthrough import tcp_outcome
 from verifier.semantics.envoy.paths import (
     canonical_path,
     merge_slashes,
@@ -66,7 +73,16 @@ ADDRESS_HOST = "192.0.2.1"
 # is one more outcome to compare, and such chains do not come from Gateway API.
 MAX_ALTERNATIVES = 8
 
-__all__ = ["NO_RESPONSE", "BackendReply", "EnvoyModel", "ModelError", "upstream_deadline_ms"]
+__all__ = [
+    "NO_RESPONSE",
+    "_COMPILED",
+    "BackendReply",
+    "EnvoyModel",
+    "ModelError",
+    "Redirect",
+    "precompile",
+    "upstream_deadline_ms",
+]
 
 
 @dataclass
@@ -95,10 +111,12 @@ class _Run:
         return Evaluation(final, tuple(self.trace))
 
 
-def _transport(request: Request) -> tuple[bool, str]:
-    """Whether the client speaks TLS, and the server name it sends if it does."""
+def _dial(request: Request, redirect: Redirect | None = None) -> Dial:
+    """The connection the client makes: whether it speaks TLS, the server name it sends
+    if it does, and whether it was captured."""
     tls = request.scheme.lower() == "https"
-    return tls, (request.sni or request.hostname).lower() if tls else ""
+    sni = (request.sni or request.hostname).lower() if tls else ""
+    return Dial(request.address, request.listener_port, tls, sni, redirect)
 
 
 def _hcm_summary(hcm: Hcm, rc: CompiledRouteConfig) -> str:
@@ -112,61 +130,13 @@ def _hcm_summary(hcm: Hcm, rc: CompiledRouteConfig) -> str:
     )
 
 
-@dataclass(frozen=True)
-class Compiled:
-    """What the model works out from the snapshot alone: the listener index and the
-    route configurations the listeners use, compiled (``CompiledRouteConfig``)."""
-
-    listeners: ListenerIndex
-    configs: dict[int, CompiledRouteConfig]  # by id of the RouteConfiguration
-
-
-# What ``precompile`` made, handed to the next model built on the same snapshot object
-# (by identity) and then forgotten: a later model compiles afresh, so one built after
-# the snapshot's messages were edited in place (tests do) sees the edit.
-_COMPILED: dict[int, tuple[Snapshot, Compiled]] = {}
-_REMEMBERED = 4
-
-
-def compiled(snapshot: Snapshot) -> Compiled:
-    """The snapshot's ``Compiled``: precompiled for it (taken), else made now."""
-    hit = _COMPILED.pop(id(snapshot), None)
-    if hit is not None and hit[0] is snapshot:
-        return hit[1]
-    return _compile(snapshot)
-
-
-def _compile(snapshot: Snapshot) -> Compiled:
-    routes = {rc.name: rc for rc in snapshot.routes}
-    secrets = {s.name: s for s in snapshot.secrets}
-    found = Compiled(ListenerIndex.build(snapshot.listeners, routes, secrets), {})
-    for entries in found.listeners.by_port.values():
-        for bound in entries:
-            for chain in [*bound.chains, *([bound.default] if bound.default else [])]:
-                rc = chain.hcm.route_config if chain.hcm is not None else None
-                if rc is not None and id(rc) not in found.configs:
-                    found.configs[id(rc)] = CompiledRouteConfig.build(rc)
-    return found
-
-
-def precompile(snapshot: Snapshot) -> None:
-    """``compiled(snapshot)`` now, if it can be: check runs it while a child process
-    reads the YAML (0.4 s of 10,000 rules otherwise spent after). Whatever fails here
-    fails again, and is reported, where the model is built."""
-    try:
-        found = _compile(snapshot)
-    except Exception:  # raised again where the model is built, and handled there
-        return
-    if len(_COMPILED) >= _REMEMBERED:
-        _COMPILED.pop(next(iter(_COMPILED)))
-    _COMPILED[id(snapshot)] = (snapshot, found)
-
-
 class EnvoyModel:
     def __init__(self, snapshot: Snapshot, directory: BackendDirectory) -> None:
         done = compiled(snapshot)
         self.listeners = done.listeners
-        self.resolver = ClusterResolver(snapshot.clusters, snapshot.endpoints, directory)
+        self.resolver = ClusterResolver(
+            snapshot.clusters, snapshot.endpoints, directory, snapshot.secrets
+        )
         self.upstreams = Upstreams(self.resolver)
         self._configs = done.configs
         self._refs: dict[tuple[int, int, int], RouteRef] = {}
@@ -203,20 +173,27 @@ class EnvoyModel:
         )
 
     def evaluate(
-        self, request: Request, reply: BackendReply | None = None, *, trace: bool = True
+        self,
+        request: Request,
+        reply: BackendReply | None = None,
+        *,
+        trace: bool = True,
+        redirect: Redirect | None = None,
     ) -> Evaluation:
         """What Envoy does with ``request``; ``reply`` says how the backend would answer
         (its response headers and latency), by default at once and without headers.
         ``trace=False``: the same outcome with a shorter trace (no HCM summary, no
-        reasons for the routes that did not match)."""
+        reasons for the routes that did not match). ``redirect``: the connection was
+        captured and redirected to the proxy (deployment data: a sidecar's capture);
+        the request's address and port are then its original destination."""
         run = _Run(tracing=trace)
-        tls, sni = _transport(request)
-        chain, notes = self.listeners.select(
-            request.address, request.listener_port, tls, sni, run.trace
-        )
+        dial = _dial(request, redirect)
+        tls = dial.tls
+        selected, notes = self.listeners.select(dial, run.trace)
         run.notes += notes
-        if chain is None:
+        if selected is None:
             return run.done(Outcome(NO_RESPONSE))
+        chain = selected.chain
         if chain.tls != tls:
             run.trace.append(
                 "the filter chain "
@@ -231,18 +208,26 @@ class EnvoyModel:
             if refusal is not None:
                 run.trace.append(f"client certificate: {refusal}: the TLS handshake fails")
                 return run.done(Outcome(NO_RESPONSE))
+            admitted = chain.client.admits(request.client_cert)
+            run.trace += [f"client certificate: {admitted}"] if admitted else []
             undecided = chain.client.undecided(request.client_cert)
             if undecided:
                 run.trace.append(
                     "client certificate: the trusted CAs are not in the configuration; "
                     "if it verifies:"
                 )
-        found = self._after_handshake(request, chain, reply, run)
+        found = self._after_handshake(request, selected, reply, run)
         if undecided:
             return dataclasses.replace(
                 found, outcome=dataclasses.replace(found.outcome, may_refuse=True)
             )
         return found
+
+    def connection_of(self, request: Request, redirect: Redirect | None = None) -> Selected | None:
+        """Where the connection ``request`` is sent on ends up: the listener, the filter
+        chain and the connection as the chain sees it (None: refused or closed)."""
+        selected, _notes = self.listeners.select(_dial(request, redirect), [])
+        return selected
 
     def virtual_host_of(
         self, request: Request
@@ -250,12 +235,13 @@ class EnvoyModel:
         """The route configuration and the virtual host that route ``request``, where
         there are: with the listeners and clusters, all of the xDS its answer reads
         (check --baseline digests just these)."""
-        tls, sni = _transport(request)
-        chain, _notes = self.listeners.select(request.address, request.listener_port, tls, sni, [])
-        if chain is None or chain.hcm is None or chain.hcm.route_config is None:
+        selected, _notes = self.listeners.select(_dial(request), [])
+        hcm = selected.chain.hcm if selected is not None else None
+        if selected is None or hcm is None or hcm.route_config is None:
             return None, None
-        rc = self._compiled(chain.hcm.route_config)
-        _match_host, vhost, _why = self._vhost(rc, self._host(request, chain.hcm, _Run()))
+        rc = self._compiled(hcm.route_config)
+        host = self._host(request, hcm, selected.downstream.port, _Run())
+        _match_host, vhost, _why = self._vhost(rc, host)
         return rc.config, None if vhost is None else vhost.vhost
 
     @staticmethod
@@ -285,8 +271,15 @@ class EnvoyModel:
         return match_host, vhost, why
 
     def _after_handshake(
-        self, request: Request, chain: Chain, reply: BackendReply | None, run: _Run
+        self, request: Request, selected: Selected, reply: BackendReply | None, run: _Run
     ) -> Evaluation:
+        chain = selected.chain
+        if chain.tcp is not None:
+            run.notes += chain.tcp.notes
+            outcome = tcp_outcome(
+                request, chain.tcp, self.resolver, selected.downstream, reply, run.trace
+            )
+            return run.done(outcome)
         if chain.hcm is None:
             run.trace.append(f"filter chain has no HTTP connection manager ({chain.problem})")
             return run.done(Outcome(NO_RESPONSE))
@@ -295,13 +288,15 @@ class EnvoyModel:
         if hcm.route_config is None:
             run.trace.append("no route configuration: every request gets 404")
             return run.done(Outcome(404))
-        return self._http(request, hcm, self._compiled(hcm.route_config), reply, run)
+        rc = self._compiled(hcm.route_config)
+        return self._http(request, hcm, rc, selected.downstream, reply, run)
 
     def _http(
         self,
         request: Request,
         hcm: Hcm,
         rc: CompiledRouteConfig,
+        conn: Downstream,
         reply: BackendReply | None,
         run: _Run,
     ) -> Evaluation:
@@ -315,7 +310,7 @@ class EnvoyModel:
             run.trace.append(f"the HTTP/1 codec rejects the request: {problem} (400)")
             return run.done(Outcome(400))
         run.grpc = caveats.grpc_request(request.headers)
-        host = self._host(request, hcm, run)
+        host = self._host(request, hcm, conn.port, run)
         path, query = split_target(request.path)
         if hcm.escaped_slashes != Escaped.KEEP_UNCHANGED:
             path, found = unescape_slashes(path)
@@ -394,6 +389,7 @@ class EnvoyModel:
                 resolver=self.resolver,
                 upstreams=self.upstreams,
                 reply=reply or BackendReply(),
+                downstream=conn,
             )
             answer = run_action(rctx, run.trace)
             answers.append(
@@ -409,9 +405,10 @@ class EnvoyModel:
         return run.done(outcome)
 
     @staticmethod
-    def _host(request: Request, hcm: Hcm, run: _Run) -> str:
-        """strip_trailing_host_dot, then strip_any_host_port / strip_matching_host_port;
-        unlike ignore_port_in_host_matching these rewrite the Host the backend sees."""
+    def _host(request: Request, hcm: Hcm, local_port: int, run: _Run) -> str:
+        """strip_trailing_host_dot, then strip_any_host_port / strip_matching_host_port
+        (the port of the connection's local address, as restored); unlike
+        ignore_port_in_host_matching these rewrite the Host the backend sees."""
         host = request.host
         if hcm.strip_trailing_dot:
             name, port = split_host(host)
@@ -421,7 +418,7 @@ class EnvoyModel:
         port_text = host[pos + 1 :] if pos != -1 else ""
         if port_text.isdigit() and (
             hcm.strip_port == "any"
-            or (hcm.strip_port == "matching" and int(port_text) == request.listener_port)
+            or (hcm.strip_port == "matching" and int(port_text) == local_port)
         ):
             run.trace.append(f"HCM strips the port from Host {host!r}")
             host = host[:pos]

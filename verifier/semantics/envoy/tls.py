@@ -12,9 +12,11 @@ From tls.proto and common.proto (Envoy 1.40):
 
 Only CAs inlined in the xDS can be named; a bundle from a file, SDS or a
 certificate provider is not in a snapshot, so a presented certificate is then
-taken as verified and a note says the trust could not be checked. SAN, hash and
-SPKI pins narrow which certificates pass; witness certificates carry none of
-those properties, so they are noted, not modelled.
+taken as verified and a note says the trust could not be checked. SAN matchers
+(``match_typed_subject_alt_names``, ``match_subject_alt_names``: "the SAN is
+verified if at least one matcher is matched", ``sans``) decide for a certificate
+whose URI SANs are known (a mesh client's SPIFFE ID); for one whose SANs are not
+known (edge witnesses), they are noted, not judged, as hash and SPKI pins are.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from verifier.semantics.envoy.sans import SanRule, accepted_by, describe, san_rules
 from verifier.semantics.pem import fingerprints, short
 from verifier.semantics.request import ClientCert
 from verifier.xds import read
@@ -40,12 +43,8 @@ if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
 
 ACCEPT_UNTRUSTED = CertificateValidationContextTrustChainVerification.ACCEPT_UNTRUSTED
 DOWNSTREAM_TLS = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
-_PINS = (
-    "verify_certificate_spki",
-    "verify_certificate_hash",
-    "match_typed_subject_alt_names",
-    "match_subject_alt_names",
-)
+_PINS = ("verify_certificate_spki", "verify_certificate_hash")
+_SAN_PINS = ("match_typed_subject_alt_names", "match_subject_alt_names")
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,7 @@ class ClientValidation:
     trusted: frozenset[str] | None  # CA fingerprints; None: not in the snapshot
     accept_untrusted: bool
     notes: tuple[str, ...] = ()
+    sans: tuple[SanRule, ...] = ()  # empty: any identity
 
     def undecided(self, cert: ClientCert | None) -> bool:
         """Is it unknowable here whether ``cert`` verifies (the trusted CAs are not
@@ -67,14 +67,29 @@ class ClientValidation:
         """Why the handshake fails with ``cert``, or None."""
         if cert is None:
             return "require_client_certificate and no client certificate" if self.require else None
-        if not self.asks or self.accept_untrusted or self.trusted is None:
-            return None  # not verified, or failures permitted, or not knowable (undecided)
-        if cert.issuer not in self.trusted:
+        if not self.asks or self.accept_untrusted:
+            return None  # not verified, or failures permitted
+        if self.trusted is not None and cert.issuer not in self.trusted:
             return (
                 f"the client certificate (issued by CA {short(cert.issuer)}) "
                 "does not verify against trusted_ca"
             )
+        uris = cert.uri_sans
+        if self.sans and uris is not None and accepted_by(self.sans, uris) is None:
+            names = ", ".join(uris) or "none"
+            return (
+                f"the client certificate's URI SANs ({names}) match no SAN matcher "
+                f"(it accepts {describe(self.sans)})"
+            )
         return None
+
+    def admits(self, cert: ClientCert | None) -> str | None:
+        """Which identity a certificate that passes is admitted as, for a trace."""
+        if cert is None or not cert.uri_sans or not self.asks:
+            return None
+        rule = accepted_by(self.sans, cert.uri_sans) if self.sans else None
+        how = f" (SAN matcher {rule.text})" if rule is not None else ""
+        return f"client identity {', '.join(cert.uri_sans)} admitted{how}"
 
 
 NO_VALIDATION = ClientValidation(require=False, asks=False, trusted=None, accept_untrusted=False)
@@ -94,6 +109,12 @@ def _context(ctx: CertificateValidationContext, notes: list[str]) -> frozenset[s
     pins = [p for p in _PINS if getattr(ctx, p)]
     if pins:
         notes.append(f"validation_context {', '.join(pins)} not modelled (taken as passing)")
+    sans = [p for p in _SAN_PINS if getattr(ctx, p)]
+    if sans:
+        notes.append(
+            f"validation_context {', '.join(sans)}: judged only for certificates whose "
+            "SANs are known"
+        )
     pem = _inline(ctx.trusted_ca)
     if pem is None:
         if ctx.trusted_ca is not None or ctx.ca_certificate_provider_instance is not None:
@@ -137,6 +158,7 @@ def client_validation(
     notes: list[str] = []
     ctx: CertificateValidationContext | None = None
     unknown = False  # a validation context exists but its CAs are not in the snapshot
+    sources: list[CertificateValidationContext] = []  # where SAN matchers come from
     if common is not None:
         if common.validation_context is not None:
             ctx = common.validation_context
@@ -148,6 +170,8 @@ def client_validation(
                 combined.validation_context_sds_secret_config, secrets or {}, notes
             )
             default = combined.default_validation_context
+            # Merged as MergeFrom does: repeated fields (the SAN matchers) add up.
+            sources = [c for c in (default, fetched) if c is not None]
             if fetched is None:
                 ctx, unknown = default, True
             else:
@@ -169,4 +193,5 @@ def client_validation(
         trusted=trusted,
         accept_untrusted=ctx is not None and int(ctx.trust_chain_verification) == ACCEPT_UNTRUSTED,
         notes=tuple(notes),
+        sans=san_rules(sources or ([ctx] if ctx is not None else [])),
     )
