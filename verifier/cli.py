@@ -773,8 +773,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
         message = f"the Envoy model cannot read this xDS: {ctx.models_problem}"
         raise InputErrors([InputError(where, 0, "", "xds", message)])
     if args.cases:
-        cases, _ = pipeline.load_cases(args.cases)
-        cases = pipeline.with_ports(res, cases, args.cases)
+        cases, lines = pipeline.load_cases(args.cases)
+        cases = pipeline.with_ports(res, cases, args.cases, lines)
+        mesh = next((c for c in cases if c.mesh), None)
+        if mesh is not None:
+            file, line = lines[mesh.name]
+            message = "explain --cases reads edge cases only (mesh cases: not yet)"
+            raise InputErrors([InputError(file, line, mesh.name, "not-applicable", message)])
         results = [explain.explain_case(ctx, c) for c in cases]
         if args.format == "json":
             out = json.dumps([r.to_json() for r in results], indent=2, sort_keys=True)

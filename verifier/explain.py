@@ -216,7 +216,7 @@ def explain_case(ctx: Context, case: Case) -> Explanation:
 
     from verifier.live.echo_model import echo_reply, spec_client_view
 
-    gateway = (case.gateway.namespace, case.gateway.name)
+    gateway = case.parent_key
     request = ctx.sent(gateway, case.request)
     spec = ctx.spec(gateway, request)
     spec = replace(spec, outcome=spec_client_view(ctx.res, request, spec.outcome))

@@ -10,7 +10,7 @@ translator command (``--translator``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -307,14 +307,24 @@ def load_cases(path: str) -> tuple[list[Case], dict[str, tuple[str, int]]]:
     return cases, lines
 
 
-def with_ports(res: Resources, cases: list[Case], path: str) -> list[Case]:
-    """A case may omit the port when its Gateway has exactly one."""
+def with_ports(
+    res: Resources,
+    cases: list[Case],
+    path: str,
+    lines: Mapping[str, tuple[str, int]] | None = None,
+) -> list[Case]:
+    """A case may omit the port when its Gateway (or, for a mesh case, its Service) has
+    exactly one; a mesh case's Service must have a ClusterIP and the port named.
+    ``lines``: where each case is (``load_cases``), for the errors."""
     out = []
     for c in cases:
+        if c.service is not None:
+            out.append(_service_port(res, c, path, (lines or {}).get(c.name, (path, 0))[1]))
+            continue
         if c.request.port:
             out.append(c)
             continue
-        gw = res.gateways.get((c.gateway.namespace, c.gateway.name))
+        gw = res.gateways.get(c.parent_key)
         ports = sorted({lst.port for lst in gw.listeners}) if gw else []
         if len(ports) != 1:
             raise InputErrors(
@@ -330,6 +340,39 @@ def with_ports(res: Resources, cases: list[Case], path: str) -> list[Case]:
             )
         out.append(replace(c, request=replace(c.request, port=ports[0])))
     return out
+
+
+def _service_port(res: Resources, c: Case, path: str, line: int) -> Case:
+    """A mesh case's port: the one it names, which the Service must have, or the Service's
+    only one. Its frontend is the ClusterIP: a Service without one cannot be called."""
+    ns, name = c.parent_key
+
+    def bad(field: str, code: str, message: str) -> InputErrors:
+        return InputErrors([InputError(path, line, f"[{c.index}].{field}", code, message)])
+
+    svc = res.services.get((ns, name))
+    if svc is None:
+        raise bad("service", "not-found", f"no Service {ns}/{name} in the input")
+    if not svc.cluster_ip or svc.cluster_ip == "None":
+        raise bad(
+            "service",
+            "no-cluster-ip",
+            f"Service {ns}/{name} has no ClusterIP: mesh requests go to a Service's "
+            "ClusterIP (give spec.clusterIP)",
+        )
+    ports = sorted(p.port for p in svc.ports)
+    if c.request.port:
+        if c.request.port not in ports:
+            listed = ", ".join(map(str, ports)) or "none"
+            raise bad(
+                "service.port",
+                "not-found",
+                f"Service {ns}/{name} has no port {c.request.port} (ports: {listed})",
+            )
+        return c
+    if len(ports) != 1:
+        raise bad("service.port", "required", "the Service has several ports (or none): give one")
+    return replace(c, request=replace(c.request, port=ports[0]))
 
 
 # ---------------------------------------------------------------- xDS sources
@@ -600,7 +643,7 @@ def prepare(
         tables: list[tuple[str, int]] = []
         for path in scn.cases:
             loaded, lines = load_cases(path)
-            cases.extend(with_ports(res, loaded, path))
+            cases.extend(with_ports(res, loaded, path, lines))
             locations.update(lines)
             tables.append((path, len(loaded)))
         if isinstance(xds, InputErrors):
