@@ -139,6 +139,24 @@ def valid_scenarios() -> list[Path]:
     return [d for d in fixture_dirs() if not is_invalid(d)]
 
 
+def is_mesh(scenario: Path) -> bool:
+    """A mesh scenario (``mesh-*``, named after a MESH-HTTP feature): its routes are mesh
+    routes and its cases mesh cases; its edge side is fixtures/base's alone
+    (tests/test_mesh_fixtures.py holds them to that)."""
+    return scenario.name.startswith("mesh-")
+
+
+def edge_scenarios() -> list[Path]:
+    """The valid scenarios with an edge of their own. The sweeps over the edge's xDS and
+    its cases (Envoy's validate mode, the Envoy model, live traffic, mutants) take these:
+    a mesh scenario's edge xDS is the base's, which every one of these already sweeps."""
+    return [d for d in valid_scenarios() if not is_mesh(d)]
+
+
+def mesh_scenarios() -> list[Path]:
+    return [d for d in valid_scenarios() if is_mesh(d)]
+
+
 def invalid_scenarios() -> list[Path]:
     return [d for d in fixture_dirs() if is_invalid(d)]
 

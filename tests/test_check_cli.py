@@ -381,6 +381,8 @@ def test_fixture_suite_is_clean(suite: SuiteRuns) -> None:
         "rules_skipped": 0,
         "scenarios": len(fixture_dirs()),
         "left_to_live": _stating_live_only(),
+        # The mesh scenarios' cases, judged by the spec model alone for now.
+        "mesh_cases_spec_only": _mesh_cases(),
         "input_notes": len(notes),
         # The deliberately broken scenarios' findings, as their expected-findings.yaml
         # declare them (tests/test_config_mistakes.py holds each to its declaration).
@@ -388,6 +390,14 @@ def test_fixture_suite_is_clean(suite: SuiteRuns) -> None:
     }
     # Each is said on stderr, at its case's line: not judged is never silently passed.
     assert r.err.count("judged by edge-verify live") == _stating_live_only() > 0
+
+
+def _mesh_cases() -> int:
+    """The fixtures' mesh cases (sent from a client workload to a Service)."""
+    from verifier.pipeline import load_cases
+
+    tables = [d / "cases.yaml" for d in fixture_dirs() if (d / "cases.yaml").is_file()]
+    return sum(1 for t in tables for c in load_cases(str(t))[0] if c.mesh)
 
 
 def _stating_live_only() -> int:

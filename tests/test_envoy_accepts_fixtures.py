@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import scenario_params, translate_scenario, valid_scenarios
+from conftest import edge_scenarios, scenario_params, translate_scenario
 
 
-@pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
+@pytest.mark.parametrize("scenario", scenario_params(edge_scenarios()))
 def test_envoy_accepts(scenario: Path, repo_cwd: Path) -> None:
     from verifier.xds.snapshot import envoy_validate
 

@@ -44,8 +44,8 @@ def test_an_edge_case_has_no_source() -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"gateway": {"namespace": "a", "name": "b"}}, "[0]"),  # both
-        ({"service": None, "from": None}, "[0]"),  # neither (keys removed below)
+        ({"gateway": {"namespace": "a", "name": "b"}}, "[0].service"),  # both
+        ({"service": None, "from": None}, "[0].gateway"),  # neither (keys removed below)
         ({"from": None}, "[0].service"),  # a Service with no client
         ({"from": {"namespace": "x"}}, "[0].from.workload"),
         ({"service": {"name": "echo"}}, "[0].service.namespace"),

@@ -39,6 +39,7 @@ from verifier.semantics.request import (
     evolve,
 )
 from verifier.semantics.shares import INVALID_STATUS, UNAVAILABLE_STATUS, status_shares
+from verifier.semantics.spec.mesh import spec_evaluate_mesh
 from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
 
@@ -375,6 +376,11 @@ class Context:
             )
             self.spec_cache[key] = found
         return found
+
+    def mesh_spec(self, request: Request, *, trace: bool = True) -> Evaluation:
+        """The spec's answer to a mesh request (``request.source`` set), with this
+        context's mesh registry. The sidecar's Envoy model does not answer yet."""
+        return spec_evaluate_mesh(self.res, request, registry=self.mesh_registry, trace=trace)
 
     @cached_property
     def witnesses(self) -> list[wt.Witness]:

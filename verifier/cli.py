@@ -504,6 +504,12 @@ def _check(args: argparse.Namespace) -> int:
             print(
                 f"warning: {prefix}{n} rule{'s' if n != 1 else ''} not run: {why}", file=sys.stderr
             )
+        if r.mesh_cases:
+            print(
+                f"mesh: {prefix}{r.mesh_cases} mesh case{'s' if r.mesh_cases != 1 else ''} "
+                "judged by the spec model only: the sidecar's xDS is not checked yet",
+                file=sys.stderr,
+            )
         for file, line, case, fields in r.left_to_live:
             where = f"{file}:{line}" if file else prefix.rstrip(": ")
             print(

@@ -244,6 +244,10 @@ async def _run_scenario(
             )
         return found
 
+    if p.cases and not opts.witnesses and all(c.case.mesh for c in p.cases):
+        # Nothing to send (mesh cases are not sent yet): no data plane is started.
+        skipped = tuple(_unsent(p, c, skipped=MESH_SKIPPED) for c in p.cases)
+        return ScenarioRun(p.scenario.name, skipped, (), False, ())
     # Envoy runs exactly the checked xDS, in a network namespace of the run's own
     # (or, where none can be made, a rewritten copy on loopback, and the report says so);
     # or, against a cluster, the cluster's Gateway answers and nothing is started here.
@@ -258,7 +262,7 @@ async def _run_scenario(
                 ctx.res,
                 ctx.snapshot,
                 work,
-                destinations=[c.case.request.address for c in p.cases]
+                destinations=[c.case.request.address for c in p.cases if not c.case.mesh]
                 + ([w.request.address for w in ctx.witnesses] if opts.witnesses else []),
                 trust_domain=check.trust_domain,
                 addressing=check.addressing,

@@ -412,7 +412,7 @@ def _target(
     workload ``from`` (a mesh case). Exactly one of ``gateway`` and ``service``."""
     if ("gateway" in item) == ("service" in item):
         raise CaseError(
-            where,
+            f"{where}.service" if "gateway" in item else f"{where}.gateway",
             "give exactly one of gateway: {namespace, name, port?} (a request to a Gateway) "
             "and service: {namespace, name, port?} with from: {namespace, workload} "
             "(a mesh request)",
