@@ -638,7 +638,7 @@ def test_index_follows_a_new_resources_object_and_is_dropped_with_it() -> None:
     assert index_for(res2) is not index
     del res
     gc.collect()
-    assert all(entry[0]() is not None for entry in spec_module._INDEXES.values())
+    assert all(entry[0]() is not None for entry in spec_module._INDEXES.entries.values())
 
 
 def test_index_trace_summarises_skipped_routes() -> None:

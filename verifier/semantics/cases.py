@@ -58,7 +58,9 @@ class CaseError(ValueError):
 
 
 @dataclass(frozen=True)
-class GatewayRef:
+class _Target:
+    """What a case is sent to, and on which of its ports (None: not given)."""
+
     namespace: str
     name: str
     port: int | None = None
@@ -68,17 +70,12 @@ class GatewayRef:
         return (self.namespace, self.name)
 
 
-@dataclass(frozen=True)
-class ServiceRef:
+class GatewayRef(_Target):
+    """The Gateway an edge case is sent to."""
+
+
+class ServiceRef(_Target):
     """The Service a mesh case is sent to: its frontend is the ClusterIP and ``port``."""
-
-    namespace: str
-    name: str
-    port: int | None = None
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
 
 
 # Expectations a cases table may state that no model's Outcome can show: the

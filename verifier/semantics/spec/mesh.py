@@ -22,7 +22,6 @@ never from the translator or ``verifier.gatewayapi.attach``. Pure: no I/O.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 from verifier.gatewayapi import model as m
@@ -33,6 +32,7 @@ from verifier.semantics.spec.attach import unsupported_features
 from verifier.semantics.spec.backends import has_ready_endpoint
 from verifier.semantics.spec.decide import Decision, answer, decide_rule
 from verifier.semantics.spec.match import Candidate, match_accepts, rule_problem
+from verifier.semantics.spec.per_resources import PerResources
 
 # No HTTP response: no Service answers on the address and port, or kube-proxy has no
 # ready endpoint to send the connection to (it rejects it).
@@ -123,28 +123,13 @@ class MeshIndex:
         return index
 
 
-# id(res) -> (weak reference to res, shape of the tables read, index); as spec.model's.
-_INDEXES: dict[int, tuple[weakref.ref[Resources], tuple[int, ...], MeshIndex]] = {}
+_INDEXES = PerResources(MeshIndex.of, lambda res: (res.httproutes, res.services))
 
 
 def mesh_index_for(res: Resources) -> MeshIndex:
     """The mesh index of ``res``, built once per object (``res`` is not modified once
     evaluated: the loader builds it, checks and rules only read it)."""
-    key = id(res)
-    tables = (res.httproutes, res.services)
-    shape = tuple(x for t in tables for x in (id(t), len(t)))
-    entry = _INDEXES.get(key)
-    if entry is not None and entry[0]() is res and entry[1] == shape:
-        return entry[2]
-    index = MeshIndex.of(res)
-
-    def forget(ref: weakref.ref[Resources]) -> None:
-        current = _INDEXES.get(key)
-        if current is not None and current[0] is ref:
-            del _INDEXES[key]
-
-    _INDEXES[key] = (weakref.ref(res, forget), shape, index)
-    return index
+    return _INDEXES(res)
 
 
 def spec_evaluate_mesh(

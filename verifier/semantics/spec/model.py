@@ -27,7 +27,6 @@ shared. Pure: no I/O, no environment.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import replace
 
 from verifier.gatewayapi.model import Gateway, GatewayListener, HTTPRoute
@@ -53,6 +52,7 @@ from verifier.semantics.spec.listeners import (
 )
 from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.semantics.spec.match import Candidate, match_accepts, rule_problem
+from verifier.semantics.spec.per_resources import PerResources
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
 
@@ -147,16 +147,11 @@ class SpecModel:
         return decision.response_plan.apply(upstream)
 
 
-# id(res) -> (weak reference to res, shape of the tables the index reads, index).
-# The index holds routes and listeners, never ``res``, so ``res`` can be
-# collected; its entry leaves with it.
-_INDEXES: dict[int, tuple[weakref.ref[Resources], tuple[int, ...], SpecIndex]] = {}
-
-
-def _shape(res: Resources) -> tuple[int, ...]:
-    """Catches tables replaced, grown or shrunk; not a value replaced in place."""
-    tables = (res.gateways, res.httproutes, res.namespaces, res.listener_sets)
-    return tuple(x for t in tables for x in (id(t), len(t)))
+# The index holds routes and listeners, never ``res``; built on first use per object.
+_INDEXES = PerResources(
+    lambda _res: SpecIndex(),
+    lambda res: (res.gateways, res.httproutes, res.namespaces, res.listener_sets),
+)
 
 
 def index_for(res: Resources) -> SpecIndex:
@@ -165,19 +160,7 @@ def index_for(res: Resources) -> SpecIndex:
     Like ``SpecModel``, it assumes ``res`` is not modified once evaluated
     (the loader builds it; checks and rules only read it).
     """
-    key, shape = id(res), _shape(res)
-    entry = _INDEXES.get(key)
-    if entry is not None and entry[0]() is res and entry[1] == shape:
-        return entry[2]
-    index = SpecIndex()
-
-    def forget(ref: weakref.ref[Resources]) -> None:
-        current = _INDEXES.get(key)
-        if current is not None and current[0] is ref:
-            del _INDEXES[key]
-
-    _INDEXES[key] = (weakref.ref(res, forget), shape, index)
-    return index
+    return _INDEXES(res)
 
 
 def default_port(res: Resources, gateway: tuple[str, str]) -> int | None:
