@@ -754,6 +754,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.request and args.cases:
         message = "give --request or --cases, not both (a cases table names its own requests)"
         raise InputErrors([InputError("explain", 0, "", "not-applicable", message)])
+    if args.source and args.cases:
+        message = "--from goes with --request (a mesh case names its client with from:)"
+        raise InputErrors([InputError("--from", 0, "", "not-applicable", message)])
     opts = pipeline.CheckOptions(
         xds=args.xds,
         controller_name=args.controller_name,
@@ -773,7 +776,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     problems = pipeline.addressing_problems(res, opts, snapshot)
     if problems:
         raise InputErrors(problems)
-    ctx = Context(res, snapshot, controller_name=args.controller_name, addressing=opts.addressing)
+    from verifier.gatewayapi.mesh_registry import load_mesh_registry
+
+    registry = load_mesh_registry(args.mesh_registry) if args.mesh_registry else frozenset()
+    ctx = Context(
+        res,
+        snapshot,
+        controller_name=args.controller_name,
+        addressing=opts.addressing,
+        mesh_registry=registry,
+    )
     if ctx.models_problem is not None:
         where = args.xds or "the reference translation"
         message = f"the Envoy model cannot read this xDS: {ctx.models_problem}"
@@ -781,24 +793,32 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.cases:
         cases, lines = pipeline.load_cases(args.cases)
         cases = pipeline.with_ports(res, cases, args.cases, lines)
-        mesh = next((c for c in cases if c.mesh), None)
-        if mesh is not None:
-            file, line = lines[mesh.name]
-            message = "explain --cases reads edge cases only (mesh cases: not yet)"
-            raise InputErrors([InputError(file, line, mesh.name, "not-applicable", message)])
-        results = [explain.explain_case(ctx, c) for c in cases]
+        results: list[explain.Explanation | explain.MeshExplanation] = [
+            explain.explain_mesh_case(ctx, c) if c.mesh else explain.explain_case(ctx, c)
+            for c in cases
+        ]
         if args.format == "json":
             out = json.dumps([r.to_json() for r in results], indent=2, sort_keys=True)
         elif sys.stdout.isatty():
             for r in results:
-                explain.print_side_by_side(r, Console())
+                if isinstance(r, explain.MeshExplanation):
+                    Console().print(explain.render_mesh_text(r), highlight=False)
+                else:
+                    explain.print_side_by_side(r, Console())
             return EXIT_OK
         else:
-            out = "\n".join(explain.render_text(r) for r in results)
+            out = "\n".join(
+                explain.render_mesh_text(r)
+                if isinstance(r, explain.MeshExplanation)
+                else explain.render_text(r)
+                for r in results
+            )
         _write(out, None)
         return EXIT_OK
     cert = explain.client_cert(args.client_cert_issuer)
     request = explain.parse_request(args.request, args.header or [], cert)
+    if args.source is not None:
+        return _explain_mesh(args, ctx, request)
     gateway = explain.pick_gateway(res, args.controller_name, request.port, args.gateway)
     result = explain.explain_request(ctx, gateway, request)
     if args.format == "json":
@@ -807,6 +827,34 @@ def cmd_explain(args: argparse.Namespace) -> int:
         explain.print_side_by_side(result, Console())
     else:
         _write(explain.render_text(result), None)
+    return EXIT_OK
+
+
+def _explain_mesh(args: argparse.Namespace, ctx: Any, request: Any) -> int:
+    """``explain --from NS/WORKLOAD``: the request is a mesh request to the Service its
+    URL names; the spec model answers (the sidecar's Envoy model does not yet)."""
+    import json
+    from dataclasses import replace
+
+    from verifier import explain
+
+    for flag, given in (
+        ("--gateway", args.gateway),
+        ("--client-cert-issuer", args.client_cert_issuer),
+    ):
+        if given:
+            message = f"{flag} does not go with --from: a mesh client calls a Service over HTTP"
+            raise InputErrors([InputError(flag, 0, "", "not-applicable", message)])
+    if request.scheme != "http":
+        message = "a mesh client sends cleartext HTTP (its sidecar adds mTLS): give an http:// URL"
+        raise InputErrors([InputError("--request", 0, "", "scheme", message)])
+    source = explain.parse_source(ctx.res, args.source)
+    service = explain.pick_service(ctx.res, request)
+    result = explain.explain_mesh_request(ctx, service, replace(request, source=source))
+    if args.format == "json":
+        _write(json.dumps(result.to_json(), indent=2, sort_keys=True), None)
+    else:
+        _write(explain.render_mesh_text(result), None)
     return EXIT_OK
 
 
@@ -1195,6 +1243,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="https: the request presents a client certificate issued by this CA",
     )
     ex.add_argument("--cases", metavar="FILE", help="explain every case of a cases.yaml")
+    ex.add_argument(
+        "--from",
+        dest="source",
+        metavar="NS/WORKLOAD",
+        help="a mesh request, sent by this client workload to the Service the URL names "
+        "(http://<service>.<namespace>.svc.cluster.local[:port]/...)",
+    )
     ex.add_argument("--gateway", metavar="NS/NAME", help="the Gateway the request is sent to")
     ex.add_argument(
         "--xds",
