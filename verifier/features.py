@@ -68,9 +68,9 @@ MESH_EXTENDED = frozenset(
         "MeshHTTPRouteNamedRouteRule",
     }
 )
-# What the MESH-HTTP profile claims. Not among PROFILES (which choose the rules `check`
-# runs on the edge's xDS) until rules judge the sidecar's xDS; until then mesh cases
-# are judged by the spec model (rules/case_expectations.py).
+# What the MESH-HTTP profile claims (aether-edge claims it too). Few rules judge a mesh
+# route yet (mesh-route-accepted); mesh cases are judged by the spec model
+# (rules/case_expectations.py) until the sidecar's xDS is checked.
 MESH_HTTP = MESH_CORE | MESH_EXTENDED | {f for f in EXTENDED if f.startswith("HTTPRoute")}
 
 # Features no rule judges, and why. Where a Gateway asks for one that changes what
@@ -97,9 +97,10 @@ AETHER_EDGE = "AetherEdgeBackends"
 ALL = CORE | EXTENDED | MESH_HTTP | {AETHER_EDGE}
 
 # What each profile claims. `gateway-api` judges behaviour any implementation
-# must show; `aether-edge` adds the edge's own backend contract.
+# must show; `aether-edge` adds the edge's own backend contract and the mesh
+# (MESH-HTTP: aether runs both).
 PROFILES: dict[str, frozenset[str]] = {
     "gateway-api": CORE | EXTENDED,
-    "aether-edge": CORE | EXTENDED | {AETHER_EDGE},
+    "aether-edge": CORE | EXTENDED | {AETHER_EDGE} | MESH_HTTP,
 }
 DEFAULT_PROFILE = "aether-edge"
