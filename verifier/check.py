@@ -389,6 +389,15 @@ class Context:
         extra = [self._sent(w) for w in self.extra_witnesses]
         return generated + self._xds_client_cas(generated) + extra + from_cases
 
+    @cached_property
+    def mesh_witnesses(self) -> list[wt.Witness]:
+        """The mesh routes' witnesses (``verifier.semantics.witness_mesh``), each sent from
+        a client workload to its Service's frontend. Apart from ``witnesses``: the edge's
+        Envoy model is never asked about them; the sidecar's will be."""
+        from verifier.semantics.witness_mesh import mesh_witnesses
+
+        return mesh_witnesses(self.res, sent=self.sent)
+
     def _sent(self, w: wt.Witness) -> wt.Witness:
         request = self.sent(w.gateway, w.request)
         return w if request is w.request else evolve(w, request=request)
