@@ -90,6 +90,15 @@ def test_a_mesh_request_goes_to_the_service_frontend() -> None:
 
 
 SERVICE = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: client, namespace: mesh-apps}
+spec:
+  selector: {matchLabels: {app: client}}
+  template:
+    metadata: {labels: {app: client}}
+    spec: {containers: [{name: c, image: x}]}
+---
 apiVersion: v1
 kind: Service
 metadata: {name: echo, namespace: mesh-apps}
@@ -117,7 +126,7 @@ def _load(tmp_path: Path, cases: str) -> tuple[list[object], list[str]]:
 def test_cases_file_errors_name_their_line(tmp_path: Path) -> None:
     _, errors = _load(
         tmp_path,
-        "- name: ok\n  from: {namespace: c, workload: w}\n"
+        "- name: ok\n  from: {namespace: mesh-apps, workload: client}\n"
         "  service: {namespace: mesh-apps, name: echo, port: 8080}\n"
         "- name: bad\n  from: {namespace: c}\n  service: {namespace: mesh-apps, name: echo}\n",
     )
@@ -128,13 +137,17 @@ def test_cases_file_errors_name_their_line(tmp_path: Path) -> None:
 
 
 def test_the_service_port_is_checked_against_the_service(tmp_path: Path) -> None:
-    head = "- name: c\n  from: {namespace: c, workload: w}\n"
+    head = "- name: c\n  from: {namespace: mesh-apps, workload: client}\n"
     _, errors = _load(tmp_path, head + "  service: {namespace: mesh-apps, name: echo}\n")
     assert len(errors) == 1 and ":1: [0].service.port:" in errors[0], errors
     _, errors = _load(tmp_path, head + "  service: {namespace: mesh-apps, name: echo, port: 81}\n")
     assert len(errors) == 1 and "has no port 81 (ports: 8080, 9000)" in errors[0], errors
     _, errors = _load(tmp_path, head + "  service: {namespace: mesh-apps, name: nope}\n")
     assert len(errors) == 1 and "no Service mesh-apps/nope" in errors[0], errors
+    other = "- name: c\n  from: {namespace: mesh-apps, workload: clint}\n"
+    _, errors = _load(tmp_path, other + "  service: {namespace: mesh-apps, name: echo, port: 80}\n")
+    assert len(errors) == 1 and ":1: [0].from.workload:" in errors[0], errors
+    assert "did you mean client?" in errors[0], errors
     cases, errors = _load(
         tmp_path, head + "  service: {namespace: mesh-apps, name: echo, port: 9000}\n"
     )

@@ -23,6 +23,7 @@ from verifier.errors import InputError, InputErrors
 from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
+from verifier.gatewayapi import workloads
 from verifier.gatewayapi.addresses import Addressing, gateway_addresses, nothing_to_check, ours
 from verifier.gatewayapi.cluster import ClusterSource, load_cluster_resources
 from verifier.gatewayapi.load import CASES, LoadResult, load_paths
@@ -43,6 +44,7 @@ from verifier.report.scenario import ScenarioReport
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.semantics.envoy.binding import WILDCARDS, reaches, sockets
 from verifier.semantics.envoy.model import precompile
+from verifier.suggest import closest
 from verifier.xds import validation
 from verifier.xds.layout import XdsLoadError, label
 from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
@@ -347,11 +349,24 @@ def with_ports(
 
 def _service_port(res: Resources, c: Case, path: str, line: int) -> Case:
     """A mesh case's port: the one it names, which the Service must have, or the Service's
-    only one. Its frontend is the ClusterIP: a Service without one cannot be called."""
+    only one. Its frontend is the ClusterIP: a Service without one cannot be called. Its
+    client must be a workload of the input: a mistyped one would read as a pod without
+    a sidecar, and the case would be judged as kube-proxy's."""
     ns, name = c.parent_key
 
     def bad(field: str, code: str, message: str) -> InputErrors:
         return InputErrors([InputError(path, line, f"[{c.index}].{field}", code, message)])
+
+    source = c.request.source
+    if source is not None and workloads.workload(res, source.namespace, source.workload) is None:
+        here = sorted(n for (_k, wns, n) in res.workloads if wns == source.namespace)
+        near = closest(source.workload, here)
+        hint = f": did you mean {near}?" if near else f" (there: {', '.join(here) or 'none'})"
+        raise bad(
+            "from.workload",
+            "not-found",
+            f"no Deployment, StatefulSet or DaemonSet {source.line()} in the input{hint}",
+        )
 
     svc = res.services.get((ns, name))
     if svc is None:
