@@ -48,6 +48,7 @@ from verifier.rules import (
     listener_per_gateway_port,
     listener_set,
     listener_set_accepted,
+    mesh_route_accepted,
     no_missing_clusters,
     no_orphan_clusters,
     no_route_default_404,
@@ -105,6 +106,7 @@ RULES: tuple[Rule, ...] = (
     listener_per_gateway_port.RULE,
     listener_set.RULE,
     listener_set_accepted.RULE,
+    mesh_route_accepted.RULE,
     no_missing_clusters.RULE,
     no_orphan_clusters.RULE,
     no_route_default_404.RULE,
@@ -129,5 +131,6 @@ CONFIGURATION: tuple[Rule, ...] = (
     httproute_backend_refs.RULE,
     httproute_identical_matches.RULE,
     listener_set_accepted.RULE,
+    mesh_route_accepted.RULE,
     service_target_port.RULE,
 )

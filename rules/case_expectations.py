@@ -18,6 +18,11 @@ split the case states otherwise, the weight of each of the rule's backendRefs
 (where a user changes a split). The case and the rule disagree, whatever the xDS.
 Models that miss it differently give an EV701 each.
 
+A mesh case (sent from a client workload to a Service, docs/mesh.md) is judged
+by the spec model alone for now: one it misses is an EV701 (model spec). The
+sidecar's Envoy model does not answer mesh requests yet; check says how many
+mesh cases it judged that way.
+
 Example: a case expects `GET /v2` with `Version: two` to reach
 `infra-backend-v2`; the Envoy model sends it to `infra-backend-v1`.
 """
@@ -25,6 +30,7 @@ Example: a case expects `GET /v2` with `Version: two` to reach
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from verifier.rules.support.case_judge import (
@@ -38,13 +44,16 @@ from verifier.rules.support.case_judge import (
 
 from verifier.check import Context
 from verifier.findings import Finding, Related, new
+from verifier.live.echo_model import spec_client_view
 from verifier.registry import Rule
+from verifier.semantics.cases import model_unmet
 from verifier.semantics.request import Evaluation
 
 NAME = "case-expectations"
 
 
 def check(ctx: Context) -> Iterable[Finding]:
+    yield from _mesh_cases(ctx)
     for case in ctx.cases:
         judged = judge(ctx, case)
         if judged.doomed:
@@ -81,6 +90,25 @@ def check(ctx: Context) -> Iterable[Finding]:
                     model=model,
                     problems="; ".join(problems),
                 )
+
+
+def _mesh_cases(ctx: Context) -> Iterable[Finding]:
+    """Each mesh case the spec model misses, as it meets the echo backend."""
+    for case in ctx.mesh_cases:
+        raw = ctx.mesh_spec(case.request)
+        spec = replace(raw, outcome=spec_client_view(ctx.res, case.request, raw.outcome))
+        problems = model_unmet(case.expect, spec.outcome, case.request)
+        if problems:
+            judged = Judged(case, spec, spec, tuple(problems), (), ())
+            yield _at_case(
+                ctx,
+                judged,
+                "EV701",
+                None,
+                actual_of=spec,
+                model="spec",
+                problems="; ".join(problems),
+            )
 
 
 def _at_case(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from verifier.rules.support.mistakes import at, judged_routes, name_fix, unknowable
+from verifier.rules.support.mistakes import at, judged_routes, name_fix, refused_at, unknowable
 
 from verifier.check import Context
 from verifier.findings import Finding, hint
@@ -70,16 +70,8 @@ def _refused(
         else:
             assert gw is not None
             fix, near = _listener_fix(ref, gw)
-    return at(
-        CODES[refusal.reason],
-        NAME,
-        route.meta,
-        refusal.path,
-        actual={"reason": refusal.reason, "detail": refusal.detail},
-        expected={"did_you_mean": near} if near else None,
-        parent=_parent(ref),
-        detail=refusal.detail,
-        fix=fix,
+    return refused_at(
+        CODES[refusal.reason], NAME, route.meta, refusal, fix, near, parent=_parent(ref)
     )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verifier.rules.support.mistakes import at, name_fix, unknowable
+from verifier.rules.support.mistakes import name_fix, refused_at, unknowable
 
 from verifier.check import Context
 from verifier.findings import Finding, hint
@@ -43,17 +43,15 @@ def check(ctx: Context) -> Iterable[Finding]:
             fix, near = name_fix(res, *refusal.missing)
         else:
             fix = hint("allow-listener-sets", namespace=ls.meta.namespace)
-        yield at(
+        yield refused_at(
             CODE,
             NAME,
             ls.meta,
-            refusal.path,
-            actual={"reason": refusal.reason, "detail": refusal.detail},
-            expected={"did_you_mean": near} if near else None,
+            refusal,
+            fix,
+            near,
             listener_set=f"{key[0]}/{key[1]}",
             reason=refusal.reason,
-            detail=refusal.detail,
-            fix=fix,
         )
 
 

@@ -140,6 +140,24 @@ def valid_scenarios() -> list[Path]:
     return [d for d in fixture_dirs() if not is_invalid(d)]
 
 
+def is_mesh(scenario: Path) -> bool:
+    """A mesh scenario (``mesh-*``, named after a MESH-HTTP feature): its routes are mesh
+    routes and its cases mesh cases; its edge side is fixtures/base's alone
+    (tests/test_mesh_fixtures.py holds them to that)."""
+    return scenario.name.startswith("mesh-")
+
+
+def edge_scenarios() -> list[Path]:
+    """The valid scenarios with an edge of their own. The sweeps over the edge's xDS and
+    its cases (Envoy's validate mode, the Envoy model, live traffic, mutants) take these:
+    a mesh scenario's edge xDS is the base's, which every one of these already sweeps."""
+    return [d for d in valid_scenarios() if not is_mesh(d)]
+
+
+def mesh_scenarios() -> list[Path]:
+    return [d for d in valid_scenarios() if is_mesh(d)]
+
+
 def invalid_scenarios() -> list[Path]:
     return [d for d in fixture_dirs() if is_invalid(d)]
 
@@ -197,10 +215,20 @@ def translate_scenario(scenario: Path) -> Snapshot:
 
 
 @functools.cache
+def _mesh_cases(scenario: Path) -> bool:
+    """The scenario's cases.yaml sends a request from a mesh client (mesh-basic, which
+    has no route: its sidecars' default routes are what it is about)."""
+    from verifier.pipeline import load_cases
+
+    table = scenario / "cases.yaml"
+    return table.is_file() and any(c.mesh for c in load_cases(str(table))[0])
+
+
 def mesh_proxies() -> tuple[tuple[Path, str, str], ...]:
     """(scenario, namespace, workload) of every sidecar of every valid scenario that has
-    mesh routes (HTTPRoutes whose parent is a Service): each gets goldens of its own and
-    is held to real Envoy, found by reading the fixtures, never listed by hand."""
+    mesh routes (HTTPRoutes whose parent is a Service) or mesh cases: each gets goldens
+    of its own and is held to real Envoy, found by reading the fixtures, never listed
+    by hand."""
     from verifier.gatewayapi import mesh_attach
 
     found = []
@@ -209,7 +237,9 @@ def mesh_proxies() -> tuple[tuple[Path, str, str], ...]:
             res = load_resources([str(BASE), str(scenario)])
         except InputErrors:
             continue  # test_goldens reports it
-        if any(mesh_attach.is_mesh_route(r) for r in res.httproutes.values()):
+        if any(mesh_attach.is_mesh_route(r) for r in res.httproutes.values()) or _mesh_cases(
+            scenario
+        ):
             found += [
                 (scenario, ns, name)
                 for (_kind, ns, name), wl in sorted(res.workloads.items())

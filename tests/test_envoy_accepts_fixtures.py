@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    edge_scenarios,
     proxy_params,
     scenario_params,
     translate_proxy,
     translate_scenario,
-    valid_scenarios,
 )
 
 
-@pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
+@pytest.mark.parametrize("scenario", scenario_params(edge_scenarios()))
 def test_envoy_accepts(scenario: Path, repo_cwd: Path) -> None:
     from verifier.xds.snapshot import envoy_validate
 

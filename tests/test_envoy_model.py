@@ -31,10 +31,10 @@ from conftest import (
     BASE,
     FIXTURES,
     as_records,
+    edge_scenarios,
     load_scenario,
     scenario_params,
     translate_scenario,
-    valid_scenarios,
 )
 from envoy_data_plane.envoy.config.cluster.v3 import Cluster, ClusterDiscoveryType
 from envoy_data_plane.envoy.config.core.v3 import (
@@ -166,7 +166,7 @@ def _extra_checks(raw: dict[str, Any], outcome: Outcome) -> list[str]:
 
 def _case_params() -> list[Any]:
     params: list[Any] = []
-    for scenario in valid_scenarios():
+    for scenario in edge_scenarios():
         path = scenario / "cases.yaml"
         if not path.is_file():
             continue

@@ -21,8 +21,8 @@ from pathlib import Path
 import background
 import pytest
 from conftest import FIXTURES, REPO_ROOT, rel, scenario_params, translate_scenario
+from conftest import edge_scenarios as _valid
 from conftest import load_scenario as load_fixture
-from conftest import valid_scenarios as _valid
 from foreign import GrpcRule, reencode, reorder, serve_grpcroute, with_named_target_ports
 from test_model_vs_live import live_mismatches
 from verifier.rules import CONFIGURATION, RULES

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from conftest import (
     FIXTURES,
+    edge_scenarios,
     load_scenario,
     mesh_proxies,
     proxy_params,
@@ -86,7 +87,7 @@ def _xds_goldens(folder: Path) -> dict[str, Path]:
     return found
 
 
-@pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
+@pytest.mark.parametrize("scenario", scenario_params(edge_scenarios()))
 def test_xds_goldens(scenario: Path, update_goldens: bool, repo_cwd: Path) -> None:
     from verifier.xds.snapshot import split_by_type
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import valid_scenarios
+from conftest import edge_scenarios
 from live_suite import SuiteRun, attempts_without_a_failure
 
 from verifier.live.envoy_process import envoy_available
@@ -45,7 +45,7 @@ def _case_names(scenario: Path) -> list[str]:
 
 def _params() -> list[object]:
     params: list[object] = []
-    for scenario in valid_scenarios():
+    for scenario in edge_scenarios():
         if not (scenario / "cases.yaml").is_file():
             continue
         for name in _case_names(scenario):
@@ -59,7 +59,7 @@ def test_every_run_ran_the_checked_xds(fixtures_run: SuiteRun) -> None:
     """Every scenario ran in a namespace of its own on the unchanged xDS (never the
     rewritten copy), with the access log as the only, reported, addition."""
     runs = fixtures_run.harnesses
-    with_cases = {s.name for s in valid_scenarios() if (s / "cases.yaml").is_file()}
+    with_cases = {s.name for s in edge_scenarios() if (s / "cases.yaml").is_file()}
     assert sorted(with_cases - set(runs)) == []  # each had a data plane
     if os.geteuid() != 0 and any(r.rewritten for r in runs.values()):
         pytest.skip(next(r.notes[0] for r in runs.values() if r.rewritten))

@@ -55,44 +55,48 @@ def chains(xds: dict[str, dict[str, Json]]) -> dict[str, Json]:
 
 
 def test_consumer_routes_replace_producer_routes_for_their_namespace_only(repo_cwd: Path) -> None:
-    client, echo_v1 = sidecar("mesh-client/client"), sidecar("mesh-apps/echo-v1")
-    consumer = ["mesh-client/echo-pin-v2/rule/0/match/0"]
-    # mesh-client's consumer route (no parentRef port) takes both ports of echo there.
-    assert route_names(client, "mesh-apps/echo/80") == consumer
-    assert route_names(client, "mesh-apps/echo/8080") == consumer
+    client, echo_v1 = sidecar("xlate-client/client"), sidecar("xlate-apps/echo-v1")
+    consumer = ["xlate-client/echo-pin-v2/rule/0/match/0"]
+    # xlate-client's consumer route (no parentRef port) takes both ports of echo there.
+    assert route_names(client, "xlate-apps/echo/80") == consumer
+    assert route_names(client, "xlate-apps/echo/8080") == consumer
     # Elsewhere the producer route, on the one port it names, in the spec's precedence:
     # the longer prefix /web, then the header match, then the rest.
-    producer = [f"mesh-apps/echo-split/rule/{i}/match/0" for i in (1, 0, 2)]
-    assert route_names(echo_v1, "mesh-apps/echo/80") == producer
+    producer = [f"xlate-apps/echo-split/rule/{i}/match/0" for i in (1, 0, 2)]
+    assert route_names(echo_v1, "xlate-apps/echo/80") == producer
     # No route for that port: to the Service itself, over the mesh.
-    assert route_names(echo_v1, "mesh-apps/echo/8080") == ["mesh-apps/echo/8080/default"]
-    (default,) = echo_v1["routes"]["outbound/mesh-apps/echo/8080"]["virtual_hosts"][0]["routes"]
+    assert route_names(echo_v1, "xlate-apps/echo/8080") == ["xlate-apps/echo/8080/default"]
+    (default,) = echo_v1["routes"]["outbound/xlate-apps/echo/8080"]["virtual_hosts"][0]["routes"]
     assert default["match"] == {"prefix": "/"}
-    assert default["route"]["cluster"] == "mesh/mesh-apps/echo/8080"
+    assert default["route"]["cluster"] == "mesh/xlate-apps/echo/8080"
 
 
 def test_the_outbound_listener_captures_service_frontends_and_passes_the_rest(
     repo_cwd: Path,
 ) -> None:
-    client, tools = sidecar("mesh-client/client"), sidecar("mesh-client/tools")
+    client, tools = sidecar("xlate-client/client"), sidecar("xlate-client/tools")
     listener = client["listeners"]["outbound"]
     assert listener["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": 15001}
     assert [f["name"] for f in listener["listener_filters"]] == [
         "envoy.filters.listener.original_dst"
     ]
-    echo = chains(client)["mesh-apps/echo/8080"]
+    echo = chains(client)["xlate-apps/echo/8080"]
     assert echo["filter_chain_match"] == {
         "prefix_ranges": [{"address_prefix": "10.96.140.1", "prefix_len": 32}],
         "destination_port": 8080,
     }
     (hcm,) = echo["filters"]
-    assert hcm["typed_config"]["rds"]["route_config_name"] == "outbound/mesh-apps/echo/8080"
+    assert hcm["typed_config"]["rds"]["route_config_name"] == "outbound/xlate-apps/echo/8080"
     (passthrough,) = listener["default_filter_chain"]["filters"]
     assert passthrough["typed_config"]["cluster"] == "passthrough"
     assert client["clusters"]["passthrough"]["type"] == "ORIGINAL_DST"
     # Default capture: mesh-registered Services only; redirect-all: every ClusterIP.
-    meshed = {"mesh-apps/echo/80", "mesh-apps/echo/8080", "mesh-apps/echo-v1/80"}
-    meshed |= {"mesh-apps/echo-v2/80", "mesh-apps/mesh-backend-v1/8080"}
+    meshed = {"xlate-apps/echo/80", "xlate-apps/echo/8080", "xlate-apps/echo-v1/80"}
+    meshed |= {"xlate-apps/echo-v2/80", "mesh-apps/mesh-backend-v1/8080"}
+    # fixtures/base/mesh.yaml's Services, in mesh-apps too.
+    meshed |= {
+        f"mesh-apps/{svc}/{port}" for svc in ("echo", "echo-v1", "echo-v2") for port in (80, 8080)
+    }
     assert set(chains(client)) == meshed
     outside = set(chains(tools)) - meshed
     assert "edge-web/web-backend/8080" in outside and len(outside) == 6
@@ -101,16 +105,16 @@ def test_the_outbound_listener_captures_service_frontends_and_passes_the_rest(
 
 
 def test_mesh_backends_are_dialled_over_mtls_and_others_in_cleartext(repo_cwd: Path) -> None:
-    clusters = sidecar("mesh-apps/echo-v1")["clusters"]
+    clusters = sidecar("xlate-apps/echo-v1")["clusters"]
     web = clusters["k8s/edge-web/web-backend/8080"]
     assert web["type"] == "STRICT_DNS" and "transport_socket" not in web
     for name, accounts, sni in (
-        ("mesh/mesh-apps/echo-v2/80", ["echo-v2"], "echo-v2.mesh-apps.svc.cluster.local"),
+        ("mesh/xlate-apps/echo-v2/80", ["echo-v2"], "echo-v2.xlate-apps.svc.cluster.local"),
         # Two workloads with two ServiceAccounts behind one Service of two ports.
         (
-            "mesh/mesh-apps/echo/8080",
+            "mesh/xlate-apps/echo/8080",
             ["echo-v1", "echo-v2"],
-            "8080.echo.mesh-apps.svc.cluster.local",
+            "8080.echo.xlate-apps.svc.cluster.local",
         ),
     ):
         tls = clusters[name]["transport_socket"]["typed_config"]
@@ -118,7 +122,10 @@ def test_mesh_backends_are_dialled_over_mtls_and_others_in_cleartext(repo_cwd: P
         context = tls["common_tls_context"]["combined_validation_context"]
         sans = context["default_validation_context"]["match_typed_subject_alt_names"]
         assert sans == [
-            {"san_type": "URI", "matcher": {"exact": f"spiffe://cluster.local/ns/mesh-apps/sa/{a}"}}
+            {
+                "san_type": "URI",
+                "matcher": {"exact": f"spiffe://cluster.local/ns/xlate-apps/sa/{a}"},
+            }
             for a in accounts
         ]
         assert clusters[name]["type"] == "EDS"
@@ -172,7 +179,7 @@ def test_every_mesh_sni_reaches_its_target_port_on_every_selected_workload(
 
 def test_the_trust_domain_is_the_one_given(repo_cwd: Path) -> None:
     res = load_resources([rel(BASE), rel(SCENARIO)])
-    wl = mesh_attach.sidecar_workload(res, "mesh-apps/echo-v1")
+    wl = mesh_attach.sidecar_workload(res, "xlate-apps/echo-v1")
     snap = translate_sidecar(
         res, mesh_attach.build_mesh(res), wl, TranslateOptions(trust_domain="example.org")
     )
@@ -250,24 +257,24 @@ def args(*more: str) -> list[str]:
 
 
 def test_translate_proxy_writes_the_sidecar_and_without_it_the_edge(cli: CLI) -> None:  # noqa: F811
-    sidecar_run = cli(*args("--proxy", "mesh-client/client"))
+    sidecar_run = cli(*args("--proxy", "xlate-client/client"))
     assert sidecar_run.rc == 0, sidecar_run.err
-    assert sidecar_run.out == dumps(translate_proxy(SCENARIO, "mesh-client", "client"))
+    assert sidecar_run.out == dumps(translate_proxy(SCENARIO, "xlate-client", "client"))
     edge = cli(*args())
     assert edge.rc == 0 and edge.out == dumps(translate_scenario(SCENARIO))
     res = load_resources([rel(BASE), rel(SCENARIO)])
-    (pod,) = pod_names(res.workloads[("Deployment", "mesh-client", "client")])
-    assert cli(*args("--proxy", f"mesh-client/{pod}")).out == sidecar_run.out
-    assert cli(*args("--proxy", "mesh-client/Deployment/client")).out == sidecar_run.out
+    (pod,) = pod_names(res.workloads[("Deployment", "xlate-client", "client")])
+    assert cli(*args("--proxy", f"xlate-client/{pod}")).out == sidecar_run.out
+    assert cli(*args("--proxy", "xlate-client/Deployment/client")).out == sidecar_run.out
 
 
 @pytest.mark.parametrize(
     ("proxy", "more", "expected"),
     [
-        ("mesh-client/clinet", (), "did you mean mesh-client/client? [unknown-proxy]"),
+        ("xlate-client/clinet", (), "did you mean xlate-client/client? [unknown-proxy]"),
         ("edge-web/web-backend", (), "namespace edge-web is not mesh-registered"),
-        ("mesh-client", (), "expected NAMESPACE/WORKLOAD [bad-proxy]"),
-        ("mesh-client/client", ("--gateway-address", "a/b=10.0.0.1"), "[not-applicable]"),
+        ("xlate-client", (), "expected NAMESPACE/WORKLOAD [bad-proxy]"),
+        ("xlate-client/client", ("--gateway-address", "a/b=10.0.0.1"), "[not-applicable]"),
     ],
 )
 def test_translate_proxy_refuses_what_it_cannot_write(
@@ -288,4 +295,4 @@ def test_translate_without_a_gateway_points_at_proxy(cli: CLI, tmp_path: Path) -
     mesh_only.write_text((SCENARIO / "resources.yaml").read_text(encoding="utf-8"), "utf-8")
     (line,) = cli("translate", str(mesh_only)).error_lines()
     assert "[nothing-to-check]" in line and "--proxy NS/WORKLOAD" in line
-    assert cli("translate", str(mesh_only), "--proxy", "mesh-client/client").rc == 0
+    assert cli("translate", str(mesh_only), "--proxy", "xlate-client/client").rc == 0

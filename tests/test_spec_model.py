@@ -19,12 +19,23 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import BASE, GATEWAY_NS_GW, scenario_params, valid_scenarios
+from conftest import (
+    BASE,
+    GATEWAY_NS_GW,
+    MESH_REGISTRY,
+    edge_scenarios,
+    scenario_params,
+    valid_scenarios,
+)
 
+from verifier.destinations import Destinations
+from verifier.gatewayapi.addresses import Addressing
 from verifier.gatewayapi.load import load_texts
+from verifier.gatewayapi.mesh_registry import load_mesh_registry
 from verifier.gatewayapi.model import PathModifier, Redirect
 from verifier.gatewayapi.resources import Resources, build, load_resources
 from verifier.live.echo_model import spec_client_view
+from verifier.pipeline import with_ports
 from verifier.semantics.cases import Case, parse_cases, unmet
 from verifier.semantics.request import Outcome, Request
 from verifier.semantics.spec import model as spec_module
@@ -39,6 +50,7 @@ from verifier.semantics.spec.hostnames import (
 )
 from verifier.semantics.spec.index import path_segment, regex_segment
 from verifier.semantics.spec.match import regex_full_match
+from verifier.semantics.spec.mesh import spec_evaluate_mesh
 from verifier.semantics.spec.model import (
     NO_RESPONSE,
     SpecModel,
@@ -132,7 +144,12 @@ def _share_problems(exp: dict[str, Any], out: Outcome) -> list[str]:
     return problems
 
 
-def _case_problems(res: Resources, case: Case, raw: dict[str, Any]) -> list[str]:
+def _case_problems(
+    res: Resources, case: Case, raw: dict[str, Any], registry: frozenset[tuple[str, str]]
+) -> list[str]:
+    if case.mesh:
+        return _mesh_case_problems(res, case, raw, registry)
+    assert case.gateway is not None
     gateway = (case.gateway.namespace, case.gateway.name)
     req = case.request
     if case.gateway.port is None:
@@ -144,13 +161,29 @@ def _case_problems(res: Resources, case: Case, raw: dict[str, Any]) -> list[str]
     return unmet(case.expect, seen, req) + _extra_problems(res, raw, req, seen)
 
 
+def _mesh_case_problems(
+    res: Resources, case: Case, raw: dict[str, Any], registry: frozenset[tuple[str, str]]
+) -> list[str]:
+    """A mesh case, sent as every command sends it (``with_ports``, ``Destinations``),
+    answered by the mesh spec model."""
+    (case,) = with_ports(res, [case], "cases.yaml")
+    req = Destinations.of(res, spec_module.DEFAULT_CONTROLLER, Addressing()).sent(
+        case.parent_key, case.request
+    )
+    seen = spec_client_view(res, req, spec_evaluate_mesh(res, req, registry=registry).outcome)
+    return unmet(case.expect, seen, req) + _extra_problems(res, raw, req, seen)
+
+
 @pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
 def test_spec_model_meets_cases(scenario: Path) -> None:
+    """Every case of every scenario, the mesh scenarios' mesh cases included."""
     res = load_resources([str(BASE), str(scenario)])
+    registry_file = scenario / MESH_REGISTRY
+    registry = load_mesh_registry(str(registry_file)) if registry_file.is_file() else frozenset()
     raw_cases = yaml.safe_load((scenario / "cases.yaml").read_text())
     failures = []
     for case in parse_cases(raw_cases, str(scenario)):
-        problems = _case_problems(res, case, raw_cases[case.index])
+        problems = _case_problems(res, case, raw_cases[case.index], registry)
         if problems:
             failures.append(f"{case.name}: " + "; ".join(problems))
     assert not failures, f"{scenario.name}:\n  " + "\n  ".join(failures)
@@ -472,7 +505,7 @@ def _index_disagreements(
     return out
 
 
-@pytest.mark.parametrize("scenario", scenario_params(valid_scenarios()))
+@pytest.mark.parametrize("scenario", scenario_params(edge_scenarios()))
 def test_index_agrees_with_scan_on_every_witness(scenario: Path) -> None:
     """Same outcome, same winner, runner-up and action trace, for every witness
     request of the scenario and for its cases."""
@@ -480,6 +513,7 @@ def test_index_agrees_with_scan_on_every_witness(scenario: Path) -> None:
     requests = [(w.gateway, w.request) for w in witnesses(res, "gateway.aether.io/edge")]
     raw_cases = yaml.safe_load((scenario / "cases.yaml").read_text())
     for case in parse_cases(raw_cases, str(scenario)):
+        assert case.gateway is not None
         gateway = (case.gateway.namespace, case.gateway.name)
         port = case.gateway.port if case.gateway.port is not None else default_port(res, gateway)
         requests.append((gateway, dataclasses.replace(case.request, port=port or 80)))
@@ -604,7 +638,7 @@ def test_index_follows_a_new_resources_object_and_is_dropped_with_it() -> None:
     assert index_for(res2) is not index
     del res
     gc.collect()
-    assert all(entry[0]() is not None for entry in spec_module._INDEXES.values())
+    assert all(entry[0]() is not None for entry in spec_module._INDEXES.entries.values())
 
 
 def test_index_trace_summarises_skipped_routes() -> None:

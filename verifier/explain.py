@@ -18,15 +18,18 @@ from rich.table import Table
 
 from verifier.check import Context, brief, first_difference
 from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi import workloads
 from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
 from verifier.inputs import read_text
 from verifier.semantics.cases import Case, model_unmet
+from verifier.semantics.directory import dns_service_keys
 from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     ClientCert,
     Evaluation,
     Request,
+    Source,
     normalize_headers,
     wire_problem,
 )
@@ -216,7 +219,7 @@ def explain_case(ctx: Context, case: Case) -> Explanation:
 
     from verifier.live.echo_model import echo_reply, spec_client_view
 
-    gateway = (case.gateway.namespace, case.gateway.name)
+    gateway = case.parent_key
     request = ctx.sent(gateway, case.request)
     spec = ctx.spec(gateway, request)
     spec = replace(spec, outcome=spec_client_view(ctx.res, request, spec.outcome))
@@ -296,3 +299,115 @@ def _short(ev: Evaluation) -> str:
     if len(ways) == 1:
         return brief(ev.outcome)
     return " | or, when the runtime_fraction passes it on: ".join(brief(o) for o in ways)
+
+
+# ---------------------------------------------------------------- mesh requests
+
+# What explain says in the Envoy model's place for a mesh request, rather than pretend.
+ENVOY_NOT_YET = (
+    "the sidecar's Envoy model does not answer mesh requests yet: only the spec model's "
+    "answer is shown (docs/mesh.md)"
+)
+
+
+def parse_source(res: Resources, text: str) -> Source:
+    """``--from NS/WORKLOAD``: the client workload of a mesh request, which the input
+    must hold (its namespace and annotations decide what its sidecar captures)."""
+    ns, sep, name = _utf8("--from", text).partition("/")
+    if not sep or not ns or not name or "/" in name:
+        raise _bad("--from", "source", f"expected NAMESPACE/WORKLOAD, got {text!r}")
+    if workloads.workload(res, ns, name) is None:
+        raise _bad(
+            "--from",
+            "not-found",
+            f"no Deployment, StatefulSet or DaemonSet {ns}/{name} in the input",
+        )
+    return Source(ns, name)
+
+
+def pick_service(res: Resources, request: Request) -> tuple[str, str]:
+    """The Service a mesh request's URL names: ``<svc>.<ns>[.svc[.cluster.local]]`` or a
+    ClusterIP, with the port of the URL among the Service's ports."""
+    host = request.hostname
+    keys = [k for k in dns_service_keys(host) if k in res.services]
+    keys += [k for k, svc in sorted(res.services.items()) if svc.cluster_ip == host]
+    if not keys:
+        raise _bad(
+            "--request",
+            "no-service",
+            f"{host!r} names no Service of the input: give <service>.<namespace>"
+            "[.svc.cluster.local] or a Service's ClusterIP",
+        )
+    key = keys[0]
+    svc = res.services[key]
+    ports = sorted(p.port for p in svc.ports)
+    if request.port not in ports:
+        listed = ", ".join(map(str, ports)) or "none"
+        raise _bad(
+            "--request",
+            "no-port",
+            f"Service {key[0]}/{key[1]} has no port {request.port} (ports: {listed}): "
+            "put the port in the URL",
+        )
+    if not svc.cluster_ip or svc.cluster_ip == "None":
+        raise _bad("--request", "no-cluster-ip", f"Service {key[0]}/{key[1]} has no ClusterIP")
+    return key
+
+
+@dataclass(frozen=True)
+class MeshExplanation:
+    """The spec model's answer to a mesh request; the Envoy model's is not there yet."""
+
+    name: str
+    request: Request
+    spec: Evaluation
+    spec_meets: bool | None = None
+    problems: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "request": self.request.to_json(),
+            "spec": self.spec.outcome.to_json(),
+            "envoy": None,
+            "envoy_model": ENVOY_NOT_YET,
+            "spec_meets_expectation": self.spec_meets,
+            "envoy_meets_expectation": None,
+            "judged": False,
+            "agree": None,
+            "differs_in": [],
+            "caveats": [],
+            "notes": {"spec": _notes(self.spec), "envoy": []},
+        }
+
+
+def explain_mesh_request(
+    ctx: Context, service: tuple[str, str], request: Request
+) -> MeshExplanation:
+    """Sent as check sends a mesh case (``Destinations.sent``: the Service's ClusterIP)."""
+    request = ctx.sent(service, request)
+    return MeshExplanation(request.line(), request, ctx.mesh_spec(request))
+
+
+def explain_mesh_case(ctx: Context, case: Case) -> MeshExplanation:
+    """A mesh case, judged as check judges it: the spec model's answer meets echo first."""
+    from verifier.live.echo_model import spec_client_view
+
+    request = ctx.sent(case.parent_key, case.request)
+    spec = ctx.mesh_spec(request)
+    spec = replace(spec, outcome=spec_client_view(ctx.res, request, spec.outcome))
+    problems = tuple(f"spec: {p}" for p in model_unmet(case.expect, spec.outcome, request))
+    return MeshExplanation(case.name, request, spec, not problems, problems)
+
+
+def render_mesh_text(ex: MeshExplanation) -> str:
+    lines = [f"case: {ex.name}"] if ex.spec_meets is not None else []
+    lines += [f"request: {ex.request.line()}", "", "spec model:"]
+    lines += [f"  {step}" for step in ex.spec.trace]
+    lines += ["", f"Envoy model: not asked: {ENVOY_NOT_YET}"]
+    lines += ["", f"spec outcome:  {_short(ex.spec)}", "NOT JUDGED: one model's answer only"]
+    lines += [f"spec model note: {n}" for n in _notes(ex.spec)]
+    if ex.spec_meets is not None:
+        lines.append(f"case expectation: spec {'met' if ex.spec_meets else 'NOT met'}")
+        lines += [f"  {p}" for p in ex.problems]
+    return "\n".join(lines) + "\n"

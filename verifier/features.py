@@ -50,6 +50,29 @@ EXTENDED = frozenset(
     }
 )
 
+# The MESH-HTTP conformance profile (v1.5, conformance_profiles.go): core Mesh and
+# HTTPRoute; extended, the mesh's own features (MeshExtendedFeatures) and
+# HTTPRoute's extended features, on mesh routes (an HTTPRoute whose parentRef is a
+# Service; docs/mesh.md). Fixtures named after them: fixtures/mesh-*.
+MESH_CORE = frozenset({"Mesh", "HTTPRoute"})
+MESH_EXTENDED = frozenset(
+    {
+        "MeshClusterIPMatching",
+        "MeshConsumerRoute",
+        "MeshHTTPRouteRewritePath",
+        "MeshHTTPRouteSchemeRedirect",
+        "MeshHTTPRouteRedirectPort",
+        "MeshHTTPRouteRedirectPath",
+        "MeshHTTPRouteBackendRequestHeaderModification",
+        "MeshHTTPRouteQueryParamMatching",
+        "MeshHTTPRouteNamedRouteRule",
+    }
+)
+# What the MESH-HTTP profile claims (aether-edge claims it too). Few rules judge a mesh
+# route yet (mesh-route-accepted); mesh cases are judged by the spec model
+# (rules/case_expectations.py) until the sidecar's xDS is checked.
+MESH_HTTP = MESH_CORE | MESH_EXTENDED | {f for f in EXTENDED if f.startswith("HTTPRoute")}
+
 # Features no rule judges, and why. Where a Gateway asks for one that changes what
 # clients see, rule `unchecked-gateway-fields` says so at the YAML line, so the
 # check is never silent about behaviour it cannot judge.
@@ -71,12 +94,13 @@ NOT_CHECKED: dict[str, str] = {
 # Not a spec feature: the aether edge's own contract (cluster shapes, mTLS).
 AETHER_EDGE = "AetherEdgeBackends"
 
-ALL = CORE | EXTENDED | {AETHER_EDGE}
+ALL = CORE | EXTENDED | MESH_HTTP | {AETHER_EDGE}
 
 # What each profile claims. `gateway-api` judges behaviour any implementation
-# must show; `aether-edge` adds the edge's own backend contract.
+# must show; `aether-edge` adds the edge's own backend contract and the mesh
+# (MESH-HTTP: aether runs both).
 PROFILES: dict[str, frozenset[str]] = {
     "gateway-api": CORE | EXTENDED,
-    "aether-edge": CORE | EXTENDED | {AETHER_EDGE},
+    "aether-edge": CORE | EXTENDED | {AETHER_EDGE} | MESH_HTTP,
 }
 DEFAULT_PROFILE = "aether-edge"

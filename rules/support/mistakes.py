@@ -56,6 +56,30 @@ def at(code: str, rule: str, meta: m.Meta, path: str, **params: Any) -> Finding:
     return new(code, rule, file=where.file, line=where.line, resource=resource, **params)
 
 
+def refused_at(
+    code: str,
+    rule: str,
+    meta: m.Meta,
+    refusal: Refusal,
+    fix: str,
+    near: str | None,
+    **params: Any,
+) -> Finding:
+    """A finding for what a controller refuses, at the refused field: its reason and
+    detail as the actual state, the suggested name (did you mean) as the expected one."""
+    return at(
+        code,
+        rule,
+        meta,
+        refusal.path,
+        actual={"reason": refusal.reason, "detail": refusal.detail},
+        expected={"did_you_mean": near} if near else None,
+        detail=refusal.detail,
+        fix=fix,
+        **params,
+    )
+
+
 def unknowable(res: Resources, refusal: Refusal) -> bool:
     """A refusal for an object the input cannot show to be missing: it lies in a
     namespace the input was not read from (``--kubeconfig`` with ``--namespace``)."""

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from verifier.gatewayapi import DEFAULT_CONTROLLER as DEFAULT_CONTROLLER
+from verifier.gatewayapi import mesh_status
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 
@@ -101,6 +102,8 @@ class ListenerSetStatus:
 class RouteParentStatus:
     parent: m.ParentRef
     conditions: list[Condition] = field(default_factory=list)
+    # The controller that writes it, when not the Graph's (a mesh route's Service parent).
+    controller_name: str | None = None
 
 
 @dataclass
@@ -632,6 +635,19 @@ def build_graph(
         unsupported = unsupported_feature(route)
         resolved: Condition | None = None
         for ref in route.parent_refs:
+            if mesh_status.is_service_parent(ref):
+                # GAMMA: a Service parent's status, as the mesh's controller writes it.
+                if resolved is None:
+                    resolved = resolve_rules(res, route, graph.backends, graph.mirrors)
+                ok, reason, message = mesh_status.accepted(res, ref, unsupported)
+                parents.append(
+                    RouteParentStatus(
+                        ref,
+                        [Condition("Accepted", ok, reason, message), resolved],
+                        mesh_status.MESH_CONTROLLER,
+                    )
+                )
+                continue
             if ref.kind == "ListenerSet":
                 ls_parent = set_parent.get((ref.namespace, ref.name))
                 parent = by_key.get(ls_parent) if ls_parent is not None else None

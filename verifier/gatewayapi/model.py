@@ -827,12 +827,16 @@ class Workload:
     # Pods it runs: ``spec.replicas`` (default 1); a DaemonSet runs one (one node).
     replicas: int = 1
     container_ports: tuple[ContainerPort, ...] = ()
+    # The pod template's annotations: aether reads its capture scope there
+    # (``verifier.gatewayapi.workloads.captures_all``).
+    pod_annotations: tuple[tuple[str, str], ...] = ()
 
 
 def parse_workload(raw: RawObject) -> Workload:
     spec = _d(raw.data.get("spec"))
     template = _d(spec.get("template"))
     labels = _d(_d(template.get("metadata")).get("labels"))
+    annotations = _d(_d(template.get("metadata")).get("annotations"))
     pod_spec = _d(template.get("spec"))
     sa = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount") or "default"
     replicas = 1 if raw.kind == "DaemonSet" else _opt_int(spec.get("replicas"))
@@ -851,4 +855,5 @@ def parse_workload(raw: RawObject) -> Workload:
         str(sa),
         1 if replicas is None else replicas,
         ports,
+        tuple(sorted((str(k), str(v)) for k, v in annotations.items())),
     )

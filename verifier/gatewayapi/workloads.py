@@ -43,6 +43,14 @@ long wait: ``replicas`` is a number anyone can make large.
 A Service with any EndpointSlice given keeps only those (they win; nothing is
 merged), and a Service without a selector is left alone, as the controller
 leaves it: its endpoints are whatever slices the input brings.
+
+The mesh's deployment facts are input data too, read here by the spec model and
+the translator alike (docs/mesh.md, "Which traffic the sidecar sees"): which
+namespaces and Services are mesh-registered (``mesh_namespace``,
+``mesh_service``), which workloads run a sidecar (``has_sidecar``), its capture
+scope (``captures_all``: the pod-template annotation
+``capture.aether.io/redirect-all``), and a workload's ServiceAccount
+(``Workload.service_account``: ``serviceAccountName``, else ``default``).
 """
 
 from __future__ import annotations
@@ -51,15 +59,25 @@ import dataclasses
 import hashlib
 import ipaddress
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi import model as m
+
+if TYPE_CHECKING:
+    from verifier.gatewayapi.resources import Resources
 
 POD_RANGE = ipaddress.IPv4Network("10.252.0.0/14")
 # Kubernetes' rand.SafeEncodeString alphabet: no vowels, no look-alike characters.
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY = ("endpointslice.kubernetes.io/managed-by", "edge-verify")
+# aether registers a namespace's workloads in the mesh with this label.
+MESH_LABEL = ("aether.io/managed", "true")
+# A pod-template annotation: with "true", the sidecar captures all outbound TCP;
+# without it, only connections to the ClusterIP of a mesh-registered Service.
+REDIRECT_ALL = "capture.aether.io/redirect-all"
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 # Past this many derived pods the input is refused (exit 2) rather than read for
 # minutes: `replicas` is a number anyone can make large.
 MAX_DERIVED_PODS = 10_000
@@ -240,3 +258,40 @@ def derive_endpoint_slices(
         out.extend(_renamed(s, names) for s in derived)
         notes.append(note)
     return out, notes
+
+
+# ---------------------------------------------------------------- the mesh's deployment facts
+
+
+def mesh_namespace(res: Resources, namespace: str) -> bool:
+    """The namespace carries ``aether.io/managed: "true"``: its workloads are in the mesh."""
+    return res.namespace_labels(namespace).get(MESH_LABEL[0]) == MESH_LABEL[1]
+
+
+def mesh_service(
+    res: Resources, registry: frozenset[tuple[str, str]], namespace: str, name: str
+) -> bool:
+    """A mesh-registered Service: in a mesh namespace, or named by the mesh registry
+    file (``--mesh-registry``; ``verifier.gatewayapi.mesh_registry``)."""
+    return mesh_namespace(res, namespace) or (namespace, name) in registry
+
+
+def workload(res: Resources, namespace: str, name: str) -> m.Workload | None:
+    """The Deployment, StatefulSet or DaemonSet ``namespace/name`` (in that order when
+    several kinds share the name): the client a mesh request names."""
+    for kind in WORKLOAD_KINDS:
+        found = res.workloads.get((kind, namespace, name))
+        if found is not None:
+            return found
+    return None
+
+
+def has_sidecar(res: Resources, wl: m.Workload) -> bool:
+    """A workload of a mesh-registered namespace runs the aether sidecar."""
+    return mesh_namespace(res, wl.meta.namespace)
+
+
+def captures_all(wl: m.Workload) -> bool:
+    """The pod template's ``capture.aether.io/redirect-all: "true"``: the sidecar
+    captures all outbound TCP (else only traffic to mesh-registered ClusterIPs)."""
+    return dict(wl.pod_annotations).get(REDIRECT_ALL) == "true"

@@ -95,14 +95,17 @@ def _single_port(res: Resources, item: Mapping[str, Any]) -> int | None:
 
 
 def load_cases(scenario: Path, res: Resources) -> list[LiveCase]:
-    """cases.yaml of a scenario folder, shared and live-only fields together."""
+    """The edge cases of a scenario folder's cases.yaml, shared and live-only fields
+    together. Mesh cases (``service:`` and ``from:``) are left out: no sidecar runs
+    here yet (``edge-verify live`` reports them skipped, with the reason)."""
     path = scenario / "cases.yaml"
     data = load_yaml_file(str(path)) if path.is_file() else None
     items = [_d(item) for item in data] if isinstance(data, list) else []
-    return [
+    cases = [
         LiveCase(parse_case(item, i, _single_port(res, item), str(scenario)), parse_live(item))
         for i, item in enumerate(items)
     ]
+    return [c for c in cases if not c.case.mesh]
 
 
 def load_scenario(scenario: Path) -> tuple[Resources, Snapshot]:
@@ -124,7 +127,7 @@ async def replay(
     async def one() -> LiveResponse:
         async with limit:
             return await harness.send(
-                harness.for_gateway(case.case.gateway.key, case.case.request),
+                harness.for_gateway(case.case.parent_key, case.case.request),
                 protocol=case.live.protocol,
                 websocket_messages=case.live.websocket_messages or (),
             )

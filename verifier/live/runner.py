@@ -66,6 +66,11 @@ from verifier.semantics import witness as wt
 from verifier.semantics.request import Evaluation, Outcome, Request, evolve
 
 RULE = "live-three-way"
+# Why a mesh case is not sent: the live pass runs an edge Envoy only (docs/mesh.md).
+MESH_SKIPPED = (
+    "a mesh case: the live pass runs no sidecar yet, so mesh requests are not sent "
+    "(check and explain --from give the spec model's answer)"
+)
 RETRY_DELAY = 1.0  # upstream AwaitConvergence's pause after a failed attempt
 PARALLEL_REQUESTS = 16
 CODES = {ODD_LIVE: "EV802", ODD_XDS: "EV803", ODD_SPEC: "EV804", ODD_ENVOY: "EV805"}
@@ -125,16 +130,20 @@ def prepare_all(paths: Sequence[str], check: pipeline.CheckOptions) -> list[_Pre
 
 
 def _live_cases(scn: pipeline.Scenario, ctx: Context) -> list[LiveCase]:
-    """The context's cases (already sent to their Gateway) with their live-only fields,
-    read from the same files in the same order."""
+    """The context's cases (already sent to their Gateway or Service) with their
+    live-only fields, read from the same files in the same order. The context holds
+    the edge and the mesh cases apart, each in table order; a raw item is a mesh case
+    when it names a ``service``."""
     raw: list[Any] = []
     for path in scn.cases:
         data = load_yaml_file(path)
         raw += data if isinstance(data, list) else []
-    return [
-        LiveCase(c, parse_live(item if isinstance(item, dict) else {}))
-        for c, item in zip(ctx.cases, raw, strict=True)
-    ]
+    edge, mesh = iter(ctx.cases), iter(ctx.mesh_cases)
+    out = []
+    for item in raw:
+        fields = item if isinstance(item, dict) else {}
+        out.append(LiveCase(next(mesh if "service" in fields else edge), parse_live(fields)))
+    return out
 
 
 def run_live(
@@ -145,10 +154,14 @@ def run_live(
 ) -> LiveReport:
     """Prepare every scenario, refuse to succeed on nothing, then run them all."""
     prepared = prepare_all(paths, check)
-    total = sum(len(p.cases) for p in prepared)
+    total = sum(1 for p in prepared for c in p.cases if not c.case.mesh)
     if total == 0 and not opts.witnesses:
         where = " ".join(paths)
-        message = "no case to run: give a scenario with a cases.yaml, --cases FILE or --witnesses"
+        mesh = sum(len(p.cases) for p in prepared)
+        also = f" ({mesh} mesh cases, which the live pass does not send yet)" if mesh else ""
+        message = (
+            f"no case to run{also}: give a scenario with a cases.yaml, --cases FILE or --witnesses"
+        )
         raise InputErrors([InputError(where, 0, "", "nothing-to-run", message)])
     started = time.monotonic()
     report = LiveReport(
@@ -194,13 +207,16 @@ async def _run_scenario(
                 h.client_certs[cert.issuer] = (cert.cert_file, cert.key_file)
         # Mirrors are seen in the backends' logs once they are quiet: those cases go
         # last, on their own, so other cases' traffic does not hold the log open.
-        plain = [c for c in p.cases if not looks_for_mirrors(c)]
-        mirrored = [c for c in p.cases if looks_for_mirrors(c)]
-        found: list[tuple[CaseResult, list[Finding]]] = []
+        found: list[tuple[CaseResult, list[Finding]]] = [
+            (_unsent(p, c, skipped=MESH_SKIPPED), []) for c in p.cases if c.case.mesh
+        ]
+        edge = [c for c in p.cases if not c.case.mesh]
+        plain = [c for c in edge if not looks_for_mirrors(c)]
+        mirrored = [c for c in edge if looks_for_mirrors(c)]
         if opts.remote is not None:
             # One Gateway is reached; a case for another would be judged on its answers.
             target = opts.remote.gateway
-            elsewhere = [c for c in p.cases if c.case.gateway.key != target]
+            elsewhere = [c for c in edge if c.case.parent_key != target]
             found += [(_unsent(p, c, skipped=_not_the_gateway(c, target)), []) for c in elsewhere]
             found += [
                 (_unsent(p, c, skipped=MIRRORS_SKIPPED), []) for c in mirrored if c not in elsewhere
@@ -234,6 +250,10 @@ async def _run_scenario(
             )
         return found
 
+    if p.cases and not opts.witnesses and all(c.case.mesh for c in p.cases):
+        # Nothing to send (mesh cases are not sent yet): no data plane is started.
+        skipped = tuple(_unsent(p, c, skipped=MESH_SKIPPED) for c in p.cases)
+        return ScenarioRun(p.scenario.name, skipped, (), False, ())
     # Envoy runs exactly the checked xDS, in a network namespace of the run's own
     # (or, where none can be made, a rewritten copy on loopback, and the report says so);
     # or, against a cluster, the cluster's Gateway answers and nothing is started here.
@@ -248,7 +268,7 @@ async def _run_scenario(
                 ctx.res,
                 ctx.snapshot,
                 work,
-                destinations=[c.case.request.address for c in p.cases]
+                destinations=[c.case.request.address for c in p.cases if not c.case.mesh]
                 + ([w.request.address for w in ctx.witnesses] if opts.witnesses else []),
                 trust_domain=check.trust_domain,
                 addressing=check.addressing,
@@ -302,7 +322,7 @@ def _unsent(
 
 
 def _not_the_gateway(c: LiveCase, target: tuple[str, str]) -> str:
-    ns, name = c.case.gateway.key
+    ns, name = c.case.parent_key
     return (
         f"remote target: the case is for Gateway {ns}/{name}; only --gateway "
         f"{target[0]}/{target[1]} is reached"
@@ -397,9 +417,9 @@ async def _judge_case(
     else:
         run, attempts, problems = await _consistent(h, c, opts, limit)
     sent = run.responses[0].request
-    spec, envoy = _models(ctx, c.case.gateway.key, sent)
+    spec, envoy = _models(ctx, c.case.parent_key, sent)
     verdict = _verdict(spec.outcome, envoy.outcome, run.outcomes, met=not problems)
-    w = wt.Witness(c.case.gateway.key, sent, wt.CASE, note=c.case.name)
+    w = wt.Witness(c.case.parent_key, sent, wt.CASE, note=c.case.name)
     findings = _findings(ctx, w, spec, envoy, run.outcomes[0], verdict)
     if once:
         findings, problems = _judged_once(ctx, c, predicted, verdict, findings, problems)

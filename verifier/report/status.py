@@ -159,7 +159,7 @@ def status_documents(
         parents = [
             {
                 "parentRef": _parent_ref(ps.parent),
-                "controllerName": graph.controller_name,
+                "controllerName": ps.controller_name or graph.controller_name,
                 "conditions": [_condition(c, gen) for c in ps.conditions],
             }
             for ps in graph.route_status[key]

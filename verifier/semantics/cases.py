@@ -27,6 +27,7 @@ from verifier.semantics.pem import fingerprints
 from verifier.semantics.request import (
     ClientCert,
     Request,
+    Source,
     headers_from_mapping,
     wire_problem,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "CaseError",
     "Expectation",
     "GatewayRef",
+    "ServiceRef",
     "model_unmet",
     "parse_case",
     "parse_cases",
@@ -57,7 +59,9 @@ class CaseError(ValueError):
 
 
 @dataclass(frozen=True)
-class GatewayRef:
+class _Target:
+    """What a case is sent to, and on which of its ports (None: not given)."""
+
     namespace: str
     name: str
     port: int | None = None
@@ -65,6 +69,14 @@ class GatewayRef:
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+
+class GatewayRef(_Target):
+    """The Gateway an edge case is sent to."""
+
+
+class ServiceRef(_Target):
+    """The Service a mesh case is sent to: its frontend is the ClusterIP and ``port``."""
 
 
 # Expectations a cases table may state that no model's Outcome can show: the
@@ -75,13 +87,36 @@ LIVE_ONLY: Final = ("expect.request.proto", "expect.websocket")
 
 @dataclass(frozen=True)
 class Case:
+    """A request and what must happen to it. An edge case is sent to a ``gateway``; a
+    mesh case to a ``service`` from the client workload ``request.source`` (exactly
+    one of ``gateway`` and ``service`` is set)."""
+
     name: str
-    gateway: GatewayRef
+    gateway: GatewayRef | None
     request: Request
     expect: Expectation
     index: int = field(default=0, compare=False)
     # The expectations of LIVE_ONLY this case states (check leaves them to live).
     live_only: tuple[str, ...] = field(default=(), compare=False)
+    service: ServiceRef | None = None
+
+    @property
+    def mesh(self) -> bool:
+        """A mesh case: sent from a client workload to a Service (docs/mesh.md)."""
+        return self.service is not None
+
+    @property
+    def parent_key(self) -> tuple[str, str]:
+        """(namespace, name) of what the case is sent to: its Gateway, or its Service."""
+        target = self.service or self.gateway
+        assert target is not None  # parse_case sets exactly one
+        return target.key
+
+    @property
+    def port(self) -> int | None:
+        """The port the case names on its Gateway or Service (None: not given)."""
+        target = self.service or self.gateway
+        return None if target is None else target.port
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -96,8 +131,10 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 # (docs/cases.md). A key outside these is a typo, and a typo must not turn into
 # a default ("requesst:" sent as GET /, "statuss:" expecting 200).
 KEYS: Final[dict[str, frozenset[str]]] = {
-    "": frozenset({"name", "gateway", "request", "expect", "samples"}),
+    "": frozenset({"name", "gateway", "from", "service", "request", "expect", "samples"}),
     "gateway": frozenset({"namespace", "name", "port"}),
+    "from": frozenset({"namespace", "workload"}),
+    "service": frozenset({"namespace", "name", "port"}),
     "request": frozenset(
         {"method", "scheme", "host", "path", "headers", "protocol", "sni", "client_cert"}
     ),
@@ -287,12 +324,8 @@ def parse_case(
     name = item.get("name")
     if not isinstance(name, str) or not name:
         raise CaseError(f"{where}.name", "required: a unique case name")
-    gw = _mapping(item.get("gateway"), f"{where}.gateway")
-    if not gw.get("name") or not gw.get("namespace"):
-        raise CaseError(f"{where}.gateway", "expected {namespace, name, port?}")
-    port = gw.get("port", default_port)
-    port_num = None if port is None else _int(port, f"{where}.gateway.port")
-    gateway = GatewayRef(str(gw["namespace"]), str(gw["name"]), port_num)
+    gateway, service, source = _target(item, where, default_port)
+    port_num = service.port if service is not None else gateway.port if gateway else None
     req = _mapping(item.get("request"), f"{where}.request")
     path = str(req.get("path", "/"))
     if not path.startswith("/"):
@@ -301,12 +334,20 @@ def parse_case(
         method=str(req.get("method", "GET")),
         scheme=str(req.get("scheme", "http")),
         host=str(req.get("host", "")),
-        port=gateway.port or 0,
+        port=port_num or 0,
         path=path,
         headers=headers_from_mapping(_mapping(req.get("headers"), f"{where}.request.headers")),
         sni=None if req.get("sni") is None else str(req["sni"]),
         client_cert=_client_cert(req.get("client_cert"), f"{where}.request.client_cert", base_dir),
+        source=source,
     )
+    if source is not None and (request.scheme != "http" or request.client_cert or request.sni):
+        # The client's sidecar speaks mTLS for it: the application sends cleartext HTTP.
+        raise CaseError(
+            f"{where}.request",
+            "a mesh case is sent over cleartext HTTP by its client (its sidecar adds "
+            "mTLS): no scheme https, sni or client_cert",
+        )
     problem = wire_problem(request)
     if problem is not None:
         raise CaseError(f"{where}.request", f"not a request HTTP/1.1 can carry: {problem}")
@@ -355,7 +396,59 @@ def parse_case(
     )
     stated = {"expect.request.proto": ereq.get("proto"), "expect.websocket": exp.get("websocket")}
     live_only = tuple(key for key in LIVE_ONLY if stated[key] is not None)
-    return Case(name, gateway, request, expect, index, live_only)
+    return Case(name, gateway, request, expect, index, live_only, service)
+
+
+def _ref(
+    item: Mapping[str, Any], key: str, names: tuple[str, str], where: str
+) -> Mapping[str, Any]:
+    """The ``key`` mapping of a case with both ``names`` given as non-empty strings."""
+    spec = _mapping(item.get(key), f"{where}.{key}")
+    for name in names:
+        value = spec.get(name)
+        if not isinstance(value, str) or not value:
+            keys = ", ".join(names)
+            raise CaseError(f"{where}.{key}.{name}", f"required: {{{keys}}} as non-empty strings")
+    return spec
+
+
+def _target(
+    item: Mapping[str, Any], where: str, default_port: int | None
+) -> tuple[GatewayRef | None, ServiceRef | None, Source | None]:
+    """Where a case is sent: ``gateway`` (an edge case), or ``service`` from the client
+    workload ``from`` (a mesh case). Exactly one of ``gateway`` and ``service``."""
+    if ("gateway" in item) == ("service" in item):
+        raise CaseError(
+            f"{where}.service" if "gateway" in item else f"{where}.gateway",
+            "give exactly one of gateway: {namespace, name, port?} (a request to a Gateway) "
+            "and service: {namespace, name, port?} with from: {namespace, workload} "
+            "(a mesh request)",
+        )
+    if "gateway" in item:
+        if "from" in item:
+            raise CaseError(
+                f"{where}.from",
+                "a request to a Gateway comes from outside the mesh: from goes with service",
+            )
+        gw = _mapping(item.get("gateway"), f"{where}.gateway")
+        if not gw.get("name") or not gw.get("namespace"):
+            raise CaseError(f"{where}.gateway", "expected {namespace, name, port?}")
+        port = gw.get("port", default_port)
+        port_num = None if port is None else _int(port, f"{where}.gateway.port")
+        return GatewayRef(str(gw["namespace"]), str(gw["name"]), port_num), None, None
+    if "from" not in item:
+        raise CaseError(
+            f"{where}.service",
+            "a mesh case names its client too: from: {namespace, workload}",
+        )
+    svc = _ref(item, "service", ("namespace", "name"), where)
+    client = _ref(item, "from", ("namespace", "workload"), where)
+    port = svc.get("port")
+    port_num = None if port is None else _int(port, f"{where}.service.port")
+    if port_num is not None and not 1 <= port_num <= 65535:
+        raise CaseError(f"{where}.service.port", f"expected a port from 1 to 65535, got {port_num}")
+    service = ServiceRef(str(svc["namespace"]), str(svc["name"]), port_num)
+    return None, service, Source(str(client["namespace"]), str(client["workload"]))
 
 
 def parse_cases(data: Any, base_dir: str | None = None) -> list[Case]:

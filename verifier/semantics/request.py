@@ -134,15 +134,34 @@ class ClientCert:
         return {"issuer": self.issuer, "uri_sans": list(self.uri_sans)}
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Source:
+    """The client of a mesh request: the workload (Deployment, StatefulSet or
+    DaemonSet) whose pod sends it, and its namespace. Which mesh routes apply, and
+    whether its sidecar sees the request at all, depend on it (docs/mesh.md)."""
+
+    namespace: str
+    workload: str
+
+    def line(self) -> str:
+        return f"{self.namespace}/{self.workload}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"namespace": self.namespace, "workload": self.workload}
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A request as it arrives at a Gateway: a connection to ``address``:``port``.
+    """A request as it arrives at a Gateway, or, with a ``source``, as a mesh client
+    sends it to a Service: a connection to ``address``:``port``.
     Slotted: check holds ~80,000 of them per 10,000 rules (12 MiB of ``__dict__``).
 
-    ``address`` is the destination IP (the Gateway's address; empty when unknown,
-    which Envoy cannot be, so the Envoy model then takes the port's only or
-    wildcard listener). ``path`` is the request target (path plus optional
-    ``?query``); ``host`` is the Host/:authority header as sent (it may carry a port).
+    ``address`` is the destination IP (the Gateway's address, or the Service's
+    ClusterIP for a mesh request; empty when unknown, which Envoy cannot be, so the
+    Envoy model then takes the port's only or wildcard listener). ``path`` is the
+    request target (path plus optional ``?query``); ``host`` is the Host/:authority
+    header as sent (it may carry a port). ``source``: the client workload of a mesh
+    request; None for a request sent to a Gateway (from outside the mesh).
     """
 
     method: str = "GET"
@@ -163,6 +182,12 @@ class Request:
     headers: Headers = ()
     sni: str | None = None  # TLS server name; None: the Host's hostname
     client_cert: ClientCert | None = None  # presented in the TLS handshake
+    source: Source | None = None  # the mesh client; None: sent to a Gateway
+
+    @property
+    def mesh(self) -> bool:
+        """A request a mesh client sends to a Service's frontend (docs/mesh.md)."""
+        return self.source is not None
 
     @property
     def path_only(self) -> str:
@@ -185,7 +210,7 @@ class Request:
         return next((v for k, v in self.headers if k == lname), ())
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "method": self.method,
             "scheme": self.scheme,
             "host": self.host,
@@ -197,6 +222,9 @@ class Request:
             "sni": self.sni,
             "client_cert": None if self.client_cert is None else self.client_cert.to_json(),
         }
+        if self.source is not None:  # only then: an edge request's JSON is as it was
+            out["source"] = self.source.to_json()
+        return out
 
     def line(self) -> str:
         """`curl`-like one-liner used in findings and explain output."""
@@ -208,6 +236,8 @@ class Request:
         )
         target = f"{self.scheme}://{self.host}{self.path}"
         to = f"to {self.address}:{self.listener_port}" if self.address else f"port {self.port}"
+        if self.source is not None:
+            to = f"from {self.source.line()} {to}"
         return f"{self.method} {target} ({to}){hdrs}{cert}"
 
 
@@ -219,6 +249,17 @@ def host_header(address: str, port: int, scheme: str) -> str:
     host = f"[{address}]" if ":" in address else address
     default = 443 if scheme.lower() == "https" else 80
     return host if port == default else f"{host}:{port}"
+
+
+# Where a Service's name resolves in the cluster: `<svc>.<ns>.svc.<CLUSTER_DOMAIN>`.
+CLUSTER_DOMAIN = "cluster.local"
+
+
+def service_host(namespace: str, name: str, port: int) -> str:
+    """The Host a mesh client sends when it calls a Service by its name:
+    ``<svc>.<ns>.svc.cluster.local``, with the port unless it is 80 (docs/mesh.md)."""
+    host = f"{name}.{namespace}.svc.{CLUSTER_DOMAIN}"
+    return host if port == 80 else f"{host}:{port}"
 
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from verifier.gatewayapi.model import Filter, GatewayListener, HTTPRoute
+from verifier.gatewayapi.model import Filter, HTTPRoute
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.request import (
     Backend,
@@ -206,8 +206,9 @@ def _backend_filter_ops(
     return tuple(req), tuple(resp), ignored
 
 
-def act(res: Resources, lst: GatewayListener, winner: Candidate, request: Request) -> Action:
-    """The outcome of ``request`` once ``winner`` has been chosen."""
+def act(res: Resources, port: int, winner: Candidate, request: Request) -> Action:
+    """The outcome of ``request`` once ``winner`` has been chosen; ``port``: the parent's
+    port it arrived on (a Gateway Listener's, or a Service's for a mesh request)."""
     route = winner.route
     ref = RouteRef(
         httproute=f"{route.meta.namespace}/{route.meta.name}",
@@ -215,7 +216,7 @@ def act(res: Resources, lst: GatewayListener, winner: Candidate, request: Reques
         match=winner.match_index,
     )
     prefix = winner.match.path.value if winner.match.path.type == "PathPrefix" else None
-    p = _Pipeline(res, route, request, lst.port, prefix, host=request.host, path=request.path)
+    p = _Pipeline(res, route, request, port, prefix, host=request.host, path=request.path)
     for f in winner.rule.filters:
         handler = RULE_FILTERS.get(f.type)
         if handler is None:

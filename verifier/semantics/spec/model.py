@@ -27,15 +27,13 @@ shared. Pure: no I/O, no environment.
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from verifier.gatewayapi.model import Gateway, GatewayListener, HTTPRoute
 from verifier.gatewayapi.resources import Resources
-from verifier.semantics.request import Evaluation, Headers, Outcome, Request
-from verifier.semantics.spec.action import act
+from verifier.semantics.request import Evaluation, Headers, Request
 from verifier.semantics.spec.attach import attachment_problem, refers_to_gateway
-from verifier.semantics.spec.filters import HeaderPlan
+from verifier.semantics.spec.decide import NO_MATCH_STATUS, Decision, answer, decide_rule
 from verifier.semantics.spec.hostnames import effective_hostnames, route_hostname_key
 from verifier.semantics.spec.index import (
     IndexedMatch,
@@ -53,20 +51,10 @@ from verifier.semantics.spec.listeners import (
     shared_peers,
 )
 from verifier.semantics.spec.listenersets import merged_gateway
-from verifier.semantics.spec.match import (
-    Candidate,
-    deciding_criterion,
-    match_accepts,
-    precedence_key,
-    rule_problem,
-)
+from verifier.semantics.spec.match import Candidate, match_accepts, rule_problem
+from verifier.semantics.spec.per_resources import PerResources
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
-
-# HTTPRouteRule.matches: "When no rules matching a request have been
-# successfully attached to the parent a request is coming from, a HTTP 404
-# status code MUST be returned."
-NO_MATCH_STATUS = 404
 
 __all__ = [
     "DEFAULT_CONTROLLER",
@@ -79,12 +67,6 @@ __all__ = [
     "spec_evaluate_scan",
     "spec_response_headers",
 ]
-
-
-@dataclass(frozen=True)
-class _Decision:
-    evaluation: Evaluation
-    response_plan: HeaderPlan
 
 
 def spec_evaluate(
@@ -165,16 +147,11 @@ class SpecModel:
         return decision.response_plan.apply(upstream)
 
 
-# id(res) -> (weak reference to res, shape of the tables the index reads, index).
-# The index holds routes and listeners, never ``res``, so ``res`` can be
-# collected; its entry leaves with it.
-_INDEXES: dict[int, tuple[weakref.ref[Resources], tuple[int, ...], SpecIndex]] = {}
-
-
-def _shape(res: Resources) -> tuple[int, ...]:
-    """Catches tables replaced, grown or shrunk; not a value replaced in place."""
-    tables = (res.gateways, res.httproutes, res.namespaces, res.listener_sets)
-    return tuple(x for t in tables for x in (id(t), len(t)))
+# The index holds routes and listeners, never ``res``; built on first use per object.
+_INDEXES = PerResources(
+    lambda _res: SpecIndex(),
+    lambda res: (res.gateways, res.httproutes, res.namespaces, res.listener_sets),
+)
 
 
 def index_for(res: Resources) -> SpecIndex:
@@ -183,19 +160,7 @@ def index_for(res: Resources) -> SpecIndex:
     Like ``SpecModel``, it assumes ``res`` is not modified once evaluated
     (the loader builds it; checks and rules only read it).
     """
-    key, shape = id(res), _shape(res)
-    entry = _INDEXES.get(key)
-    if entry is not None and entry[0]() is res and entry[1] == shape:
-        return entry[2]
-    index = SpecIndex()
-
-    def forget(ref: weakref.ref[Resources]) -> None:
-        current = _INDEXES.get(key)
-        if current is not None and current[0] is ref:
-            del _INDEXES[key]
-
-    _INDEXES[key] = (weakref.ref(res, forget), shape, index)
-    return index
+    return _INDEXES(res)
 
 
 def default_port(res: Resources, gateway: tuple[str, str]) -> int | None:
@@ -203,10 +168,6 @@ def default_port(res: Resources, gateway: tuple[str, str]) -> int | None:
     gw = res.gateways.get(gateway)
     ports = listener_ports(merged_gateway(res, gw)) if gw else ()
     return ports[0] if len(ports) == 1 else None
-
-
-def _answer(status: int, trace: list[str]) -> _Decision:
-    return _Decision(Evaluation(Outcome(status), tuple(trace)), HeaderPlan())
 
 
 def _decide(
@@ -218,16 +179,16 @@ def _decide(
     tracing: bool = True,
     shared_address: bool = False,
     other_gateways: bool = True,
-) -> _Decision:
+) -> Decision:
     trace = [f"request: {request.line()}"] if tracing else []
     gw = res.gateways.get(gateway)
     if gw is None:
         trace.append(f"Gateway {gateway[0]}/{gateway[1]} does not exist: no response")
-        return _answer(NO_RESPONSE, trace)
+        return answer(NO_RESPONSE, trace)
     problem = gateway_problem(res, gw, controller_name)
     if problem:
         trace.append(f"Gateway {gateway[0]}/{gateway[1]} not programmed: {problem}")
-        return _answer(NO_RESPONSE, trace)
+        return answer(NO_RESPONSE, trace)
     gw = merged_gateway(res, gw)
     peers = shared_peers(res, gw, controller_name) if shared_address else ()
     selection = (
@@ -251,27 +212,12 @@ def _decide(
                     steps = (*trace, *found.evaluation.trace)
                     return replace(found, evaluation=replace(found.evaluation, trace=steps))
     if lst is None:
-        return _answer(selection.status, trace)
+        return answer(selection.status, trace)
     if index is None:
         candidates = _candidates_scan(res, gw, lst, request, trace)
     else:
         candidates = _candidates_indexed(index.listener(res, gw, lst), request, trace, tracing)
-    if not candidates:
-        trace.append(f"no attached rule matches: {NO_MATCH_STATUS}")
-        return _answer(NO_MATCH_STATUS, trace)
-    ranked = sorted(candidates, key=precedence_key)
-    winner = ranked[0]
-    if tracing and len(ranked) > 1:
-        trace.append(
-            f"winner {winner.describe()}; beats {ranked[1].describe()} "
-            f"on {deciding_criterion(winner, ranked[1])}"
-        )
-    elif tracing:
-        trace.append(f"winner {winner.describe()} (only candidate)")
-    action = act(res, lst, winner, request)
-    trace.extend(action.trace)
-    trace.append(f"status {action.outcome.status}")
-    return _Decision(Evaluation(action.outcome, tuple(trace)), action.response_plan)
+    return decide_rule(res, candidates, request, lst.port, trace, tracing)
 
 
 def _candidates_indexed(

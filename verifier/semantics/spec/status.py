@@ -38,6 +38,7 @@ from verifier.semantics.spec.listeners import (
     listener_conflict,
 )
 from verifier.semantics.spec.listenersets import admits, merged_gateway
+from verifier.semantics.spec.mesh import selects_port
 
 # ---------------------------------------------------------------- HTTPRoute parents
 
@@ -122,6 +123,38 @@ def unsupported_refusals(route: HTTPRoute) -> list[Refusal]:
         Refusal("UnsupportedValue", path, f"{what} is not supported by the edge")
         for path, what in unsupported_fields(route)
     ]
+
+
+# ---------------------------------------------------------------- mesh routes' Service parents
+
+
+def service_parent_refusal(res: Resources, ref: ParentRef) -> Refusal | None:
+    """Why the Service parentRef ``ref`` of a mesh route matches no Service frontend, or
+    None when it matches some port of its Service (``spec.mesh.selects_port``).
+
+    RouteConditionReason "NoMatchingParent": "there are no matching Parents ... when a
+    Route ParentRef specifies a Port and/or SectionName that does not match";
+    ParentReference.port: "When the parent resource is a Service, this targets a
+    specific port in the Service spec"; sectionName: "Service: Port name"."""
+    key = (ref.namespace, ref.name)
+    svc = res.services.get(key)
+    if svc is None:
+        detail = f"Service {ref.namespace}/{ref.name} does not exist"
+        return Refusal("NoMatchingParent", f"{ref.path}.name", detail, ("Service", *key))
+    if any(selects_port(ref, port) for port in svc.ports):
+        return None
+    named = ref.section_name is None or any(p.name == ref.section_name for p in svc.ports)
+    field = "port" if named and ref.port is not None else "sectionName"
+    detail = f"Service {ref.namespace}/{ref.name} has no port with {_describe_parent(ref)}"
+    return Refusal("NoMatchingParent", f"{ref.path}.{field}", detail)
+
+
+def service_kind_in_gateway_group(ref: ParentRef) -> bool:
+    """``kind: Service`` left in the Gateway API group: ParentReference.group "When
+    unspecified, "gateway.networking.k8s.io" is inferred. To set the core API group
+    (such as for a "Service" kind referent), Group must be explicitly set to "" (empty
+    string)." Such a parentRef names no Service: no mesh applies the route."""
+    return ref.kind == "Service" and ref.group == GATEWAY_GROUP
 
 
 # ---------------------------------------------------------------- HTTPRoute backends
