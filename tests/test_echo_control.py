@@ -10,7 +10,10 @@ on loopback; the same call through a real sidecar is in tests/test_sidecar_envoy
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from pathlib import Path
@@ -18,14 +21,15 @@ from types import ModuleType
 from typing import Any
 
 import grpc
+import pytest
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
 from istio_echo import compiled, parse_multiple, parse_response
 
 from verifier.live import echoproto
 from verifier.live.echo import EchoBackend, EchoPort
-from verifier.live.echoproto.proto import ForwardEchoRequest
-from verifier.live.forward import DEFAULT_TIMEOUT_S, MAX_COUNT
+from verifier.live.echoproto.proto import Alpn, ForwardEchoRequest, Hbone, ProxyProtoVersion
+from verifier.live.forward import DEFAULT_TIMEOUT_S, MAX_COUNT, UNSUPPORTED, Refused, plan
 
 CLIENT_IP, TARGET_IP = "127.0.0.61", "127.0.0.62"
 
@@ -165,21 +169,49 @@ def test_fields_this_echo_cannot_honour_are_refused_by_name() -> None:
     assert DEFAULT_TIMEOUT_S == 15.0  # Istio's default for timeout_micros 0
 
 
-def test_generated_module_matches_echo_proto_and_istios_numbers(tmp_path: Path) -> None:
-    """Our committed module is what echo.proto says (regenerate with
-    scripts/gen_echo_proto.sh), and echo.proto numbers the fields as Istio does."""
+@functools.cache
+def _declared() -> dict[int, tuple[str, str]]:
+    """ForwardEchoRequest's fields in our echo.proto, compiled by protoc: number -> (name, type)."""
     proto_dir = Path(echoproto.__file__).parent
-    out = tmp_path / "echo.desc"
+    out = Path(tempfile.mkdtemp(prefix="echo-desc-")) / "echo.desc"
     include = str(files("grpc_tools") / "_proto")
     args = ["protoc", f"-I{proto_dir}", f"-I{include}", f"--descriptor_set_out={out}", "echo.proto"]
     assert protoc.main(args) == 0
     ours = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
+    shutil.rmtree(out.parent)
     message = next(m for m in ours.message_type if m.name == "ForwardEchoRequest")
-    kind = descriptor_pb2.FieldDescriptorProto.Type.Name
-    declared = {f.number: (f.name, kind(f.type)[5:].lower()) for f in message.field}
-    metas = ForwardEchoRequest._betterproto.meta_by_field_name.values()  # type: ignore[attr-defined]
-    assert {m.number: m.proto_type for m in metas} == {n: t for n, (_, t) in declared.items()}
+    return {f.number: (f.name, _KIND(f.type)[5:].lower()) for f in message.field}
+
+
+_KIND = descriptor_pb2.FieldDescriptorProto.Type.Name
+_METAS = ForwardEchoRequest._betterproto.meta_by_field_name  # type: ignore[attr-defined]
+
+
+def test_generated_module_matches_echo_proto_and_istios_numbers() -> None:
+    """Our committed module is what echo.proto says (regenerate with
+    scripts/gen_echo_proto.sh), and echo.proto numbers the fields as Istio does."""
+    declared = _declared()
+    assert {m.number: m.proto_type for m in _METAS.values()} == {
+        n: t for n, (_, t) in declared.items()
+    }
     pb2, _ = compiled()
     for istio in pb2.ForwardEchoRequest.DESCRIPTOR.fields:
         if istio.name != "from_a_newer_istio":
-            assert declared[istio.number] == (istio.name, kind(istio.type)[5:].lower())
+            assert declared[istio.number] == (istio.name, _KIND(istio.type)[5:].lower())
+
+
+def test_every_field_this_echo_does_not_do_is_refused_when_set() -> None:
+    """Each field of ``UNSUPPORTED``, set as Istio reads it set (a message when present,
+    an empty ``expectedResponse`` included), is refused by its proto name."""
+    attribute = {_METAS[a].number: a for a in _METAS}
+    number = {name: n for n, (name, _) in _declared().items()}
+    present = {13: Alpn(value=[]), 21: "", 24: Hbone(), 27: Hbone(), 25: ProxyProtoVersion.V1}
+    for field in UNSUPPORTED:
+        kind = _declared()[number[field]][1]
+        value = present.get(number[field], True if kind == "bool" else "x")
+        request = ForwardEchoRequest(url="http://echo/", **{attribute[number[field]]: value})
+        with pytest.raises(Refused) as refused:
+            plan(request)
+        assert refused.value.status.name == "UNIMPLEMENTED"
+        assert refused.value.message.startswith(f"{field}: ")
+    assert plan(ForwardEchoRequest(url="http://echo/")).count == 1

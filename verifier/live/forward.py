@@ -88,6 +88,7 @@ _ATTRIBUTE = {
     "serverName": "server_name",
     "proxyProtocolVersion": "proxy_protocol_version",
 }
+_MESSAGES = {"alpn", "hbone", "double_hbone", "expectedResponse"}
 _FAMILIES = {"": socket.AF_UNSPEC, "tcp4": socket.AF_INET, "tcp6": socket.AF_INET6}
 
 
@@ -118,10 +119,14 @@ class Forward:
 
 
 def _is_set(request: ForwardEchoRequest, field: str) -> bool:
+    """Set as Istio reads it: a message field (``expectedResponse`` included, a wrapper
+    whose empty string still means "expect nothing") when present, a scalar when not zero."""
     value = getattr(request, _ATTRIBUTE.get(field, field))
+    if value is None:
+        return False
     if isinstance(value, ProxyProtoVersion):
         return value != ProxyProtoVersion.NONE
-    return value is not None and value != "" and value is not False
+    return field in _MESSAGES or bool(value)
 
 
 def unknown_fields(data: bytes) -> list[int]:
