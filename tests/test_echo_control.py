@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -29,7 +30,15 @@ from istio_echo import compiled, parse_multiple, parse_response
 from verifier.live import echoproto
 from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.echoproto.proto import Alpn, ForwardEchoRequest, Hbone, ProxyProtoVersion
-from verifier.live.forward import DEFAULT_TIMEOUT_S, MAX_COUNT, UNSUPPORTED, Refused, plan
+from verifier.live.forward import (
+    DEFAULT_TIMEOUT_S,
+    MAX_COUNT,
+    UNSUPPORTED,
+    Refused,
+    body_lines,
+    echo_lines,
+    plan,
+)
 
 CLIENT_IP, TARGET_IP = "127.0.0.61", "127.0.0.62"
 
@@ -215,3 +224,26 @@ def test_every_field_this_echo_does_not_do_is_refused_when_set() -> None:
         assert refused.value.status.name == "UNIMPLEMENTED"
         assert refused.value.message.startswith(f"{field}: ")
     assert plan(ForwardEchoRequest(url="http://echo/")).count == 1
+
+
+def test_an_istio_echo_answer_passes_through_and_an_echo_basic_one_is_rewritten() -> None:
+    """What Istio's echo answers is already its lines: passed on as they came. Ours (and
+    echo-basic's) JSON becomes the lines Istio's echo would have answered with."""
+    istio = b"ServiceVersion=v1\nServicePort=8080\nHost=a.b\nURL=/x\nHostname=echo-v1-abc\n"
+    lines = body_lines("text/plain", istio)
+    assert lines == istio.decode().splitlines()
+    basic = {
+        "path": "/x?y=1",
+        "host": "a.b",
+        "method": "GET",
+        "proto": "HTTP/1.1",
+        "headers": {"X-B": ["2"], "X-A": ["1", "3"]},
+        "namespace": "ns",
+        "pod": "echo-v2-abc",
+    }
+    got = parse_response("".join(f"[0 body] {line}\n" for line in echo_lines(basic)))
+    assert (got.hostname, got.host, got.url) == ("echo-v2-abc", "a.b", "/x?y=1")
+    assert (got.method, got.protocol) == ("GET", "HTTP/1.1")
+    assert got.request_headers == {"X-A": ["1", "3"], "X-B": ["2"]}
+    assert body_lines("application/json", json.dumps(basic).encode()) == echo_lines(basic)
+    assert body_lines("application/json", b'{"other": 1}') == ['{"other": 1}']
