@@ -290,9 +290,11 @@ async def _one(session: aiohttp.ClientSession, fwd: Forward, index: int) -> str:
         allow_redirects=fwd.follow_redirects,
         max_redirects=MAX_REDIRECTS,
     ) as response:
-        body = await response.content.read(MAX_BODY + 1)
-        if len(body) > MAX_BODY:
-            raise ValueError(f"the answer's body is over {MAX_BODY} bytes")
+        body = b""
+        while chunk := await response.content.read(MAX_BODY + 1 - len(body)):
+            body += chunk  # read(n) gives what has come, up to n: read on to the end
+            if len(body) > MAX_BODY:
+                raise ValueError(f"the answer's body is over {MAX_BODY} bytes")
         lines.append(f"[{index}] StatusCode={response.status}")
         answered: dict[str, list[str]] = {}
         for name, value in response.headers.items():
