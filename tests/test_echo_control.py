@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 import pytest
+from aiohttp import web
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
 from istio_echo import compiled, parse_multiple, parse_response
@@ -32,11 +33,13 @@ from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.echoproto.proto import Alpn, ForwardEchoRequest, Hbone, ProxyProtoVersion
 from verifier.live.forward import (
     DEFAULT_TIMEOUT_S,
+    MAX_BODY,
     MAX_COUNT,
     UNSUPPORTED,
     Refused,
     body_lines,
     echo_lines,
+    forward,
     plan,
 )
 
@@ -247,3 +250,37 @@ def test_an_istio_echo_answer_passes_through_and_an_echo_basic_one_is_rewritten(
     assert got.request_headers == {"X-A": ["1", "3"], "X-B": ["2"]}
     assert body_lines("application/json", json.dumps(basic).encode()) == echo_lines(basic)
     assert body_lines("application/json", b'{"other": 1}') == ['{"other": 1}']
+
+
+def test_a_long_answer_arrives_whole_and_one_past_the_cap_fails_the_call() -> None:
+    """An answer written in many pieces is read to its end, line by line; one over
+    ``MAX_BODY`` fails the request (and so the call), never cut short in silence."""
+
+    async def pieces(request: web.Request) -> web.StreamResponse:
+        count, size = int(request.query["n"]), int(request.query["size"])
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for index in range(count):
+            await response.write(f"Line{index}=".encode() + b"y" * size + b"\n")
+            await asyncio.sleep(0)
+        return response
+
+    async def run() -> tuple[list[str], str]:
+        app = web.Application()
+        app.router.add_get("/pieces", pieces)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, TARGET_IP, 0).start()
+        url = f"http://{TARGET_IP}:{runner.addresses[0][1]}/pieces"
+        try:
+            whole = await forward(plan(ForwardEchoRequest(url=f"{url}?n=300&size=2000")))
+            with pytest.raises(Refused) as refused:
+                await forward(plan(ForwardEchoRequest(url=f"{url}?n=600&size=2000")))
+            return whole, refused.value.message
+        finally:
+            await runner.cleanup()
+
+    whole, refused = asyncio.run(run())
+    body = [line for line in whole[0].splitlines() if line.startswith("[0 body] ")]
+    assert len(body) == 300 and body[-1].startswith("[0 body] Line299=")
+    assert f"over {MAX_BODY} bytes" in refused
