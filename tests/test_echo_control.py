@@ -26,11 +26,19 @@ import pytest
 from aiohttp import web
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
+from grpclib.client import Channel
 from istio_echo import compiled, parse_multiple, parse_response
 
 from verifier.live import echoproto
 from verifier.live.echo import EchoBackend, EchoPort
-from verifier.live.echoproto.proto import Alpn, ForwardEchoRequest, Hbone, ProxyProtoVersion
+from verifier.live.echoproto.proto import (
+    Alpn,
+    EchoTestServiceStub,
+    ForwardEchoRequest,
+    Hbone,
+    Header,
+    ProxyProtoVersion,
+)
 from verifier.live.forward import (
     DEFAULT_TIMEOUT_S,
     MAX_BODY,
@@ -284,3 +292,51 @@ def test_a_long_answer_arrives_whole_and_one_past_the_cap_fails_the_call() -> No
     body = [line for line in whole[0].splitlines() if line.startswith("[0 body] ")]
     assert len(body) == 300 and body[-1].startswith("[0 body] Line299=")
     assert f"over {MAX_BODY} bytes" in refused
+
+
+def test_our_generated_client_is_read_by_a_server_of_istios_proto() -> None:
+    """The other way round: a grpcio server of the proto compiled in the test (an Istio
+    echo's shape) reads what our generated stub sends, field by field, and its answer
+    reads back through our types."""
+    pb2, pb2_grpc = compiled()
+    seen: list[Any] = []
+
+    class Istio(pb2_grpc.EchoTestServiceServicer):  # type: ignore[misc, name-defined]
+        async def ForwardEcho(self, request: Any, context: Any) -> Any:
+            seen.append(request)
+            return pb2.ForwardEchoResponse(output=[f"[{i}] StatusCode=200\n" for i in range(3)])
+
+    async def run() -> list[str]:
+        server = grpc.aio.server()
+        pb2_grpc.add_EchoTestServiceServicer_to_server(Istio(), server)
+        port = server.add_insecure_port(f"{CLIENT_IP}:0")
+        await server.start()
+        channel = Channel(CLIENT_IP, port)
+        try:
+            reply = await EchoTestServiceStub(channel).forward_echo(
+                ForwardEchoRequest(
+                    count=3,
+                    qps=7,
+                    timeout_micros=2_500_000_000,
+                    url="http://echo/x",
+                    headers=[Header(key="Host", value="h"), Header(key="x-a", value="1")],
+                    message="HelloWorld",
+                    method="POST",
+                    expected_response="",
+                    hbone=Hbone(address="10.0.0.1:15008"),
+                ),
+                timeout=5,
+            )
+            return list(reply.output)
+        finally:
+            channel.close()
+            await server.stop(None)
+
+    output = asyncio.run(run())
+    assert output == [f"[{i}] StatusCode=200\n" for i in range(3)]
+    (got,) = seen
+    assert (got.count, got.qps, got.timeout_micros) == (3, 7, 2_500_000_000)
+    assert (got.url, got.message, got.method) == ("http://echo/x", "HelloWorld", "POST")
+    assert [(h.key, h.value) for h in got.headers] == [("Host", "h"), ("x-a", "1")]
+    assert got.HasField("expectedResponse") and got.expectedResponse.value == ""
+    assert got.hbone.address == "10.0.0.1:15008" and not got.http2
