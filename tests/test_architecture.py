@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Subpackages a code generator writes (scripts/gen_echo_proto.sh): no docstrings of ours.
+GENERATED = "verifier.live.echoproto."
 
 # (modules a boundary applies to, prefixes they must never reach, why)
 BOUNDARIES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
@@ -232,7 +234,7 @@ def test_every_package_says_what_it_must_never_import() -> None:
     for init in [*ROOT.glob("verifier/**/__init__.py"), *ROOT.glob("rules/**/__init__.py")]:
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         name = module_name(init)
-        if name in {"verifier", "verifier.rules"}:
+        if name in {"verifier", "verifier.rules"} or name.startswith(GENERATED):
             continue
         assert "never" in doc.lower() or "not import" in doc.lower(), (
             f"{init.relative_to(ROOT)}: say what the package must never import"

@@ -12,6 +12,13 @@ and the status, and real Envoy must do exactly that: one Envoy in a network
 namespace of its own, with an nftables REDIRECT capturing the client pod's traffic
 to Service addresses, mTLS echo backends presenting per-ServiceAccount SPIFFE
 certificates, and an access log naming what Envoy chose.
+
+The client pod's echo also serves Istio's echo control service: a ``ForwardEcho`` of
+``count: 3``, made with messages compiled in the test from Istio's echo proto
+(``istio_echo``), sends three requests from the client pod's own address, which the
+capture hands to the sidecar; the three answers must read, by the upstream suite's
+parsing, as the echo pod's (not the ClusterIP's stand-in), and the access log must
+show the sidecar's route for each.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from grpclib.client import Channel, UnaryUnaryMethod
+from istio_echo import compiled, parse_response
 from sidecar_world import (
     APP_PORT,
     CAPTURE_PORT,
@@ -39,6 +48,7 @@ from sidecar_world import (
     MESH_PORT,
     NOBODY_IP,
     OTHER_IP,
+    PROBE_HEADER,
     RESOURCES,
     SERVICE_RANGE,
     WEB_IP,
@@ -336,8 +346,52 @@ table ip sidecar_capture {{
 """
 
 
-async def _live(world: World, workdir: Path) -> list[tuple[Answer, dict[str, str] | None]]:
-    """In the namespace: echo pods, the ADS server, Envoy, then the capture, then probes."""
+FORWARD_PROBE = "forward-echo"
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """What a ForwardEcho from the client pod's echo answered, and who could have."""
+
+    output: list[str]
+    echo_pod: str  # the echo pod's name: behind the sidecar's route, over mTLS
+    stand_in_pod: str  # the ClusterIP's own echo: what an uncaptured request reaches
+    logged: list[dict[str, str]]  # the sidecar's access log lines for FORWARD_PROBE
+
+
+@dataclass(frozen=True)
+class Live:
+    answers: list[tuple[Answer, dict[str, str] | None]]
+    forwarded: Forwarded
+
+
+async def _forward_echo(control_port: int) -> list[str]:
+    """``ForwardEcho`` of count 3 to the echo Service, with the messages compiled from
+    Istio's proto (Google's protobuf through grpclib's protobuf codec)."""
+    pb2, _ = compiled()
+    channel = Channel(CLIENT_POD, control_port)
+    try:
+        call = UnaryUnaryMethod(
+            channel,
+            "/proto.EchoTestService/ForwardEcho",
+            pb2.ForwardEchoRequest,
+            pb2.ForwardEchoResponse,
+        )
+        headers = [("Host", "echo.mesh-apps.svc.cluster.local"), (PROBE_HEADER, FORWARD_PROBE)]
+        request = pb2.ForwardEchoRequest(
+            count=3,
+            url=f"http://{ECHO_IP}/",
+            headers=[pb2.Header(key=k, value=v) for k, v in headers],
+        )
+        reply = await call(request, timeout=20)
+    finally:
+        channel.close()
+    return list(reply.output)
+
+
+async def _live(world: World, workdir: Path) -> Live:
+    """In the namespace: echo pods, the ADS server, Envoy, then the capture, then probes
+    and the client pod's ForwardEcho."""
     echo_tls = world.pki.server_context(*(Path(p) for p in world.echo_cert))
     backends = [
         EchoBackend(
@@ -346,7 +400,7 @@ async def _live(world: World, workdir: Path) -> list[tuple[Answer, dict[str, str
         EchoBackend("mesh-apps", "echo", ECHO_IP, [EchoPort(80)]),
         EchoBackend("legacy", "web", WEB_POD, [EchoPort(APP_PORT)]),
         EchoBackend("legacy", "other", OTHER_IP, [EchoPort(80)]),
-        EchoBackend("mesh-apps", "client", CLIENT_POD, [EchoPort(APP_PORT)]),
+        EchoBackend("mesh-apps", "client", CLIENT_POD, [EchoPort(APP_PORT)], control=0),
     ]
     await asyncio.gather(*(b.start() for b in backends))
     ads = AdsServer(world.snapshot)
@@ -367,15 +421,21 @@ async def _live(world: World, workdir: Path) -> list[tuple[Answer, dict[str, str
         )
         assert done.returncode == 0, done.stderr
         answers = await asyncio.gather(*(_send(p, world.certs) for p in world.probes))
+        assert backends[-1].control_port is not None
+        output = await _forward_echo(backends[-1].control_port)
         # Wait for the lines the model expects (flushed every 50 ms, a tcp_proxy's when
         # its connection closes); a line that never comes shows as a difference below.
         expected = [p for p in world.probes if predicted(world, p).admitted]
         for _ in range(100):
             logged = _read_log(world.log)
-            if all(_entry(logged, p) is not None for p in expected):
+            forwarded = [e for e in logged if e.get("probe") == FORWARD_PROBE]
+            if all(_entry(logged, p) is not None for p in expected) and len(forwarded) >= 3:
                 break
             await asyncio.sleep(0.05)
-        return [(a, _entry(logged, p)) for a, p in zip(answers, world.probes, strict=True)]
+        return Live(
+            [(a, _entry(logged, p)) for a, p in zip(answers, world.probes, strict=True)],
+            Forwarded(output, backends[0].pod, backends[1].pod, forwarded),
+        )
     finally:
         await envoy.stop()
         await ads.stop()
@@ -423,17 +483,45 @@ def observed(answer: Answer, entry: dict[str, str] | None) -> Decision:
     )
 
 
+@pytest.fixture(scope="module")
+def live(world: World, tmp_path_factory: pytest.TempPathFactory) -> Live:
+    """One run of the sidecar world in its own network namespace, for the tests below."""
+    # Never skipped for want of nft: the README's install step installs it.
+    assert shutil.which("nft"), "capture needs nft: apt-get install nftables (README, Install)"
+    compiled()  # protoc runs here, before the fork: the child imports nothing new
+    addresses = [CLIENT_POD, ECHO_POD, WEB_POD, ECHO_IP, WEB_IP, OTHER_IP, NOBODY_IP, HANDOFF_IP]
+    workdir = tmp_path_factory.mktemp("sidecar")
+    return asyncio.run(netns.run_in_namespace(lambda: _live(world, workdir), addresses)).value
+
+
 @pytest.mark.live
 @pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
 @pytest.mark.skipif(os.geteuid() != 0, reason=netns.NEEDS)
-def test_real_envoy_does_what_the_model_predicts(world: World, tmp_path: Path) -> None:
-    # Never skipped for want of nft: the README's install step installs it.
-    assert shutil.which("nft"), "capture needs nft: apt-get install nftables (README, Install)"
-    addresses = [CLIENT_POD, ECHO_POD, WEB_POD, ECHO_IP, WEB_IP, OTHER_IP, NOBODY_IP, HANDOFF_IP]
-    done = asyncio.run(netns.run_in_namespace(lambda: _live(world, tmp_path), addresses))
+def test_real_envoy_does_what_the_model_predicts(world: World, live: Live) -> None:
     wrong = []
-    for probe, (answer, entry) in zip(world.probes, done.value, strict=True):
+    for probe, (answer, entry) in zip(world.probes, live.answers, strict=True):
         live, model = observed(answer, entry), predicted(world, probe)
         if live != model:
             wrong.append(f"{probe.name}: live {live} ({answer.error or entry}), model {model}")
     assert wrong == []
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(os.geteuid() != 0, reason=netns.NEEDS)
+def test_forward_echo_from_the_client_pod_goes_through_the_sidecar(live: Live) -> None:
+    """Istio's in-mesh client, ours: three answers the upstream parser reads, each from
+    the echo pod behind the sidecar's ``mesh`` route, none from the ClusterIP's stand-in."""
+    forwarded = live.forwarded
+    assert len(forwarded.output) == 3
+    for index, output in enumerate(forwarded.output):
+        got = parse_response(output)
+        assert output.startswith(f"[{index}] Url=http://{ECHO_IP}/\n")
+        assert got.code == "200"
+        assert got.hostname == forwarded.echo_pod != forwarded.stand_in_pod
+        assert got.host == "echo.mesh-apps.svc.cluster.local"
+        assert (got.url, got.method) == ("/", "GET")
+        assert got.request_headers["X-Probe"] == [FORWARD_PROBE]
+    assert [(e["route"], e["cluster"]) for e in forwarded.logged] == [
+        ("mesh", "mesh/mesh-apps/echo/80")
+    ] * 3

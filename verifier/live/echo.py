@@ -18,6 +18,9 @@ Every request is also kept in ``EchoBackend.records`` (echo-basic logs
 
 Mesh backends are the same servers wrapped in mutual TLS with the workload's
 SPIFFE certificate (``pki.Pki``), standing in for the pod's mesh proxy on 15008.
+
+An echo given a ``control`` port also serves Istio's echo control service there
+(``verifier.live.echo_control``): ``ForwardEcho`` makes it the in-mesh client.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import secrets
 import socket
 import ssl
@@ -35,25 +37,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpclib.server
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
 from aiohttp import WSMsgType, web
 
-from verifier.live.echo_model import echo_status, parse_go_duration
+from verifier.live.echo_control import EchoControl, serve
+from verifier.live.echo_model import echo_status, go_canonical, parse_go_duration
 
 log = logging.getLogger(__name__)
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 ECHO_SET_HEADER = "X-Echo-Set-Header"
-
-
-def go_canonical(name: str) -> str:
-    """Go's CanonicalMIMEHeaderKey: what echo-basic's ``headers`` keys look like."""
-    if not re.fullmatch(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", name):
-        return name
-    return "-".join(p[:1].upper() + p[1:].lower() for p in name.split("-"))
 
 
 def pod_name(service: str) -> str:
@@ -140,6 +137,9 @@ class EchoBackend:
     it (unprivileged runs); the harness then rewrites that cluster's port.
     ``also`` are more addresses answering the same ports (a Service's pod IPs in a
     run's own network namespace: one echo stands in for every pod of the Service).
+    ``control``, if given, is the port (0: any) of Istio's echo control service
+    (``EchoTestService``: ``Echo`` and ``ForwardEcho``, ``verifier.live.echo_control``)
+    on ``ip``; ``control_port`` is the port bound. Forwarded requests leave from ``ip``.
     """
 
     def __init__(
@@ -152,6 +152,7 @@ class EchoBackend:
         *,
         also: Sequence[str] = (),
         reuse_port: bool = False,
+        control: int | None = None,
     ) -> None:
         self.namespace = namespace
         self.service = service
@@ -163,6 +164,9 @@ class EchoBackend:
         self.records: list[EchoRecord] = []
         self.bound: dict[int, int] = {}
         self._by_actual: dict[int, int] = {}
+        self.control = control
+        self.control_port: int | None = None
+        self._control: grpclib.server.Server | None = None
         self._runner: web.AppRunner | None = None
         self._servers: list[asyncio.AbstractServer] = []
 
@@ -182,6 +186,7 @@ class EchoBackend:
                 sockets.append((spec, sock))
                 for ip in self.also:  # the same port: these addresses are dialled as written
                     sockets.append((spec, _bind(ip, actual, self.reuse_port)))
+            control = None if self.control is None else _bind(self.ip, self.control)
         except OSError:
             for _, sock in sockets:
                 sock.close()
@@ -204,9 +209,17 @@ class EchoBackend:
                     lambda port=port: _H2cProtocol(self, port), sock=sock, ssl=spec.tls
                 )
                 self._servers.append(server)
+        if control is not None:
+            service = EchoControl(self.namespace, self.pod, self.ip)
+            self._control = await serve(service, control)
+            self.control_port = service.port
         return self
 
     async def stop(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            await self._control.wait_closed()
+            self._control = None
         for server in self._servers:
             server.close()
         self._servers.clear()

@@ -38,6 +38,13 @@ def parse_go_duration(text: str) -> float | None:
     return total if pos == len(text) else None
 
 
+def go_canonical(name: str) -> str:
+    """Go's CanonicalMIMEHeaderKey: what echo-basic's ``headers`` keys look like."""
+    if not re.fullmatch(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", name):
+        return name
+    return "-".join(p[:1].upper() + p[1:].lower() for p in name.split("-"))
+
+
 _STATUS_URI = re.compile(r"/status/(\d\d\d)")
 
 
