@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from leftovers import running
 
 from verifier.live.envoy_process import envoy_available
 
@@ -36,14 +37,6 @@ asyncio.run(main())
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.live
 @pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
@@ -58,16 +51,16 @@ def test_envoy_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
     try:
         assert parent.stdout is not None
         envoy_pid = int(parent.stdout.readline())
-        assert _alive(envoy_pid)
+        assert running(envoy_pid)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while _alive(envoy_pid) and time.monotonic() < deadline:
+        while running(envoy_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(envoy_pid), "Envoy outlived its SIGKILLed parent"
+        assert not running(envoy_pid), "Envoy outlived its SIGKILLed parent"
     finally:
         parent.kill()
-        if envoy_pid and _alive(envoy_pid):  # a failed run must not leave one behind
+        if envoy_pid and running(envoy_pid):  # a failed run must not leave one behind
             os.kill(envoy_pid, signal.SIGKILL)
 
 
@@ -127,10 +120,10 @@ def _nothing_left(envoy_pid: int, workdir: Path, address: tuple[str, int], tmp: 
     # The kernel closes a killed process's sockets as it tears the process down, which
     # can trail the pid's disappearance under load: wait (bounded) for that too.
     while (
-        _alive(envoy_pid) or workdir.exists() or _listening(address)
+        running(envoy_pid) or workdir.exists() or _listening(address)
     ) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(envoy_pid), "Envoy outlived the run"
+    assert not running(envoy_pid), "Envoy outlived the run"
     assert not _listening(address), f"something still listens on {address}"
     assert not workdir.exists(), f"{workdir} outlived the run"
     assert list(tmp.iterdir()) == [], list(tmp.iterdir())
@@ -142,13 +135,13 @@ def _nothing_left(envoy_pid: int, workdir: Path, address: tuple[str, int], tmp: 
 def test_a_sigkilled_live_run_leaves_no_envoy_listener_or_directory(tmp_path: Path) -> None:
     run, envoy_pid, workdir, address = _start_live_run(tmp_path)
     try:
-        assert _alive(envoy_pid) and workdir.is_dir() and _listening(address)
+        assert running(envoy_pid) and workdir.is_dir() and _listening(address)
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
         _nothing_left(envoy_pid, workdir, address, tmp_path)
     finally:
         run.kill()
-        if _alive(envoy_pid):
+        if running(envoy_pid):
             os.kill(envoy_pid, signal.SIGKILL)
 
 
@@ -167,7 +160,7 @@ def test_ctrl_c_stops_a_live_run_at_once_and_leaves_nothing(tmp_path: Path) -> N
         _nothing_left(envoy_pid, workdir, address, tmp_path)
     finally:
         run.kill()
-        if _alive(envoy_pid):
+        if running(envoy_pid):
             os.kill(envoy_pid, signal.SIGKILL)
 
 

@@ -260,6 +260,27 @@ def derive_endpoint_slices(
     return out, notes
 
 
+def address_owners(res: Resources) -> dict[str, set[tuple[str, str, str]]]:
+    """Each ready endpoint address -> the workloads (kind, namespace, name) that may run
+    the pod there: those every Service listing the address selects. One: the pod is
+    that workload's (its ServiceAccount is the identity its sidecar presents); none: no
+    workload of the input runs it; several: the input does not say which."""
+    found: dict[str, set[tuple[str, str, str]]] = {}
+    for key, svc in res.services.items():
+        selected = {
+            wkey
+            for wkey, wl in res.workloads.items()
+            if svc.selector and wkey[1] == key[0] and selects(svc.selector, dict(wl.pod_labels))
+        }
+        for sl in res.endpoint_slices.values():
+            if (sl.meta.namespace, sl.service_name) != key:
+                continue
+            for address in sl.addresses:
+                known = found.get(address)
+                found[address] = set(selected) if known is None else known & selected
+    return found
+
+
 # ---------------------------------------------------------------- the mesh's deployment facts
 
 
