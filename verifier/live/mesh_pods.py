@@ -5,13 +5,13 @@ translator decides (``verifier.gatewayapi.workloads`` holds the deployment facts
 both sides read):
 
 - **pods**: one per ready address of the EndpointSlices (given, or derived as the
-  EndpointSlice controller would), each owned by the one workload every Service
-  listing the address selects; and, for a workload no Service selects (a client),
-  as many addresses as it has replicas, derived as the controller derives them
-  (``workloads.PodAddresses``), apart from every address the input uses. An
-  address no workload owns is a pod of its Service, without a sidecar. Two
-  workloads that could own one address are refused: which identity answers there
-  would be a guess.
+  EndpointSlice controller would), each owned by the workload it was derived from,
+  or (given) by the one workload every Service listing the address selects; and,
+  for a workload no Service selects (a client), as many addresses as it has
+  replicas, derived as the controller derives them (``workloads.PodAddresses``),
+  apart from every address the input uses. An address no workload owns is a pod of
+  its Service, without a sidecar. Two workloads that could own one address are
+  refused: which identity answers there would be a guess.
 - **ports** a pod answers on: the target ports the slices publish for it and its
   containers' ports.
 - **sidecar** and **capture scope** (docs/mesh.md, "Which traffic the sidecar
