@@ -4,7 +4,10 @@ leaves nothing (a process still running, a network namespace still held)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+_NET = re.compile(r"net:\[(\d+)\]")
 
 
 def running(pid: int) -> bool:
@@ -17,12 +20,22 @@ def running(pid: int) -> bool:
 
 
 def namespaces_in_use() -> set[int]:
-    """The inode of every network namespace some process is in."""
+    """The inode of every network namespace a process is in or holds open (a pod's
+    namespace is held by a file descriptor of the run, with no process in it)."""
     found = set()
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+        if not entry.name.isdigit():
+            continue
+        try:
+            found.add(os.stat(entry / "ns" / "net").st_ino)
+            fds = os.listdir(entry / "fd")
+        except OSError:
+            continue
+        for fd in fds:
             try:
-                found.add(os.stat(entry / "ns" / "net").st_ino)
+                held = _NET.fullmatch(os.readlink(entry / "fd" / fd))
             except OSError:
                 continue
+            if held:
+                found.add(int(held.group(1)))
     return found

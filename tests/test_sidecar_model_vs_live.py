@@ -23,11 +23,14 @@ workers; the figures are printed at the end of the session.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import shutil
+import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,12 +43,11 @@ from verifier.gatewayapi.resources import Resources
 from verifier.live import netns
 from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply
-from verifier.live.envoy_process import envoy_available
+from verifier.live.envoy_process import EnvoyError, envoy_available
 from verifier.live.harness import answer_outcome
 from verifier.live.mesh_pods import MeshPod, captured, mesh_pods, service_endpoints
 from verifier.live.mesh_probe import Identities, LogLine, MeshWorld
-from verifier.live.pki import Pki
-from verifier.live.podnet import CAPTURE_PORT
+from verifier.live.podnet import CAPTURE_PORT, LINK_PREFIX
 from verifier.live.verdict import live_mismatches
 from verifier.pipeline import load_cases, with_ports
 from verifier.semantics.directory import backend_directory_from
@@ -96,6 +98,7 @@ class ScenarioRun:
     # (client A, client B of another namespace) -> A's answers that B's sidecar model
     # would not give: proof that each request went through its own client's sidecar.
     crossed: dict[tuple[tuple[str, str], tuple[str, str]], int]
+    left: list[str]  # what outlived the stopped world, seen from inside its run
 
 
 FIGURES: dict[str, ScenarioRun] = {}
@@ -206,6 +209,32 @@ def compare(
     return problems
 
 
+def _pod_links() -> list[str]:
+    """The pods' links still on the node (this namespace)."""
+    shown = subprocess.run(
+        [netns.IP, "-o", "link", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    names = (line.split(":")[1].strip().split("@")[0] for line in shown.splitlines())
+    return [n for n in names if n.startswith(LINK_PREFIX)]
+
+
+async def left_behind(world: MeshWorld, wait: float = 5.0) -> list[str]:
+    """What outlived a stopped world, seen from its node (the run's namespace, still
+    up): a sidecar Envoy still running, a pod's namespace a process is in or holds
+    open, a pod's link still on the node (its namespace not destroyed: a socket left
+    in it holds it, and with it its nft table). The kernel destroys a namespace
+    after its last user has gone, not at once: waited for, up to ``wait`` seconds."""
+    pods = set(world.namespaces()) - {netns.namespace_id()}
+    deadline = time.monotonic() + wait
+    while True:
+        found = [f"Envoy {pid}" for pid in world.envoy_pids() if running(pid)]
+        found += [f"pod namespace {ino}" for ino in sorted(pods & namespaces_in_use())]
+        found += [f"link {name}" for name in _pod_links()]
+        if not found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.05)
+
+
 async def run_scenario(scenario: Path, identities: Identities) -> ScenarioRun:
     """In the scenario's own namespace: the mesh up, every probe sent, each compared."""
     started = time.perf_counter()
@@ -249,8 +278,8 @@ async def run_scenario(scenario: Path, identities: Identities) -> ScenarioRun:
             c: await world.logged(c, [s for (p, g), (s, _a) in sent if p.client == c and g.chain])
             for c in sidecars
         }
-        pids, spaces = world.envoy_pids(), world.namespaces()
         starts = [s.start_seconds for s in world.running.values()]
+    pids, spaces, left = world.envoy_pids(), world.namespaces(), await left_behind(world)
     seen = [
         (probe, guess, answer, logs[probe.client].get(source))
         for (probe, guess), (source, answer) in sent
@@ -275,27 +304,40 @@ async def run_scenario(scenario: Path, identities: Identities) -> ScenarioRun:
                     )
                 )
     seconds = time.perf_counter() - started
-    return ScenarioRun(clients, outside, seconds, starts, pids, spaces, crossed)
+    return ScenarioRun(clients, outside, seconds, starts, pids, spaces, crossed, left)
 
 
-async def _identities(base: Path) -> Identities:
-    """One mesh CA and a certificate for each identity any scenario's sidecars present."""
-    wanted = sorted(
-        {p.identity() for s in SCENARIOS for p in mesh_pods(load_scenario(s)[0]) if p.sidecar}
-    )
-    pki = await Pki(base).create()
-    issued = {}
-    for i, identity in enumerate(wanted):  # one Pki issues serially
-        cert, key = await pki.issue(f"id{i}", identity)
-        issued[identity] = (cert.read_text(), key.read_text())
-    return Identities(pki.ca_cert.read_text(), issued)
+def _identities(base: Path, scenarios: Iterable[Path]) -> Identities:
+    """One mesh CA and a certificate for each identity the scenarios' sidecars present."""
+    wanted = {p.identity() for s in scenarios for p in mesh_pods(load_scenario(s)[0]) if p.sidecar}
+    return asyncio.run(Identities.issue(base, wanted))
+
+
+CROSSED = "mesh-consumer-route"  # test_each_request_went_through_its_own_clients_sidecar
+
+
+def _selected(request: pytest.FixtureRequest) -> list[Path]:
+    """The scenarios the selected tests of this module read (``-k`` runs only those)."""
+    wanted = set()
+    for item in request.session.items:
+        if item.module is not request.module:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None:
+            wanted.add(callspec.params["scenario"])
+        elif item.name == test_each_request_went_through_its_own_clients_sidecar.__name__:
+            wanted.add(CROSSED)
+    return [s for s in SCENARIOS if s.name in wanted] or SCENARIOS[:1]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ScenarioRun]:
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, ScenarioRun]:
     # Never skipped for want of nft: the README's install step installs it.
     assert shutil.which("nft"), "capture needs nft: apt-get install nftables (README, Install)"
-    identities = asyncio.run(_identities(tmp_path_factory.mktemp("mesh-pki")))
+    chosen = _selected(request)
+    identities = _identities(tmp_path_factory.mktemp("mesh-pki"), chosen)
 
     async def run_all() -> dict[str, ScenarioRun]:
         sem = asyncio.Semaphore(PARALLEL_SCENARIOS)
@@ -305,7 +347,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ScenarioRun]:
                 done = await netns.run_in_namespace(lambda: run_scenario(s, identities), [])
                 return s.name, done.value
 
-        return dict(await asyncio.gather(*(one(s) for s in SCENARIOS)))
+        return dict(await asyncio.gather(*(one(s) for s in chosen)))
 
     started = time.perf_counter()
     found = asyncio.run(run_all())
@@ -333,17 +375,61 @@ def test_each_request_went_through_its_own_clients_sidecar(runs: dict[str, Scena
     are not those another namespace's sidecar would give (and agree with their own:
     above): each request was captured by its own client's Envoy."""
     consumer = ("mesh-client", "client"), ("mesh-apps", "client")
-    assert runs["mesh-consumer-route"].crossed[consumer] > 0
-    assert runs["mesh-consumer-route"].crossed[consumer[::-1]] > 0
+    assert runs[CROSSED].crossed[consumer] > 0
+    assert runs[CROSSED].crossed[consumer[::-1]] > 0
 
 
 def test_nothing_is_left_behind(runs: dict[str, ScenarioRun]) -> None:
-    """No sidecar Envoy outlives its scenario, nor any pod namespace (with its nft rules)."""
+    """No sidecar Envoy outlives its stopped world, nor any pod namespace (with its nft
+    rules) or link, seen from inside the run; nor, once the run has ended, its node's
+    namespace (the kube-proxy rules)."""
+    assert {name: r.left for name, r in runs.items() if r.left} == {}
     pids = [pid for r in runs.values() for pid in r.envoy_pids]
     spaces = {ino for r in runs.values() for ino in r.namespaces}
     assert pids and spaces
     assert [pid for pid in pids if running(pid)] == []
     assert namespaces_in_use() & spaces == set()
+
+
+def _twice_the_first_chain(snap: Snapshot) -> Snapshot:
+    """The outbound listener with its first filter chain twice (another name, the same
+    match): Envoy refuses the listener."""
+    listeners = []
+    for li in snap.listeners:
+        if li.name == "outbound":
+            first = li.filter_chains[0]
+            again = dataclasses.replace(first, name=f"{first.name}-again")
+            li = dataclasses.replace(li, filter_chains=[first, again, *li.filter_chains[1:]])
+        listeners.append(li)
+    return dataclasses.replace(snap, listeners=tuple(listeners))
+
+
+def test_a_mesh_that_cannot_start_says_why_and_leaves_nothing(tmp_path: Path) -> None:
+    """One sidecar refuses its xDS while the others start: the world says which and
+    why, and stops everything it started before the run ends."""
+    scenario = SCENARIOS[0].parent / "mesh-basic"
+    res, _graph = load_scenario(scenario)
+    pods = mesh_pods(res)
+    sidecars = {p.client: translate_proxy(scenario, *p.client) for p in pods if p.sidecar}
+    refusing = ("mesh-client", "client")
+    sidecars[refusing] = _twice_the_first_chain(sidecars[refusing])
+    identities = _identities(tmp_path, [scenario])
+
+    async def start() -> tuple[str, list[int], list[int], list[str]]:
+        world = MeshWorld(res, sidecars, identities)
+        try:
+            async with world:
+                why = "started"
+        except EnvoyError as exc:
+            why = str(exc)
+        return why, world.envoy_pids(), world.namespaces(), await left_behind(world)
+
+    why, pids, spaces, left = asyncio.run(netns.run_in_namespace(start, [])).value
+    assert why.startswith("sidecar of client-") and "refused its xDS" in why, why
+    assert len(pids) == len(sidecars) and len(spaces) == len(pods) + 1
+    assert left == []
+    assert [pid for pid in pids if running(pid)] == []
+    assert namespaces_in_use() & set(spaces) == set()
 
 
 def summary() -> list[str]:

@@ -34,7 +34,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from verifier.live.dns import DnsServer
 from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.envoy_process import EnvoyError, EnvoyProcess
 from verifier.live.mesh_pods import MeshPod, capture_scope, mesh_pods, service_names, service_rules
+from verifier.live.pki import Pki
 from verifier.live.podnet import GATEWAY, PROXY_UID, Node, Pod
 from verifier.live.served import (
     FLUSH_ARGS,
@@ -83,6 +84,16 @@ class Identities:
     ca: str
     issued: Mapping[str, tuple[str, str]]  # SPIFFE ID -> (certificate, key)
 
+    @classmethod
+    async def issue(cls, directory: Path, wanted: Iterable[str]) -> Identities:
+        """A new mesh CA in ``directory`` and a certificate for each SPIFFE ID."""
+        pki = await Pki(directory).create()
+        issued = {}
+        for i, identity in enumerate(sorted(set(wanted))):  # one Pki issues serially
+            cert, key = await pki.issue(f"id{i}", identity)
+            issued[identity] = (cert.read_text(), key.read_text())
+        return cls(pki.ca_cert.read_text(), issued)
+
 
 @dataclass(frozen=True)
 class LogLine:
@@ -103,6 +114,15 @@ class Sidecar:
     ads: AdsServer
     log: Path
     start_seconds: float = 0.0
+
+
+async def _all(steps: Iterable[Awaitable[object]]) -> None:
+    """Every step to its end, then the first failure raised: a step left running
+    after another failed could start an Envoy after ``stop`` has been and gone."""
+    done = await asyncio.gather(*steps, return_exceptions=True)
+    failed = [d for d in done if isinstance(d, BaseException)]
+    if failed:
+        raise failed[0]
 
 
 def _as_proxy(enter: Callable[[], None]) -> Callable[[], None]:
@@ -196,6 +216,10 @@ class MeshWorld:
     echoes: list[EchoBackend] = field(default_factory=list)
     dns: DnsServer | None = None
     workdir: Path | None = None
+    # Every Envoy and pod namespace it ever made, kept after ``stop``: what a check
+    # that nothing outlived the world looks for.
+    started: list[int] = field(default_factory=list)
+    spaces: list[int] = field(default_factory=list)
     _ports: Any = field(default_factory=lambda: itertools.count(FIRST_SOURCE_PORT))
 
     async def __aenter__(self) -> MeshWorld:
@@ -216,14 +240,15 @@ class MeshWorld:
         self.workdir = private_dir("edge-verify-mesh-")
         os.chmod(self.workdir, 0o711)  # the proxy's user reaches its own directory
         self.node = Node()
+        self.spaces.append(self.node.inode())
         nets = await self.node.add_pods([(p.name, p.ip) for p in self.pods])
+        self.spaces += [os.fstat(n.fd).st_ino for n in nets]
         self.nets = {p.name: n for p, n in zip(self.pods, nets, strict=True)}
         await self.node.kube_proxy(service_rules(self.res))
         self.dns = await DnsServer(service_names(self.res), host=GATEWAY).start()
-        await asyncio.gather(*(self._echo(p) for p in self.pods if p.ports))
-        found = await asyncio.gather(*(self._sidecar(p) for p in self.pods if p.sidecar))
-        self.running = {s.pod.name: s for s in found}
-        await asyncio.gather(*(s.net.capture(self._scope(s.pod)) for s in self.running.values()))
+        await _all(self._echo(p) for p in self.pods if p.ports)
+        await _all(self._sidecar(p) for p in self.pods if p.sidecar)
+        await _all(s.net.capture(self._scope(s.pod)) for s in self.running.values())
         return self
 
     def _scope(self, pod: MeshPod) -> list[str] | None:
@@ -266,7 +291,11 @@ class MeshWorld:
         sidecar = Sidecar(pod, net, envoy, ads, log)
         self.running[pod.name] = sidecar  # stopped with the rest if what follows fails
         started = time.perf_counter()
-        await envoy.start()
+        try:
+            await envoy.start()
+        finally:
+            if envoy.pid is not None:
+                self.started.append(envoy.pid)
         await self._serving(sidecar, snap)
         sidecar.start_seconds = time.perf_counter() - started
         return sidecar
@@ -284,13 +313,15 @@ class MeshWorld:
             }
         )
         deadline = time.monotonic() + READY_TIMEOUT
-        while not all(sidecar.net.listening(p) for p in ports):
+        while True:
+            if sidecar.ads.nacks:  # a refused listener never binds: say so at once
+                refused = "; ".join(a.message for a in sidecar.ads.nacks)
+                raise EnvoyError(f"sidecar of {sidecar.pod.name} refused its xDS: {refused}")
+            if all(sidecar.net.listening(p) for p in ports):
+                return
             if time.monotonic() > deadline:
                 raise MeshWorldError(f"sidecar of {sidecar.pod.name}: nothing listens on {ports}")
             await asyncio.sleep(0.02)
-        if sidecar.ads.nacks:
-            refused = "; ".join(a.message for a in sidecar.ads.nacks)
-            raise EnvoyError(f"sidecar of {sidecar.pod.name} refused its xDS: {refused}")
 
     def pod_of(self, client: tuple[str, str]) -> MeshPod:
         return next(p for p in self.pods if p.client == client)
@@ -349,10 +380,12 @@ class MeshWorld:
             await asyncio.sleep(0.05)
 
     def envoy_pids(self) -> list[int]:
-        return [s.envoy.pid for s in self.running.values() if s.envoy.pid is not None]
+        """Every sidecar Envoy started, running or not."""
+        return list(self.started)
 
     def namespaces(self) -> list[int]:
-        return self.node.inodes() if self.node is not None else []
+        """The node's namespace and every pod's, by inode, made or not yet let go of."""
+        return list(self.spaces)
 
     async def stop(self) -> None:
         sidecars, self.running = list(self.running.values()), {}

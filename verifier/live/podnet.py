@@ -39,12 +39,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from verifier.live.envoy_process import listening_sockets
-from verifier.live.netns import CLONE_NEWNET, IP, NamespaceRunError
+from verifier.live.netns import CLONE_NEWNET, IP, NamespaceRunError, made_here
 from verifier.orphans import die_with_parent
 
 PROXY_UID = 1337  # the sidecar's user: its own connections are never captured
 CAPTURE_PORT = 15001  # where captured connections are redirected (docs/mesh.md)
 GATEWAY = "169.254.1.1"  # the node's address on every pod link
+LINK_PREFIX = "vp"  # the node's end of each pod's link: vp0, vp1...
 NFT = "nft"
 
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -180,7 +181,15 @@ class Node:
     pods: list[Pod] = field(default_factory=list)
 
     async def add_pods(self, wanted: Sequence[tuple[str, str]]) -> list[Pod]:
-        """A namespace, a link and routes for each (name, IP); returns them in order."""
+        """A namespace, a link and routes for each (name, IP); returns them in order.
+        Only in a run's own namespace: links, routes and forwarding are never added
+        to the host's (init's)."""
+        if not made_here(os.fstat(self.fd).st_ino):
+            raise NamespaceRunError(
+                "PodNetworkError",
+                "pods are made only inside a run's own network namespace "
+                "(verifier.live.netns.run_in_namespace), never in the host's",
+            )
         made: list[Pod] = []
         for name, ip in wanted:
             if _LIBC.unshare(CLONE_NEWNET) != 0:
@@ -188,7 +197,7 @@ class Node:
                 raise OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}")
             fd = _this_namespace()
             _setns(self.fd)
-            made.append(Pod(name, ip, fd, self.fd, f"vp{len(self.pods) + len(made)}"))
+            made.append(Pod(name, ip, fd, self.fd, f"{LINK_PREFIX}{len(self.pods) + len(made)}"))
         pid = os.getpid()
         lines = ["link set lo up"]
         for pod in made:
@@ -254,9 +263,9 @@ class Node:
         )
         await _run([NFT, "-f", "-"], rules + "\n", None)
 
-    def inodes(self) -> list[int]:
-        """The pods' namespaces, by inode (what a leak check looks for in /proc)."""
-        return [os.fstat(p.fd).st_ino for p in self.pods]
+    def inode(self) -> int:
+        """The node's namespace, by inode (what a leak check looks for in /proc)."""
+        return os.fstat(self.fd).st_ino
 
     def close(self) -> None:
         """Let go of every pod namespace: each goes once its last process has ended."""
