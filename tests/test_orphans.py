@@ -1,4 +1,5 @@
-"""No Envoy, listener or temporary directory outlives the tool, even on SIGKILL or Ctrl-C.
+"""No Envoy, listener, network namespace or temporary directory outlives the tool, even on
+SIGKILL or Ctrl-C.
 
 A SIGKILLed parent runs no cleanup; its Envoy used to be re-parented to init and
 keep listening. The child now asks the kernel to kill it with its parent
@@ -8,6 +9,7 @@ with SIGKILL, and the Envoy must be gone.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from leftovers import running
+from leftovers import namespaces_in_use, running
 
 from verifier.live.envoy_process import envoy_available
 
@@ -162,6 +164,81 @@ def test_ctrl_c_stops_a_live_run_at_once_and_leaves_nothing(tmp_path: Path) -> N
         run.kill()
         if running(envoy_pid):
             os.kill(envoy_pid, signal.SIGKILL)
+
+
+# A mesh as the sidecar test stands one up (tests/test_sidecar_model_vs_live.py): pods in
+# namespaces of their own, inside a run's namespace, each sidecar a real Envoy.
+MESH_RUN = """
+import asyncio, json, os, sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from conftest import FIXTURES, load_scenario, translate_proxy
+from verifier.live import netns
+from verifier.live.mesh_pods import mesh_pods
+from verifier.live.mesh_probe import Identities, MeshWorld
+
+async def main():
+    scenario = FIXTURES / "mesh-basic"
+    res, _graph = load_scenario(scenario)
+    pods = [p for p in mesh_pods(res) if p.sidecar]
+    sidecars = {p.client: translate_proxy(scenario, *p.client) for p in pods}
+    identities = await Identities.issue(Path(sys.argv[1]), {p.identity() for p in pods})
+
+    async def run():
+        async with MeshWorld(res, sidecars, identities) as world:
+            seen = [os.getpid(), world.envoy_pids(), world.namespaces(), str(world.workdir)]
+            print(json.dumps(seen), flush=True)
+            await asyncio.sleep(600)
+
+    await netns.run_in_namespace(run, [])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(os.geteuid() != 0, reason="pod namespaces need root")
+def test_a_sigkilled_mesh_run_leaves_no_sidecar_pod_namespace_or_directory(
+    tmp_path: Path,
+) -> None:
+    """Killed with its world up, a mesh run leaves no sidecar Envoy, no namespace (its
+    pods', with their links and nft rules, nor its node's, with kube-proxy's rules), no
+    worker and no directory: nothing outside the killed process cleans up for it."""
+    # The world's directory is in the default TMPDIR: the sidecars' own user must reach
+    # it, and pytest's temporary directories are closed to others.
+    run = subprocess.Popen(
+        [sys.executable, "-c", MESH_RUN, str(tmp_path / "pki")],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    worker, envoys = 0, []
+    try:
+        assert run.stdout is not None
+        worker, envoys, spaces, workdir = json.loads(run.stdout.readline())
+        assert envoys and all(running(pid) for pid in [worker, *envoys])
+        assert len(spaces) > 1 and set(spaces) <= namespaces_in_use()
+        assert Path(workdir).is_dir()
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while (
+            any(running(pid) for pid in [worker, *envoys])
+            or set(spaces) & namespaces_in_use()
+            or Path(workdir).exists()
+        ) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in [worker, *envoys] if running(pid)] == []
+        assert set(spaces) & namespaces_in_use() == set()
+        assert not Path(workdir).exists()
+    finally:
+        run.kill()
+        for pid in [worker, *envoys]:
+            if pid and running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 KILLED_CHECK = """
