@@ -224,11 +224,12 @@ def _mesh_cases(scenario: Path) -> bool:
     return table.is_file() and any(c.mesh for c in load_cases(str(table))[0])
 
 
+@functools.cache
 def mesh_proxies() -> tuple[tuple[Path, str, str], ...]:
     """(scenario, namespace, workload) of every sidecar of every valid scenario that has
     mesh routes (HTTPRoutes whose parent is a Service) or mesh cases: each gets goldens
     of its own and is held to real Envoy, found by reading the fixtures, never listed
-    by hand."""
+    by hand. Read once per session (every fixture is loaded)."""
     from verifier.gatewayapi import mesh_attach
 
     found = []

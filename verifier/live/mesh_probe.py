@@ -125,6 +125,16 @@ async def _all(steps: Iterable[Awaitable[object]]) -> None:
         raise failed[0]
 
 
+def _closed_to_proxy(path: Path) -> Path | None:
+    """The first directory on the way to ``path`` the proxy's user may not pass
+    (Envoy would exit at once, unable to read its bootstrap)."""
+    for step in reversed(path.parents):
+        info = step.stat()
+        if not info.st_mode & 0o001 and info.st_uid != PROXY_UID:
+            return step
+    return None
+
+
 def _as_proxy(enter: Callable[[], None]) -> Callable[[], None]:
     def become() -> None:
         enter()
@@ -239,6 +249,13 @@ class MeshWorld:
             raise MeshWorldError(f"no sidecar xDS for {', '.join('/'.join(c) for c in missing)}")
         self.workdir = private_dir("edge-verify-mesh-")
         os.chmod(self.workdir, 0o711)  # the proxy's user reaches its own directory
+        closed = _closed_to_proxy(self.workdir)
+        if closed is not None:
+            raise MeshWorldError(
+                f"the sidecars run as uid {PROXY_UID} and cannot reach {self.workdir}: "
+                f"{closed} is closed to other users; set TMPDIR to a directory they may "
+                "pass through (mode o+x)"
+            )
         self.node = Node()
         self.spaces.append(self.node.inode())
         nets = await self.node.add_pods([(p.name, p.ip) for p in self.pods])
