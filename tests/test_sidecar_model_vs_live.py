@@ -17,7 +17,13 @@ Not compared, and counted per reason in the summary: a request the sidecar does
 not capture (it is kube-proxy's, not the sidecar's), one whose predicted answer
 rests on an assumption (``Outcome.caveats``), and one sent from a workload without
 a sidecar (no Envoy decides it). One namespace per scenario, scenarios in forked
-workers; the figures are printed at the end of the session.
+workers, two at a time (``-k`` runs only the scenarios the selected tests read);
+the figures are printed at the end of the session.
+
+Nothing outlives a world: checked from inside the run once it has stopped (no
+sidecar Envoy, no pod namespace held, no pod link on the node), after the run (its
+node's namespace too), and when a sidecar refuses its xDS mid-start;
+``tests/test_orphans.py`` holds the same for a mesh run killed with SIGKILL.
 """
 
 from __future__ import annotations
