@@ -205,8 +205,6 @@ def test_a_sigkilled_mesh_run_leaves_no_sidecar_pod_namespace_or_directory(
     """Killed with its world up, a mesh run leaves no sidecar Envoy, no namespace (its
     pods', with their links and nft rules, nor its node's, with kube-proxy's rules), no
     worker and no directory: nothing outside the killed process cleans up for it."""
-    # The world's directory is in the default TMPDIR: the sidecars' own user must reach
-    # it, and pytest's temporary directories are closed to others.
     run = subprocess.Popen(
         [sys.executable, "-c", MESH_RUN, str(tmp_path / "pki")],
         cwd=Path(__file__).resolve().parent.parent,

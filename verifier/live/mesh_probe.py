@@ -5,7 +5,7 @@ What ``MeshWorld`` stands up, inside a run's own network namespace (the node:
 
 - every pod in a network namespace of its own (``verifier.live.podnet``), with an
   echo application (``verifier.live.echo``, answering as the pod) on its ports;
-- for every pod with a sidecar, a real Envoy 1.40 running as the proxy's user, fed
+- for every pod with a sidecar, a real Envoy 1.40 running in the proxy's group, fed
   its workload's xDS (``translate --proxy``, or any sidecar config) over ADS, plus
   what the mesh agent serves beside it: the pod's SPIFFE certificate and the mesh CA
   under the secret names the xDS asks for; then the pod's capture (nftables);
@@ -46,7 +46,7 @@ from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.envoy_process import EnvoyError, EnvoyProcess
 from verifier.live.mesh_pods import MeshPod, capture_scope, mesh_pods, service_names, service_rules
 from verifier.live.pki import Pki
-from verifier.live.podnet import GATEWAY, PROXY_UID, Node, Pod
+from verifier.live.podnet import GATEWAY, PROXY_GID, Node, Pod
 from verifier.live.served import (
     FLUSH_ARGS,
     HCM,
@@ -125,22 +125,13 @@ async def _all(steps: Iterable[Awaitable[object]]) -> None:
         raise failed[0]
 
 
-def _closed_to_proxy(path: Path) -> Path | None:
-    """The first directory on the way to ``path`` the proxy's user may not pass
-    (Envoy would exit at once, unable to read its bootstrap)."""
-    for step in reversed(path.parents):
-        info = step.stat()
-        if not info.st_mode & 0o001 and info.st_uid != PROXY_UID:
-            return step
-    return None
-
-
 def _as_proxy(enter: Callable[[], None]) -> Callable[[], None]:
+    """In the pod, in the proxy's group only (what its capture lets through)."""
+
     def become() -> None:
         enter()
         os.setgroups([])
-        os.setgid(PROXY_UID)
-        os.setuid(PROXY_UID)
+        os.setgid(PROXY_GID)
 
     return become
 
@@ -248,14 +239,6 @@ class MeshWorld:
         if missing:
             raise MeshWorldError(f"no sidecar xDS for {', '.join('/'.join(c) for c in missing)}")
         self.workdir = private_dir("edge-verify-mesh-")
-        os.chmod(self.workdir, 0o711)  # the proxy's user reaches its own directory
-        closed = _closed_to_proxy(self.workdir)
-        if closed is not None:
-            raise MeshWorldError(
-                f"the sidecars run as uid {PROXY_UID} and cannot reach {self.workdir}: "
-                f"{closed} is closed to other users; set TMPDIR to a directory they may "
-                "pass through (mode o+x)"
-            )
         self.node = Node()
         self.spaces.append(self.node.inode())
         nets = await self.node.add_pods([(p.name, p.ip) for p in self.pods])
@@ -289,7 +272,6 @@ class MeshWorld:
         snap = self.sidecars[pod.client]
         workdir = self.workdir / f"sidecar-{pod.name}"
         workdir.mkdir()
-        os.chown(workdir, PROXY_UID, PROXY_UID)
         log = workdir / "access.log"
         served, _ = with_access_log(snap, log, fields=LOG_FIELDS, filters=(HCM, TCP_PROXY))
         identity = pod.identity(self.trust_domain)

@@ -16,8 +16,8 @@ node they run on:
   (hairpin), as kube-proxy does. A ClusterIP without a ready endpoint has no rule:
   the connection fails (no route), as kube-proxy rejects it.
 - **capture** (``capture``): in a pod, its application's outbound TCP to the captured
-  destinations is REDIRECTed to the sidecar's :15001; the sidecar runs as
-  ``PROXY_UID`` and its own connections are never captured (Istio's istio-proxy
+  destinations is REDIRECTed to the sidecar's :15001; the sidecar runs in the group
+  ``PROXY_GID`` and its own connections are never captured (Istio's istio-proxy
   convention), nor are connections to the pod's loopback.
 
 The namespaces are held by file descriptors of this process (no ``ip netns`` name, no
@@ -42,7 +42,10 @@ from verifier.live.envoy_process import listening_sockets
 from verifier.live.netns import CLONE_NEWNET, IP, NamespaceRunError, made_here
 from verifier.orphans import die_with_parent
 
-PROXY_UID = 1337  # the sidecar's user: its own connections are never captured
+# The sidecar's group: its own connections are never captured. Istio excludes its
+# proxy's uid and gid 1337; the group alone lets the sidecar keep root's access to its
+# binary and files wherever they are (a venv in a directory closed to other users).
+PROXY_GID = 1337
 CAPTURE_PORT = 15001  # where captured connections are redirected (docs/mesh.md)
 GATEWAY = "169.254.1.1"  # the node's address on every pod link
 LINK_PREFIX = "vp"  # the node's end of each pod's link: vp0, vp1...
@@ -164,7 +167,7 @@ class Pod:
 table ip aether_capture {{
   chain output {{
     type nat hook output priority -100; policy accept;
-    meta skuid {PROXY_UID} return
+    meta skgid {PROXY_GID} return
     ip daddr 127.0.0.0/8 return
     meta l4proto tcp {scope}redirect to :{CAPTURE_PORT}
   }}
