@@ -225,6 +225,14 @@ def test_to_outcome_redirect_uses_effective_port() -> None:
         "http", "b.example.com", 8080, "/"
     )
     assert location("/rel") == RedirectTarget("http", "a.example.com", 80, "/rel")
+    # A Host that carried a port keeps it when a redirect sets another: Envoy writes
+    # "host:8080:8083" (mesh-redirect-port, from a client sending Host svc:8080), which
+    # urlsplit cannot read; the host is all before the last colon.
+    assert location("http://b.example.com:8080:8083/") == RedirectTarget(
+        "http", "b.example.com:8080", 8083, "/"
+    )
+    assert location("http://[::1]:8080/") == RedirectTarget("http", "::1", 8080, "/")
+    assert location("http://B.Example.com/") == RedirectTarget("http", "b.example.com", 80, "/")
 
 
 @needs_envoy
