@@ -327,7 +327,7 @@ def _selected(request: pytest.FixtureRequest) -> list[Path]:
     """The scenarios the selected tests of this module read (``-k`` runs only those)."""
     wanted = set()
     for item in request.session.items:
-        if item.module is not request.module:
+        if getattr(item, "module", None) is not request.module:
             continue
         callspec = getattr(item, "callspec", None)
         if callspec is not None:
