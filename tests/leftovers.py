@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 _NET = re.compile(r"net:\[(\d+)\]")
@@ -39,3 +41,16 @@ def namespaces_in_use() -> set[int]:
             if held:
                 found.add(int(held.group(1)))
     return found
+
+
+def outliving(pids: Iterable[int], spaces: Iterable[int], wait: float = 10.0) -> list[str]:
+    """Which of ``pids`` still run and which namespaces of ``spaces`` are still in use,
+    waiting up to ``wait`` seconds for them to go: a run's last helper (the directory
+    reaper, started in the run's namespace) ends just after the run does."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = [f"process {pid}" for pid in pids if running(pid)]
+        found += [f"namespace {ino}" for ino in sorted(set(spaces) & namespaces_in_use())]
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)

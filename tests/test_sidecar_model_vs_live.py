@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 from conftest import load_scenario, mesh_proxies, scenario_registry, translate_proxy
-from leftovers import namespaces_in_use, running
+from leftovers import namespaces_in_use, outliving, running
 
 from verifier.check import Context
 from verifier.gatewayapi.resources import Resources
@@ -398,8 +398,7 @@ def test_nothing_is_left_behind(runs: dict[str, ScenarioRun]) -> None:
     pids = [pid for r in runs.values() for pid in r.envoy_pids]
     spaces = {ino for r in runs.values() for ino in r.namespaces}
     assert pids and spaces
-    assert [pid for pid in pids if running(pid)] == []
-    assert namespaces_in_use() & spaces == set()
+    assert outliving(pids, spaces) == []
 
 
 def _twice_the_first_chain(snap: Snapshot) -> Snapshot:
@@ -439,8 +438,7 @@ def test_a_mesh_that_cannot_start_says_why_and_leaves_nothing(tmp_path: Path) ->
     assert why.startswith("sidecar of client-") and "refused its xDS" in why, why
     assert len(pids) == len(sidecars) and len(spaces) == len(pods) + 1
     assert left == []
-    assert [pid for pid in pids if running(pid)] == []
-    assert namespaces_in_use() & set(spaces) == set()
+    assert outliving(pids, spaces) == []
 
 
 def summary() -> list[str]:
