@@ -224,11 +224,12 @@ def _mesh_cases(scenario: Path) -> bool:
     return table.is_file() and any(c.mesh for c in load_cases(str(table))[0])
 
 
+@functools.cache
 def mesh_proxies() -> tuple[tuple[Path, str, str], ...]:
     """(scenario, namespace, workload) of every sidecar of every valid scenario that has
     mesh routes (HTTPRoutes whose parent is a Service) or mesh cases: each gets goldens
     of its own and is held to real Envoy, found by reading the fixtures, never listed
-    by hand."""
+    by hand. Read once per session (every fixture is loaded)."""
     from verifier.gatewayapi import mesh_attach
 
     found = []
@@ -327,8 +328,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many damaged inputs each entry point was fed (tests/test_fuzz_entry_points.py),
-    how many hostile peers each network surface met (tests/test_hostile_peers.py), and
-    what finding each seeded translator bug took (tests/test_fuzz_seeded_bugs.py)."""
+    how many hostile peers each network surface met (tests/test_hostile_peers.py), what
+    each scenario's sidecars showed against real Envoy (tests/test_sidecar_model_vs_live.py)
+    and what finding each seeded translator bug took (tests/test_fuzz_seeded_bugs.py)."""
     fuzzed = sys.modules.get("entry_points")
     if fuzzed is not None and fuzzed.COUNTS:
         terminalreporter.section("damaged inputs per entry point")
@@ -343,6 +345,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if peers is not None and peers.COUNTS:
         terminalreporter.section("hostile peers per surface (tests/test_hostile_peers.py)")
         for line in peers.summary():
+            terminalreporter.write_line(line)
+    sidecars = sys.modules.get("test_sidecar_model_vs_live")
+    if sidecars is not None and sidecars.FIGURES:
+        terminalreporter.section(
+            "sidecars against real Envoy (tests/test_sidecar_model_vs_live.py)"
+        )
+        for line in sidecars.summary():
             terminalreporter.write_line(line)
     seeded = sys.modules.get("test_fuzz_seeded_bugs")
     if seeded is not None and seeded.FIGURES:

@@ -225,6 +225,14 @@ def test_to_outcome_redirect_uses_effective_port() -> None:
         "http", "b.example.com", 8080, "/"
     )
     assert location("/rel") == RedirectTarget("http", "a.example.com", 80, "/rel")
+    # A Host that carried a port keeps it when a redirect sets another: Envoy writes
+    # "host:8080:8083" (mesh-redirect-port, from a client sending Host svc:8080), which
+    # urlsplit cannot read; the host is all before the last colon.
+    assert location("http://b.example.com:8080:8083/") == RedirectTarget(
+        "http", "b.example.com:8080", 8083, "/"
+    )
+    assert location("http://[::1]:8080/") == RedirectTarget("http", "::1", 8080, "/")
+    assert location("http://B.Example.com/") == RedirectTarget("http", "b.example.com", 80, "/")
 
 
 @needs_envoy
@@ -238,3 +246,39 @@ def test_sampled_case_and_mirrors_are_judged() -> None:
             return [live_unmet(r) for r in await run_with(harness, cases)]
 
     assert asyncio.run(run()) == [[] for _ in cases]
+
+
+CHUNKED = b"3\r\nhel\r\n2;x=1\r\nlo\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("head", "body", "closed"),
+    [
+        (b"Content-Length: 5", b"hello", False),
+        (b"Transfer-Encoding: chunked", CHUNKED, False),
+        (b"Connection: close", b"hello", True),
+    ],
+    ids=["content-length", "chunked", "until-close"],
+)
+def test_a_pods_response_is_read_to_its_end_by_its_framing(
+    head: bytes, body: bytes, closed: bool
+) -> None:
+    """``verifier.live.wire``: what a mesh request's raw connection reads. A framed
+    response is read to its end without waiting for the connection to close (Envoy
+    keeps one open for 1 s after a local reply unless the client closes it)."""
+    from verifier.live.wire import parse_response, read_response
+
+    wire = b"HTTP/1.1 200 OK\r\n" + head + b"\r\n\r\n" + body
+
+    async def read() -> bytes:
+        reader = asyncio.StreamReader()
+        reader.feed_data(wire)
+        if closed:
+            reader.feed_eof()  # else a read past the framing would wait for ever
+        return await asyncio.wait_for(read_response(reader), 5)
+
+    data = asyncio.run(read())
+    assert data == wire
+    answer = parse_response(Request(host="a", path="/"), data)
+    assert (answer.status, answer.body) == (200, b"hello")
+    assert parse_response(Request(host="a", path="/"), b"").error == "closed without a response"

@@ -23,6 +23,7 @@ import pytest
 from conftest import FIXTURES
 from envoy_data_plane.envoy.config.core.v3 import Address, SocketAddress
 from envoy_data_plane.envoy.config.listener.v3 import Listener
+from leftovers import namespaces_in_use, running
 
 from verifier.live import netns
 from verifier.live.envoy_process import EnvoyError, envoy_available, listening_sockets
@@ -50,25 +51,6 @@ def _wildcard(snap: Snapshot) -> Snapshot:
         moved.address = Address(socket_address=SocketAddress(address="0.0.0.0", port_value=port))
         listeners.append(moved)
     return Snapshot(snap.clusters, snap.endpoints, tuple(listeners), snap.routes, snap.secrets)
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _namespaces_in_use() -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                found.add(os.stat(entry / "ns" / "net").st_ino)
-            except OSError:
-                continue
-    return found
 
 
 @needs_namespace
@@ -138,10 +120,10 @@ def test_killing_envoy_mid_run_is_a_clear_error_and_leaves_nothing(tmp_path: Pat
         asyncio.run(run_cases_isolated_async(res, snap, cases, on_ready=kill_after_one))
     record = json.loads(seen.read_text())
     assert record["first"] == 200  # it was serving until it was killed
-    assert not _running(record["envoy"]) and not _running(record["child"])
+    assert not running(record["envoy"]) and not running(record["child"])
     assert not Path(record["workdir"]).exists()
     assert record["namespace"] != netns.namespace_id()
-    assert record["namespace"] not in _namespaces_in_use()
+    assert record["namespace"] not in namespaces_in_use()
     # Nothing ever listened on the host for the xDS's addresses.
     assert all(not listening_sockets(a, p) for a, p in bound_addresses(snap))
 

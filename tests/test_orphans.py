@@ -1,4 +1,5 @@
-"""No Envoy, listener or temporary directory outlives the tool, even on SIGKILL or Ctrl-C.
+"""No Envoy, listener, network namespace or temporary directory outlives the tool, even on
+SIGKILL or Ctrl-C.
 
 A SIGKILLed parent runs no cleanup; its Envoy used to be re-parented to init and
 keep listening. The child now asks the kernel to kill it with its parent
@@ -8,6 +9,7 @@ with SIGKILL, and the Envoy must be gone.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from leftovers import namespaces_in_use, running
 
 from verifier.live.envoy_process import envoy_available
 
@@ -36,14 +39,6 @@ asyncio.run(main())
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.live
 @pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
@@ -58,16 +53,16 @@ def test_envoy_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
     try:
         assert parent.stdout is not None
         envoy_pid = int(parent.stdout.readline())
-        assert _alive(envoy_pid)
+        assert running(envoy_pid)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while _alive(envoy_pid) and time.monotonic() < deadline:
+        while running(envoy_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(envoy_pid), "Envoy outlived its SIGKILLed parent"
+        assert not running(envoy_pid), "Envoy outlived its SIGKILLed parent"
     finally:
         parent.kill()
-        if envoy_pid and _alive(envoy_pid):  # a failed run must not leave one behind
+        if envoy_pid and running(envoy_pid):  # a failed run must not leave one behind
             os.kill(envoy_pid, signal.SIGKILL)
 
 
@@ -127,10 +122,10 @@ def _nothing_left(envoy_pid: int, workdir: Path, address: tuple[str, int], tmp: 
     # The kernel closes a killed process's sockets as it tears the process down, which
     # can trail the pid's disappearance under load: wait (bounded) for that too.
     while (
-        _alive(envoy_pid) or workdir.exists() or _listening(address)
+        running(envoy_pid) or workdir.exists() or _listening(address)
     ) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(envoy_pid), "Envoy outlived the run"
+    assert not running(envoy_pid), "Envoy outlived the run"
     assert not _listening(address), f"something still listens on {address}"
     assert not workdir.exists(), f"{workdir} outlived the run"
     assert list(tmp.iterdir()) == [], list(tmp.iterdir())
@@ -142,13 +137,13 @@ def _nothing_left(envoy_pid: int, workdir: Path, address: tuple[str, int], tmp: 
 def test_a_sigkilled_live_run_leaves_no_envoy_listener_or_directory(tmp_path: Path) -> None:
     run, envoy_pid, workdir, address = _start_live_run(tmp_path)
     try:
-        assert _alive(envoy_pid) and workdir.is_dir() and _listening(address)
+        assert running(envoy_pid) and workdir.is_dir() and _listening(address)
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
         _nothing_left(envoy_pid, workdir, address, tmp_path)
     finally:
         run.kill()
-        if _alive(envoy_pid):
+        if running(envoy_pid):
             os.kill(envoy_pid, signal.SIGKILL)
 
 
@@ -167,8 +162,81 @@ def test_ctrl_c_stops_a_live_run_at_once_and_leaves_nothing(tmp_path: Path) -> N
         _nothing_left(envoy_pid, workdir, address, tmp_path)
     finally:
         run.kill()
-        if _alive(envoy_pid):
+        if running(envoy_pid):
             os.kill(envoy_pid, signal.SIGKILL)
+
+
+# A mesh as the sidecar test stands one up (tests/test_sidecar_model_vs_live.py): pods in
+# namespaces of their own, inside a run's namespace, each sidecar a real Envoy.
+MESH_RUN = """
+import asyncio, json, os, sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from conftest import FIXTURES, load_scenario, translate_proxy
+from verifier.live import netns
+from verifier.live.mesh_pods import mesh_pods
+from verifier.live.mesh_probe import Identities, MeshWorld
+
+async def main():
+    scenario = FIXTURES / "mesh-basic"
+    res, _graph = load_scenario(scenario)
+    pods = [p for p in mesh_pods(res) if p.sidecar]
+    sidecars = {p.client: translate_proxy(scenario, *p.client) for p in pods}
+    identities = await Identities.issue(Path(sys.argv[1]), {p.identity() for p in pods})
+
+    async def run():
+        async with MeshWorld(res, sidecars, identities) as world:
+            seen = [os.getpid(), world.envoy_pids(), world.namespaces(), str(world.workdir)]
+            print(json.dumps(seen), flush=True)
+            await asyncio.sleep(600)
+
+    await netns.run_in_namespace(run, [])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(os.geteuid() != 0, reason="pod namespaces need root")
+def test_a_sigkilled_mesh_run_leaves_no_sidecar_pod_namespace_or_directory(
+    tmp_path: Path,
+) -> None:
+    """Killed with its world up, a mesh run leaves no sidecar Envoy, no namespace (its
+    pods', with their links and nft rules, nor its node's, with kube-proxy's rules), no
+    worker and no directory: nothing outside the killed process cleans up for it."""
+    run = subprocess.Popen(
+        [sys.executable, "-c", MESH_RUN, str(tmp_path / "pki")],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    worker, envoys = 0, []
+    try:
+        assert run.stdout is not None
+        worker, envoys, spaces, workdir = json.loads(run.stdout.readline())
+        assert envoys and all(running(pid) for pid in [worker, *envoys])
+        assert len(spaces) > 1 and set(spaces) <= namespaces_in_use()
+        assert Path(workdir).is_dir()
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while (
+            any(running(pid) for pid in [worker, *envoys])
+            or set(spaces) & namespaces_in_use()
+            or Path(workdir).exists()
+        ) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in [worker, *envoys] if running(pid)] == []
+        assert set(spaces) & namespaces_in_use() == set()
+        assert not Path(workdir).exists()
+    finally:
+        run.kill()
+        for pid in [worker, *envoys]:
+            if pid and running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 KILLED_CHECK = """

@@ -130,6 +130,81 @@ def test_pod_names_follow_the_controllers() -> None:
     assert len(pod_names(daemon)) == 1  # one node
 
 
+def _versioned(version: str) -> str:
+    return f"""---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: echo-{version}, namespace: ns}}
+spec:
+  selector: {{matchLabels: {{app: echo, version: {version}}}}}
+  template:
+    metadata: {{labels: {{app: echo, version: {version}}}}}
+    spec:
+      serviceAccountName: echo-{version}
+      containers: [{{name: c, ports: [{{containerPort: 3000}}]}}]
+"""
+
+
+def test_a_pod_two_services_select_presents_its_own_workloads_identity() -> None:
+    """Found against real Envoy (tests/test_sidecar_model_vs_live.py, scenario
+    mesh-sidecar-translation): ``echo`` selects both versions' pods, ``echo-v2`` only
+    v2's. The pod of echo-v2 presents echo-v2's certificate whichever Service's slice
+    lists it first; the directory used to give it the identity of the first workload
+    ``echo`` selects (echo-v1), so the Envoy model predicted 503 (SAN mismatch) on
+    ``mesh/ns/echo-v2/80``, where Envoy's handshake succeeded."""
+    from verifier.gatewayapi.workloads import address_owners
+    from verifier.semantics.directory import backend_directory_from
+
+    res = _load(
+        _versioned("v1"),
+        _versioned("v2"),
+        _service("echo", "{app: echo}", target="3000"),
+        _service("echo-v2", "{app: echo, version: v2}", target="3000"),
+    )
+    [(both, _)] = _slices(res, "echo")
+    [(v2_pods, _)] = _slices(res, "echo-v2")
+    [v2] = v2_pods
+    [v1] = set(both) - {v2}
+    owners = address_owners(res)
+    assert owners[v2] == {("Deployment", "ns", "echo-v2")}
+    assert owners[v1] == {("Deployment", "ns", "echo-v1")}
+    directory = backend_directory_from(res)
+    assert directory.identity(v2) == "spiffe://cluster.local/ns/ns/sa/echo-v2"
+    assert directory.identity(v1) == "spiffe://cluster.local/ns/ns/sa/echo-v1"
+
+
+def test_whose_pod_an_address_is_when_two_workloads_share_labels() -> None:
+    """Derived, each address is known to be its own workload's pod, whatever the
+    selectors say; given (an EndpointSlice names no workload here), the input does not
+    say whose it is, so the directory keeps the Service's reading (its first selected
+    workload) and ``address_owners`` names both."""
+    from verifier.gatewayapi.workloads import address_owners
+    from verifier.semantics.directory import backend_directory_from
+
+    twin = _versioned("v1").replace("echo-v1", "echo-twin")
+    docs = [_versioned("v1"), twin, _service("echo", "{app: echo}", target="3000")]
+    res = _load(*docs)
+    [(addresses, _)] = _slices(res, "echo")
+    directory = backend_directory_from(res)
+    accounts = {address_owners(res)[a].pop()[2]: directory.identity(a) for a in addresses}
+    assert accounts == {
+        "echo-v1": "spiffe://cluster.local/ns/ns/sa/echo-v1",
+        "echo-twin": "spiffe://cluster.local/ns/ns/sa/echo-twin",
+    }
+    given = """---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: echo-given, namespace: ns, labels: {kubernetes.io/service-name: echo}}
+addressType: IPv4
+ports: [{name: "", port: 3000}]
+endpoints: [{addresses: [10.244.0.9]}]
+"""
+    res = _load(*docs, given)
+    assert len(address_owners(res)["10.244.0.9"]) == 2
+    identity = backend_directory_from(res).identity("10.244.0.9")
+    assert identity == "spiffe://cluster.local/ns/ns/sa/echo-twin"
+
+
 def test_derived_addresses_are_stable_and_distinct() -> None:
     docs = [_workload("Deployment", f"w{i}", replicas=4) for i in range(20)]
     docs.append(_service("all", "{tier: web}"))

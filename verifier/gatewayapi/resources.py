@@ -59,6 +59,9 @@ class Resources:
     secrets: dict[tuple[str, str], m.Secret] = field(default_factory=dict)
     config_maps: dict[tuple[str, str], m.ConfigMap] = field(default_factory=dict)
     workloads: dict[tuple[str, str, str], m.Workload] = field(default_factory=dict)
+    # Each derived endpoint address -> the workload (kind, namespace, name) whose pod it
+    # is: the derivation knows (a given EndpointSlice does not say; ``address_owners``).
+    derived_pods: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     # Route kinds the edge skips (GRPCRoute, ...): kept so that check can tell the
     # xDS other implementations write for them from mistakes, and say it left it alone.
     other_routes: dict[tuple[str, str, str], m.OtherRoute] = field(default_factory=dict)
@@ -183,10 +186,11 @@ def _derive_endpoints(res: Resources) -> None:
     """Once, here: every reader of ``endpoint_slices`` (both models, the translator,
     the live harness) then sees the endpoints a cluster would publish for Services
     given with workloads and no EndpointSlice, without knowing they were derived."""
-    derived, notes = derive_endpoint_slices(res.services, res.endpoint_slices, res.workloads)
+    derived, notes, pods = derive_endpoint_slices(res.services, res.endpoint_slices, res.workloads)
     for sl in derived:
         res.endpoint_slices[sl.meta.key] = sl
     res.warnings.extend(notes)
+    res.derived_pods.update(pods)
 
 
 def load_resources(paths: Sequence[str]) -> Resources:

@@ -181,6 +181,10 @@ class PodAddresses:
             known = self._known[key] = [_pod_ip(wl.meta.namespace, n, self.taken) for n in names]
         return known
 
+    def owners(self) -> dict[str, tuple[str, str, str]]:
+        """Each address worked out so far -> its workload (kind, namespace, name)."""
+        return {ip: key for key, ips in self._known.items() for ip in ips}
+
 
 def derive_for(
     svc: m.Service, workloads: Iterable[m.Workload], pods: PodAddresses
@@ -241,8 +245,9 @@ def derive_endpoint_slices(
     services: Mapping[tuple[str, str], m.Service],
     slices: Mapping[tuple[str, str], m.EndpointSlice],
     workloads: Mapping[tuple[str, str, str], m.Workload],
-) -> tuple[list[m.EndpointSlice], list[str]]:
-    """Slices for every selecting Service that has none, and one note per Service."""
+) -> tuple[list[m.EndpointSlice], list[str], dict[str, tuple[str, str, str]]]:
+    """Slices for every selecting Service that has none, one note per Service, and the
+    workload each derived address is a pod of."""
     given = {(s.meta.namespace, s.service_name) for s in slices.values()}
     taken = {a for s in slices.values() for a in s.addresses}
     taken |= {s.cluster_ip for s in services.values() if s.cluster_ip}
@@ -257,7 +262,33 @@ def derive_endpoint_slices(
         names = {s.meta.key for s in out} | set(slices)
         out.extend(_renamed(s, names) for s in derived)
         notes.append(note)
-    return out, notes
+    return out, notes, pods.owners()
+
+
+def address_owners(res: Resources) -> dict[str, set[tuple[str, str, str]]]:
+    """Each ready endpoint address -> the workloads (kind, namespace, name) that may run
+    the pod there: the one it was derived from (``Resources.derived_pods``), else those
+    every Service listing the address selects. One: the pod is that workload's (its
+    ServiceAccount is the identity its sidecar presents); none: no workload of the
+    input runs it; several: the input does not say which."""
+    found: dict[str, set[tuple[str, str, str]]] = {
+        ip: {key} for ip, key in res.derived_pods.items()
+    }
+    for key, svc in res.services.items():
+        selected = {
+            wkey
+            for wkey, wl in res.workloads.items()
+            if svc.selector and wkey[1] == key[0] and selects(svc.selector, dict(wl.pod_labels))
+        }
+        for sl in res.endpoint_slices.values():
+            if (sl.meta.namespace, sl.service_name) != key:
+                continue
+            for address in sl.addresses:
+                if address in res.derived_pods:
+                    continue
+                known = found.get(address)
+                found[address] = set(selected) if known is None else known & selected
+    return found
 
 
 # ---------------------------------------------------------------- the mesh's deployment facts

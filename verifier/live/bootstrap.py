@@ -220,9 +220,10 @@ def plan_backends(
 # --- secrets ----------------------------------------------------------------------------------
 
 
-def sds_secret_names(snap: Snapshot) -> tuple[set[str], set[str]]:
-    """(identity secret names, validation secret names) the clusters reference."""
-    docs = [to_json_dict(c) for c in snap.clusters]
+def sds_secret_names(snap: Snapshot, *, listeners: bool = False) -> tuple[set[str], set[str]]:
+    """(identity secret names, validation secret names) the clusters reference (and the
+    listeners, for a sidecar, whose inbound side presents the same identity)."""
+    docs = [to_json_dict(c) for c in (*snap.clusters, *(snap.listeners if listeners else ()))]
     identities = {
         s["name"] for n in walk(docs) for s in n.get("tls_certificate_sds_secret_configs", [])
     }
@@ -250,9 +251,12 @@ def listener_secrets(snap: Snapshot) -> list[dict[str, Any]]:
     return out
 
 
-def sds_secrets(snap: Snapshot, cert_pem: str, key_pem: str, ca_pem: str) -> list[dict[str, Any]]:
-    """Secret resources for every name the clusters use: the edge identity and the trust bundle."""
-    identities, roots = sds_secret_names(snap)
+def sds_secrets(
+    snap: Snapshot, cert_pem: str, key_pem: str, ca_pem: str, *, listeners: bool = False
+) -> list[dict[str, Any]]:
+    """Secret resources for every name the clusters (and ``listeners``) use: the proxy's
+    identity and the trust bundle."""
+    identities, roots = sds_secret_names(snap, listeners=listeners)
     out: list[dict[str, Any]] = [
         {
             "@type": SECRET_TYPE,

@@ -33,7 +33,7 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +109,7 @@ def special_answer(path: str, request_uri: str) -> tuple[int, str] | None:
     return status, "OK" if path == "/health" else ""
 
 
-def _bind(ip: str, port: int, reuse_port: bool = False) -> socket.socket:
+def bind_listener(ip: str, port: int, reuse_port: bool = False) -> socket.socket:
     """A listening TCP socket. Without ``reuse_port`` a taken address fails here, not
     silently; with it (only inside a run's own network namespace, where nobody else
     listens) a pod address may share its port with Envoy's wildcard listener, as a
@@ -140,6 +140,8 @@ class EchoBackend:
     ``control``, if given, is the port (0: any) of Istio's echo control service
     (``EchoTestService``: ``Echo`` and ``ForwardEcho``, ``verifier.live.echo_control``)
     on ``ip``; ``control_port`` is the port bound. Forwarded requests leave from ``ip``.
+    ``listen`` makes each listening socket (``bind_listener``; a pod of its own
+    binds in its network namespace: ``verifier.live.podnet.Pod.listen``).
     """
 
     def __init__(
@@ -153,12 +155,14 @@ class EchoBackend:
         also: Sequence[str] = (),
         reuse_port: bool = False,
         control: int | None = None,
+        listen: Callable[[str, int, bool], socket.socket] = bind_listener,
     ) -> None:
         self.namespace = namespace
         self.service = service
         self.ip = ip
         self.also = tuple(also)
         self.reuse_port = reuse_port
+        self.listen = listen
         self.ports = list(ports)
         self.pod = pod or pod_name(service)
         self.records: list[EchoRecord] = []
@@ -178,15 +182,15 @@ class EchoBackend:
         try:
             for spec in self.ports:
                 try:
-                    sock = _bind(self.ip, spec.port, self.reuse_port)
+                    sock = self.listen(self.ip, spec.port, self.reuse_port)
                 except PermissionError:
-                    sock = _bind(self.ip, 0)
+                    sock = self.listen(self.ip, 0, False)
                 actual = int(sock.getsockname()[1])
                 self.bound[spec.port], self._by_actual[actual] = actual, spec.port
                 sockets.append((spec, sock))
                 for ip in self.also:  # the same port: these addresses are dialled as written
-                    sockets.append((spec, _bind(ip, actual, self.reuse_port)))
-            control = None if self.control is None else _bind(self.ip, self.control)
+                    sockets.append((spec, self.listen(ip, actual, self.reuse_port)))
+            control = None if self.control is None else self.listen(self.ip, self.control, False)
         except OSError:
             for _, sock in sockets:
                 sock.close()

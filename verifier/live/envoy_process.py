@@ -24,7 +24,7 @@ import json
 import os
 import random
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,14 @@ class EnvoyProcess:
         concurrency: int = 1,
         listeners: Sequence[str] | None = None,
         extra_args: Sequence[str] = (),
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         """``listeners``: the names to wait for when the bootstrap has none of its own
         (an ADS-fed Envoy learns them from the server); ``extra_args`` go on the
-        command line."""
+        command line; ``preexec`` runs in the child before it becomes Envoy (a pod's
+        sidecar enters the pod's network namespace and drops to its own user). An
+        Envoy in another network namespace is reached by an admin ``pipe`` (a Unix
+        socket path: not namespaced) and its listeners are not dialled from here."""
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.envoy = envoy or find_envoy()
@@ -92,6 +96,7 @@ class EnvoyProcess:
         self.concurrency = concurrency
         self.expected = None if listeners is None else list(listeners)
         self.extra_args = list(extra_args)
+        self.preexec = preexec
         self.admin: str | None = None
         self.listeners: dict[str, tuple[str, int]] = {}
         self.proc: asyncio.subprocess.Process | None = None
@@ -134,7 +139,7 @@ class EnvoyProcess:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=err,
                 stderr=err,
-                preexec_fn=die_with_parent(),  # no Envoy outlives a killed tool
+                preexec_fn=self._preexec(),
             )
         try:
             await asyncio.wait_for(self._wait_ready(admin_file), timeout)
@@ -146,12 +151,28 @@ class EnvoyProcess:
             raise
         return self
 
+    def _preexec(self) -> Callable[[], None] | None:
+        """``preexec``, then the leash (no Envoy outlives a killed tool); in that order:
+        a change of user clears the parent-death signal (prctl(2))."""
+        first, leash = self.preexec, die_with_parent()
+        if first is None or leash is None:
+            return first or leash
+
+        def both() -> None:
+            first()
+            leash()
+
+        return both
+
     async def _wait_ready(self, admin_file: Path) -> None:
         assert self.proc is not None
         expected = self.expected
         if expected is None:
             expected = [li.get("name", "") for li in self._static_listeners()]
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        pipe = self.bootstrap.get("admin", {}).get("address", {}).get("pipe", {}).get("path")
+        connector = aiohttp.UnixConnector(path=pipe) if pipe else None
+        timeout = aiohttp.ClientTimeout(total=2)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             while True:
                 if self.proc.returncode is not None:
                     raise self._fail(f"Envoy exited with status {self.proc.returncode}")
@@ -161,6 +182,12 @@ class EnvoyProcess:
                     return
                 await asyncio.sleep(0.05)
 
+    @property
+    def admin_url(self) -> str:
+        """The admin API's base URL (a pipe's requests carry a placeholder host)."""
+        admin = self.admin or ""
+        return "http://admin" if admin.startswith("/") else f"http://{admin}"
+
     def _static_listeners(self) -> list[dict[str, Any]]:
         static = self.bootstrap.get("static_resources", {})
         listeners: list[dict[str, Any]] = static.get("listeners", [])
@@ -168,10 +195,10 @@ class EnvoyProcess:
 
     async def _ready(self, http: aiohttp.ClientSession, expected: Iterable[str]) -> bool:
         try:
-            async with http.get(f"http://{self.admin}/ready") as resp:
+            async with http.get(f"{self.admin_url}/ready") as resp:
                 if (await resp.text()).strip() != "LIVE":
                     return False
-            async with http.get(f"http://{self.admin}/listeners?format=json") as resp:
+            async with http.get(f"{self.admin_url}/listeners?format=json") as resp:
                 doc = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return False

@@ -390,43 +390,54 @@ class EmbeddedHarness:
         return ports[0] if len(ports) == 1 else 0
 
     def to_outcome(self, resp: LiveResponse) -> Outcome:
-        """The shared Outcome for a live answer; fields a wire cannot show stay default.
-
-        Live outcomes carry: ``status``; ``backends`` = the one Service that
-        answered (weight 1); ``request`` = what the echo saw, minus headers
-        Envoy adds itself; ``response_headers`` = all but transport headers
-        (the backend's own included: the wire cannot tell who set them);
-        ``redirect`` from Location; ``mirrors`` = copies observed (weight
-        1 000 000 = seen on this request). Timeouts, ``invalid_weight`` and
-        ``response_headers_removed`` are configuration, not observable.
-        """
-        notes = (resp.error,) if resp.error else ()
+        """The shared Outcome for a live answer (``answer_outcome``), ``backends`` = the
+        one Service that answered (weight 1), named by the echo's pod."""
+        notes: tuple[str, ...] = ()
         backends: tuple[Backend, ...] = ()
-        forwarded = None
         echo = resp.echo
         if echo is not None and 200 <= resp.status < 300:
             key = self.pods.get((str(echo.get("namespace")), str(echo.get("pod"))))
             if key is None:
-                notes = (*notes, f"echo pod {echo.get('pod')!r} is not one of ours")
+                notes = (f"echo pod {echo.get('pod')!r} is not one of ours",)
             else:
                 backends = (Backend(key[0], key[1], self._port_of(echo, key)),)
-            forwarded = Forwarded(
-                method=str(echo.get("method", "")),
-                host=str(echo.get("host", "")),
-                path=str(echo.get("path", "")),
-                headers=_client_headers(echo.get("headers") or {}),
-            )
-        return Outcome(
-            status=resp.status,
-            backends=backends,
-            request=forwarded,
-            response_headers=normalize_headers(
-                (k, v) for k, v in resp.headers if k.lower() not in TRANSPORT_RESPONSE_HEADERS
-            ),
-            redirect=_redirect(resp) if 300 <= resp.status < 400 else None,
-            mirrors=tuple(Backend(ns, svc, port, MIRROR_WEIGHT) for ns, svc, port in resp.mirrored),
-            notes=notes,
+        return answer_outcome(resp, backends, notes)
+
+
+def answer_outcome(
+    resp: LiveResponse, backends: tuple[Backend, ...] = (), notes: tuple[str, ...] = ()
+) -> Outcome:
+    """The shared Outcome for a live answer; fields a wire cannot show stay default.
+
+    Live outcomes carry: ``status``; ``backends`` as the caller names them (who
+    answered is the harness's knowledge); ``request`` = what the echo saw, minus
+    headers Envoy adds itself; ``response_headers`` = all but transport headers
+    (the backend's own included: the wire cannot tell who set them); ``redirect``
+    from Location; ``mirrors`` = copies observed (weight 1 000 000 = seen on this
+    request). Timeouts, ``invalid_weight`` and ``response_headers_removed`` are
+    configuration, not observable.
+    """
+    notes = (resp.error, *notes) if resp.error else notes
+    forwarded = None
+    echo = resp.echo
+    if echo is not None and 200 <= resp.status < 300:
+        forwarded = Forwarded(
+            method=str(echo.get("method", "")),
+            host=str(echo.get("host", "")),
+            path=str(echo.get("path", "")),
+            headers=_client_headers(echo.get("headers") or {}),
         )
+    return Outcome(
+        status=resp.status,
+        backends=backends,
+        request=forwarded,
+        response_headers=normalize_headers(
+            (k, v) for k, v in resp.headers if k.lower() not in TRANSPORT_RESPONSE_HEADERS
+        ),
+        redirect=_redirect(resp) if 300 <= resp.status < 400 else None,
+        mirrors=tuple(Backend(ns, svc, port, MIRROR_WEIGHT) for ns, svc, port in resp.mirrored),
+        notes=notes,
+    )
 
 
 def _echo_header(echo: Mapping[str, Any] | None, name: str) -> str | None:
@@ -454,11 +465,25 @@ def _redirect(resp: LiveResponse) -> RedirectTarget | None:
         return None
     parts = urlsplit(location)
     scheme = parts.scheme or resp.request.scheme
-    host = parts.hostname if parts.netloc else resp.request.hostname
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
+    host, port = authority(parts.netloc) if parts.netloc else (resp.request.hostname, None)
     if port is None:
         port = DEFAULT_PORTS.get(scheme)
     return RedirectTarget(scheme, host or "", port, parts.path or "/")
+
+
+def authority(netloc: str) -> tuple[str, int | None]:
+    """(host, port) of a URL's authority as Envoy writes a redirect's: the port is what
+    follows the last colon (outside IPv6 brackets), and the host keeps anything before
+    it, a Host that already carried a port included ("h:8080" redirected to 8083 is
+    "h:8080:8083", which ``urlsplit`` cannot read). Lower-cased, an IPv6 address
+    without its brackets, as ``urlsplit``'s ``hostname``."""
+    host = netloc.rpartition("@")[2]
+    if host.startswith("["):
+        name, _, rest = host.partition("]")
+        name = name[1:]
+        digits = rest[1:] if rest.startswith(":") else ""
+    else:
+        name, colon, digits = host.rpartition(":")
+        if not colon or (digits and not digits.isdigit()):
+            name, digits = host, ""
+    return name.lower(), int(digits) if digits.isdigit() else None

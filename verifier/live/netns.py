@@ -128,6 +128,15 @@ def namespace_id() -> int:
     return os.stat("/proc/self/ns/net").st_ino
 
 
+_made: int | None = None  # the namespace this process (a run's child) made for itself
+
+
+def made_here(inode: int) -> bool:
+    """Whether ``inode`` is the namespace ``run_in_namespace`` made for this process:
+    what may be changed freely (links, routes, forwarding, nft), unlike the host's."""
+    return _made is not None and inode == _made
+
+
 # --- the child ------------------------------------------------------------------------------
 
 
@@ -159,6 +168,8 @@ def _answer(
     try:
         if unshare:
             unshare_network()
+            global _made
+            _made = namespace_id()
         bring_up(addresses)
     except NamespaceUnavailable as exc:
         return ("unavailable", str(exc.strerror or exc))

@@ -41,6 +41,7 @@ HCM = (
     "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
     "HttpConnectionManager"
 )
+TCP_PROXY = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
 FILE_LOG = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
 LOG_FORMAT = {
     "id": f"%REQ({CORRELATION_HEADER.upper()})%",
@@ -53,24 +54,32 @@ LOG_FORMAT = {
 FLUSH_ARGS = ("--file-flush-interval-msec", "50")
 
 
-def with_access_log(snap: Snapshot, path: Path) -> tuple[Snapshot, list[str]]:
-    """``snap`` with the harness's access log on every HTTP connection manager, and
-    one line per connection manager saying so (for the report)."""
+def with_access_log(
+    snap: Snapshot,
+    path: Path,
+    *,
+    fields: Mapping[str, str] = LOG_FORMAT,
+    filters: Iterable[str] = (HCM,),
+) -> tuple[Snapshot, list[str]]:
+    """``snap`` with the harness's access log on every HTTP connection manager (or
+    every filter of the ``filters`` types: a sidecar's ``tcp_proxy`` too), and one
+    line per listener saying so (for the report)."""
     entry = {
         "name": "envoy.access_loggers.file",
         "typed_config": {
             "@type": FILE_LOG,
             "path": str(path),
-            "log_format": {"json_format": LOG_FORMAT},
+            "log_format": {"json_format": dict(fields)},
         },
     }
+    types = frozenset(filters)
     listeners, additions = [], []
     for li in snap.listeners:
         doc = to_json_dict(li)
         count = 0
         for node in walk(doc):
             typed = node.get("typed_config")
-            if isinstance(typed, dict) and typed.get("@type") == HCM:
+            if isinstance(typed, dict) and typed.get("@type") in types:
                 typed["access_log"] = [*typed.get("access_log", []), entry]
                 count += 1
         if count:
@@ -78,10 +87,13 @@ def with_access_log(snap: Snapshot, path: Path) -> tuple[Snapshot, list[str]]:
             if skipped:
                 raise ValueError(f"listener {li.name}: re-encoding lost {skipped}")
             listeners.append(moved)
-            additions.append(
-                f"listener {li.name}: access log added to {count} HTTP connection manager(s) "
-                "(route, cluster, response code and flags, x-edge-verify-id)"
+            what = "HTTP connection manager(s)" if types == {HCM} else "filter(s)"
+            logged = (
+                "route, cluster, response code and flags, x-edge-verify-id"
+                if fields is LOG_FORMAT
+                else ", ".join(fields)
             )
+            additions.append(f"listener {li.name}: access log added to {count} {what} ({logged})")
         else:
             listeners.append(li)
     changed = Snapshot(snap.clusters, snap.endpoints, tuple(listeners), snap.routes, snap.secrets)
@@ -120,11 +132,14 @@ def ads_bootstrap(server: tuple[str, int], dns: tuple[str, int]) -> dict[str, An
     return boot
 
 
-def mesh_secrets(snap: Snapshot, cert_pem: str, key_pem: str, ca_pem: str) -> list[Secret]:
-    """The secrets mesh clusters name (the edge's identity, the trust bundle), as the
-    mesh agent would serve them: extra Secret resources on the same ADS stream."""
+def mesh_secrets(
+    snap: Snapshot, cert_pem: str, key_pem: str, ca_pem: str, *, listeners: bool = False
+) -> list[Secret]:
+    """The secrets mesh clusters name (the proxy's identity, the trust bundle), as the
+    mesh agent would serve them: extra Secret resources on the same ADS stream; with
+    ``listeners``, those a sidecar's inbound listener names too."""
     out = []
-    for doc in sds_secrets(snap, cert_pem, key_pem, ca_pem):
+    for doc in sds_secrets(snap, cert_pem, key_pem, ca_pem, listeners=listeners):
         body = {k: v for k, v in doc.items() if k != "@type"}
         secret, skipped = from_json_dict(Secret, body)
         if skipped:

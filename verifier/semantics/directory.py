@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from verifier.gatewayapi.resources import Resources
+from verifier.gatewayapi.workloads import address_owners
 
 MESH_PORT = 15008
 CLUSTER_DOMAIN_SUFFIXES = (".svc.cluster.local", ".svc", "")
@@ -309,6 +310,16 @@ def _service_account(
     return "default"
 
 
+def _pod_account(res: Resources, owners: set[tuple[str, str, str]], otherwise: str) -> str:
+    """The ServiceAccount of the pod at an address: its workload's, when one workload
+    runs it (a pod two Services select, each by another label, is one workload's, and
+    presents that identity whichever Service's slice lists it first); ``otherwise``
+    the Service's."""
+    if len(owners) == 1:
+        return res.workloads[next(iter(owners))].service_account
+    return otherwise
+
+
 def backend_directory_from(
     res: Resources,
     *,
@@ -329,12 +340,13 @@ def backend_directory_from(
     ]
     slices = []
     workloads = _accounts_by_namespace(res)
+    owners = address_owners(res)
     for s in res.endpoint_slices.values():
         ns, svc = s.meta.namespace, s.service_name
         account = _service_account(res, workloads, ns, svc)
         meshed = res.namespace_labels(ns).get(MESH_LABEL[0]) == MESH_LABEL[1] or (
             (ns, svc) in registry
         )
-        accounts = (account,) * len(s.addresses)
+        accounts = tuple(_pod_account(res, owners.get(a, set()), account) for a in s.addresses)
         slices.append(SliceSpec(ns, svc, s.addresses, s.ports, accounts, meshed))
     return BackendDirectory.build(services, slices, trust_domain)
