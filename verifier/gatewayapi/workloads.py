@@ -138,14 +138,21 @@ def target_port(port: m.ServicePort, wl: m.Workload) -> int | None:
 
 
 def _slice(
-    svc: m.Service, suffix: str, addresses: tuple[str, ...], ports: tuple[tuple[str, int], ...]
+    svc: m.Service,
+    suffix: str,
+    pods: Iterable[tuple[str, str]],
+    ports: tuple[tuple[str, int], ...],
 ) -> m.EndpointSlice:
+    """``pods``: (address, the ServiceAccount its pod runs as)."""
     ns, name = svc.meta.key
     labels = tuple(sorted(((SERVICE_NAME_LABEL, name), MANAGED_BY)))
     # The Service's own YAML stands for the slice: a finding about these endpoints
     # points at the object a person would edit.
     meta = m.Meta("EndpointSlice", ns, f"{name}-{suffix}", labels, "", svc.meta.raw)
-    return m.EndpointSlice(meta, name, addresses, ports)
+    found = tuple(pods)
+    return m.EndpointSlice(
+        meta, name, tuple(a for a, _ in found), ports, tuple(sa for _, sa in found)
+    )
 
 
 class PodAddresses:
@@ -187,7 +194,7 @@ def derive_for(
 ) -> tuple[list[m.EndpointSlice], str]:
     """The slices the controller would publish for ``svc``, and the note that says so."""
     ns, name = svc.meta.key
-    groups: dict[tuple[tuple[str, int], ...], list[str]] = {}
+    groups: dict[tuple[tuple[str, int], ...], list[tuple[str, str]]] = {}
     owners: list[str] = []
     count = 0
     for wl in workloads:
@@ -201,7 +208,7 @@ def derive_for(
         )
         addresses = pods.of(wl)
         if addresses:
-            groups.setdefault(ports, []).extend(addresses)
+            groups.setdefault(ports, []).extend((a, wl.service_account) for a in addresses)
             count += len(addresses)
     where = svc.meta.where()
     if not groups:
@@ -216,8 +223,8 @@ def derive_for(
         )
         return [_slice(svc, _encode(f"{ns}/{name}", 5), (), ())], note
     slices = [
-        _slice(svc, _encode(f"{ns}/{name}/{i}", 5), tuple(addresses), ports)
-        for i, (ports, addresses) in enumerate(sorted(groups.items()))
+        _slice(svc, _encode(f"{ns}/{name}/{i}", 5), pods_of, ports)
+        for i, (ports, pods_of) in enumerate(sorted(groups.items()))
     ]
     note = (
         f"{where}: Service {ns}/{name} has no EndpointSlice: derived {count} ready "

@@ -249,15 +249,19 @@ class BackendDirectory:
         if refs or port != MESH_PORT:
             return refs
         # The mesh port carries every Service port of the workload; which one is meant
-        # is the tunnel's business, so narrow by the identities the cluster insists on.
+        # is the tunnel's business, so narrow by the identities the cluster insists on,
+        # then by the SNI, which names the Service port (docs/mesh.md: "a mesh client
+        # sends <svc>.<ns>.svc.cluster.local for a Service with one port ... and
+        # <port>.<svc>.<ns>.svc.cluster.local for a Service with several").
         services = {
             s
             for s in self.mesh_services(host)
             if identity_namespace is None or s[0] == identity_namespace
         }
         if sni is not None:
-            named = {s for s in services if self._sni_names(sni, s)}
-            services = named or services
+            named = {ref for s in services for ref in self._sni_ports(sni, s)}
+            if named:
+                return named
         out: set[ServicePortRef] = set()
         for ns, name in services:
             ports = self.services[(ns, name)].ports
@@ -268,10 +272,20 @@ class BackendDirectory:
             out |= {ServicePortRef(ns, name, p.port) for p in ports[:1]}
         return out
 
-    @staticmethod
-    def _sni_names(sni: str, service: tuple[str, str]) -> bool:
-        stem = f"{service[1]}.{service[0]}"
-        return sni.lower().rstrip(".") in {stem + s for s in CLUSTER_DOMAIN_SUFFIXES}
+    def _sni_ports(self, sni: str, service: tuple[str, str]) -> set[ServicePortRef]:
+        """The port of ``service`` a mesh tunnel's SNI names: ``<svc>.<ns>[.svc[.cluster.
+        local]]`` for a Service with one port, ``<port>.<svc>.<ns>...`` for any."""
+        ns, name = service
+        ports = self.services[service].ports
+        stem = f"{name}.{ns}"
+        wanted = sni.lower().rstrip(".")
+        for suffix in CLUSTER_DOMAIN_SUFFIXES:
+            if wanted == stem + suffix and len(ports) == 1:
+                return {ServicePortRef(ns, name, ports[0].port)}
+            head, dot, rest = wanted.partition(".")
+            if dot and rest == stem + suffix and head.isdigit():
+                return {ServicePortRef(ns, name, p.port) for p in ports if p.port == int(head)}
+        return set()
 
 
 def dns_service_keys(host: str) -> list[tuple[str, str]]:
@@ -335,6 +349,9 @@ def backend_directory_from(
         meshed = res.namespace_labels(ns).get(MESH_LABEL[0]) == MESH_LABEL[1] or (
             (ns, svc) in registry
         )
-        accounts = (account,) * len(s.addresses)
+        # A derived slice knows each pod's account (one Service may select the pods of
+        # workloads with different ones); a given slice does not: the first workload
+        # the Service selects stands for all of them.
+        accounts = s.service_accounts or (account,) * len(s.addresses)
         slices.append(SliceSpec(ns, svc, s.addresses, s.ports, accounts, meshed))
     return BackendDirectory.build(services, slices, trust_domain)
