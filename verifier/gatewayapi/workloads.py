@@ -77,6 +77,9 @@ MESH_LABEL = ("aether.io/managed", "true")
 # A pod-template annotation: with "true", the sidecar captures all outbound TCP;
 # without it, only connections to the ClusterIP of a mesh-registered Service.
 REDIRECT_ALL = "capture.aether.io/redirect-all"
+# Where the capture sends a sidecar's outbound TCP: the proxy's port 15001 on the pod's
+# loopback (nftables REDIRECT; docs/mesh.md, "Which traffic the sidecar sees").
+CAPTURE_PORT = 15001
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 # Past this many derived pods the input is refused (exit 2) rather than read for
 # minutes: `replicas` is a number anyone can make large.
