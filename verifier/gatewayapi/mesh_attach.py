@@ -94,9 +94,17 @@ def _attach(res: Resources, route: m.HTTPRoute, ref: m.ParentRef, graph: MeshGra
     if svc is None:
         refuse("BackendNotFound", f"Service {ref.namespace}/{ref.name} not found")
         return
-    ports = [p for p in svc.ports if ref.port is None or p.port == ref.port]
+    # sectionName is the Service port's name ("Service: Port name"); with port too,
+    # both must match.
+    ports = [
+        p
+        for p in svc.ports
+        if (ref.port is None or p.port == ref.port)
+        and (ref.section_name is None or p.name == ref.section_name)
+    ]
     if not ports:
-        refuse("NoMatchingParent", f"Service {ref.namespace}/{ref.name} has no port {ref.port}")
+        named = f"port {ref.port}" if ref.section_name is None else f"port {ref.section_name!r}"
+        refuse("NoMatchingParent", f"Service {ref.namespace}/{ref.name} has no {named}")
         return
     problem = unsupported_feature(route)
     if problem is not None:

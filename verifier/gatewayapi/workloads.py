@@ -77,6 +77,9 @@ MESH_LABEL = ("aether.io/managed", "true")
 # A pod-template annotation: with "true", the sidecar captures all outbound TCP;
 # without it, only connections to the ClusterIP of a mesh-registered Service.
 REDIRECT_ALL = "capture.aether.io/redirect-all"
+# Where the capture sends a sidecar's outbound TCP: the proxy's port 15001 on the pod's
+# loopback (nftables REDIRECT; docs/mesh.md, "Which traffic the sidecar sees").
+CAPTURE_PORT = 15001
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 # Past this many derived pods the input is refused (exit 2) rather than read for
 # minutes: `replicas` is a number anyone can make large.
@@ -138,14 +141,21 @@ def target_port(port: m.ServicePort, wl: m.Workload) -> int | None:
 
 
 def _slice(
-    svc: m.Service, suffix: str, addresses: tuple[str, ...], ports: tuple[tuple[str, int], ...]
+    svc: m.Service,
+    suffix: str,
+    pods: Iterable[tuple[str, str]],
+    ports: tuple[tuple[str, int], ...],
 ) -> m.EndpointSlice:
+    """``pods``: (address, the ServiceAccount its pod runs as)."""
     ns, name = svc.meta.key
     labels = tuple(sorted(((SERVICE_NAME_LABEL, name), MANAGED_BY)))
     # The Service's own YAML stands for the slice: a finding about these endpoints
     # points at the object a person would edit.
     meta = m.Meta("EndpointSlice", ns, f"{name}-{suffix}", labels, "", svc.meta.raw)
-    return m.EndpointSlice(meta, name, addresses, ports)
+    found = tuple(pods)
+    return m.EndpointSlice(
+        meta, name, tuple(a for a, _ in found), ports, tuple(sa for _, sa in found)
+    )
 
 
 class PodAddresses:
@@ -191,7 +201,7 @@ def derive_for(
 ) -> tuple[list[m.EndpointSlice], str]:
     """The slices the controller would publish for ``svc``, and the note that says so."""
     ns, name = svc.meta.key
-    groups: dict[tuple[tuple[str, int], ...], list[str]] = {}
+    groups: dict[tuple[tuple[str, int], ...], list[tuple[str, str]]] = {}
     owners: list[str] = []
     count = 0
     for wl in workloads:
@@ -205,7 +215,7 @@ def derive_for(
         )
         addresses = pods.of(wl)
         if addresses:
-            groups.setdefault(ports, []).extend(addresses)
+            groups.setdefault(ports, []).extend((a, wl.service_account) for a in addresses)
             count += len(addresses)
     where = svc.meta.where()
     if not groups:
@@ -220,8 +230,8 @@ def derive_for(
         )
         return [_slice(svc, _encode(f"{ns}/{name}", 5), (), ())], note
     slices = [
-        _slice(svc, _encode(f"{ns}/{name}/{i}", 5), tuple(addresses), ports)
-        for i, (ports, addresses) in enumerate(sorted(groups.items()))
+        _slice(svc, _encode(f"{ns}/{name}/{i}", 5), pods_of, ports)
+        for i, (ports, pods_of) in enumerate(sorted(groups.items()))
     ]
     note = (
         f"{where}: Service {ns}/{name} has no EndpointSlice: derived {count} ready "

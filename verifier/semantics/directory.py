@@ -250,15 +250,19 @@ class BackendDirectory:
         if refs or port != MESH_PORT:
             return refs
         # The mesh port carries every Service port of the workload; which one is meant
-        # is the tunnel's business, so narrow by the identities the cluster insists on.
+        # is the tunnel's business, so narrow by the identities the cluster insists on,
+        # then by the SNI, which names the Service port (docs/mesh.md: "a mesh client
+        # sends <svc>.<ns>.svc.cluster.local for a Service with one port ... and
+        # <port>.<svc>.<ns>.svc.cluster.local for a Service with several").
         services = {
             s
             for s in self.mesh_services(host)
             if identity_namespace is None or s[0] == identity_namespace
         }
         if sni is not None:
-            named = {s for s in services if self._sni_names(sni, s)}
-            services = named or services
+            named = {ref for s in services for ref in self._sni_ports(sni, s)}
+            if named:
+                return named
         out: set[ServicePortRef] = set()
         for ns, name in services:
             ports = self.services[(ns, name)].ports
@@ -269,10 +273,20 @@ class BackendDirectory:
             out |= {ServicePortRef(ns, name, p.port) for p in ports[:1]}
         return out
 
-    @staticmethod
-    def _sni_names(sni: str, service: tuple[str, str]) -> bool:
-        stem = f"{service[1]}.{service[0]}"
-        return sni.lower().rstrip(".") in {stem + s for s in CLUSTER_DOMAIN_SUFFIXES}
+    def _sni_ports(self, sni: str, service: tuple[str, str]) -> set[ServicePortRef]:
+        """The port of ``service`` a mesh tunnel's SNI names: ``<svc>.<ns>[.svc[.cluster.
+        local]]`` for a Service with one port, ``<port>.<svc>.<ns>...`` for any."""
+        ns, name = service
+        ports = self.services[service].ports
+        stem = f"{name}.{ns}"
+        wanted = sni.lower().rstrip(".")
+        for suffix in CLUSTER_DOMAIN_SUFFIXES:
+            if wanted == stem + suffix and len(ports) == 1:
+                return {ServicePortRef(ns, name, ports[0].port)}
+            head, dot, rest = wanted.partition(".")
+            if dot and rest == stem + suffix and head.isdigit():
+                return {ServicePortRef(ns, name, p.port) for p in ports if p.port == int(head)}
+        return set()
 
 
 def dns_service_keys(host: str) -> list[tuple[str, str]]:
