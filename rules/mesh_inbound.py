@@ -94,14 +94,16 @@ def _probes(ctx: Context, svc: m.Service, port: int, address: str) -> list[Probe
 
 
 def _address(ctx: Context, svc: m.Service, workload: m.Workload) -> str:
-    """A pod of ``workload`` among ``svc``'s endpoints (its ServiceAccount's), else the
+    """A pod of ``workload`` among ``svc``'s endpoints, else the
     wildcard: the inbound listener binds every address of the pod."""
+    owners = wl.address_owners(ctx.res)
+    mine = (workload.meta.kind, *workload.meta.key)
     for key in sorted(ctx.res.endpoint_slices):
         sl = ctx.res.endpoint_slices[key]
         if (sl.meta.namespace, sl.service_name) != svc.meta.key:
             continue
-        for address, account in zip(sl.addresses, sl.service_accounts, strict=False):
-            if account == workload.service_account:
+        for address in sl.addresses:
+            if owners.get(address) == {mine}:
                 return address
     return "0.0.0.0"
 

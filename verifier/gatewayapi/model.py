@@ -744,11 +744,6 @@ class EndpointSlice:
     service_name: str
     addresses: tuple[str, ...]
     ports: tuple[tuple[str, int], ...]  # (name, port)
-    # The ServiceAccount each address's pod runs as, aligned with ``addresses``: known
-    # for the slices derived from workloads (``workloads.derive_for``), where one slice
-    # may hold the pods of several workloads; empty for a given slice (a pod's account
-    # is not in it).
-    service_accounts: tuple[str, ...] = ()
 
 
 def parse_endpoint_slice(raw: RawObject) -> EndpointSlice:

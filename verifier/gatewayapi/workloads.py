@@ -143,19 +143,15 @@ def target_port(port: m.ServicePort, wl: m.Workload) -> int | None:
 def _slice(
     svc: m.Service,
     suffix: str,
-    pods: Iterable[tuple[str, str]],
+    addresses: Iterable[str],
     ports: tuple[tuple[str, int], ...],
 ) -> m.EndpointSlice:
-    """``pods``: (address, the ServiceAccount its pod runs as)."""
     ns, name = svc.meta.key
     labels = tuple(sorted(((SERVICE_NAME_LABEL, name), MANAGED_BY)))
     # The Service's own YAML stands for the slice: a finding about these endpoints
     # points at the object a person would edit.
     meta = m.Meta("EndpointSlice", ns, f"{name}-{suffix}", labels, "", svc.meta.raw)
-    found = tuple(pods)
-    return m.EndpointSlice(
-        meta, name, tuple(a for a, _ in found), ports, tuple(sa for _, sa in found)
-    )
+    return m.EndpointSlice(meta, name, tuple(addresses), ports)
 
 
 class PodAddresses:
@@ -201,7 +197,7 @@ def derive_for(
 ) -> tuple[list[m.EndpointSlice], str]:
     """The slices the controller would publish for ``svc``, and the note that says so."""
     ns, name = svc.meta.key
-    groups: dict[tuple[tuple[str, int], ...], list[tuple[str, str]]] = {}
+    groups: dict[tuple[tuple[str, int], ...], list[str]] = {}
     owners: list[str] = []
     count = 0
     for wl in workloads:
@@ -215,7 +211,7 @@ def derive_for(
         )
         addresses = pods.of(wl)
         if addresses:
-            groups.setdefault(ports, []).extend((a, wl.service_account) for a in addresses)
+            groups.setdefault(ports, []).extend(addresses)
             count += len(addresses)
     where = svc.meta.where()
     if not groups:
@@ -302,6 +298,37 @@ def address_owners(res: Resources) -> dict[str, set[tuple[str, str, str]]]:
 
 
 # ---------------------------------------------------------------- the mesh's deployment facts
+
+
+def selected_workloads(res: Resources, namespace: str, service: str) -> list[m.Workload]:
+    """The workloads whose pods the Service selects, by (kind, namespace, name): the
+    translator, both models' directory and the live pods must name the same identities,
+    so this is the one place that says which pods a Service's identity comes from."""
+    svc = res.services.get((namespace, service))
+    if svc is None or not svc.selector:
+        return []
+    return [
+        wl
+        for key, wl in sorted(res.workloads.items())
+        if key[1] == namespace and selects(svc.selector, dict(wl.pod_labels))
+    ]
+
+
+def service_accounts(res: Resources, namespace: str, service: str) -> list[str]:
+    """Every identity the Service's pods may present (a Service over two Deployments may
+    run as two ServiceAccounts): what an mTLS client must accept; ``default`` when no
+    workload of the input is selected, as Kubernetes assigns."""
+    return sorted({wl.service_account for wl in selected_workloads(res, namespace, service)}) or [
+        "default"
+    ]
+
+
+def service_account(res: Resources, namespace: str, service: str) -> str:
+    """The one identity that stands for a Service's pods where the pod itself is not
+    known (a given EndpointSlice does not say whose pod an address is): the first
+    selected workload's, else ``default``."""
+    found = selected_workloads(res, namespace, service)
+    return found[0].service_account if found else "default"
 
 
 def mesh_namespace(res: Resources, namespace: str) -> bool:

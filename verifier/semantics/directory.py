@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from verifier.gatewayapi.resources import Resources
-from verifier.gatewayapi.workloads import address_owners
+from verifier.gatewayapi.workloads import address_owners, service_account
 
 MESH_PORT = 15008
 CLUSTER_DOMAIN_SUFFIXES = (".svc.cluster.local", ".svc", "")
@@ -303,27 +303,6 @@ def dns_service_keys(host: str) -> list[tuple[str, str]]:
     return out
 
 
-def _accounts_by_namespace(res: Resources) -> dict[str, list[tuple[dict[str, str], str]]]:
-    """Each namespace's workloads as (pod labels, ServiceAccount), by kind and name."""
-    out: dict[str, list[tuple[dict[str, str], str]]] = {}
-    for (_kind, ns, _name), wl in sorted(res.workloads.items()):
-        out.setdefault(ns, []).append((dict(wl.pod_labels), wl.service_account))
-    return out
-
-
-def _service_account(
-    res: Resources, workloads: dict[str, list[tuple[dict[str, str], str]]], ns: str, svc: str
-) -> str:
-    """The ServiceAccount the Service's pods run as: that of the first workload (by
-    kind, namespace, name) its selector picks; ``default`` when none does."""
-    found = res.services.get((ns, svc))
-    selector = found.selector if found is not None else ()
-    for labels, account in workloads.get(ns, ()):
-        if selector and all(labels.get(k) == v for k, v in selector):
-            return account
-    return "default"
-
-
 def _pod_account(res: Resources, owners: set[tuple[str, str, str]], otherwise: str) -> str:
     """The ServiceAccount of the pod at an address: its workload's, when one workload
     runs it (a pod two Services select, each by another label, is one workload's, and
@@ -353,11 +332,10 @@ def backend_directory_from(
         for s in res.services.values()
     ]
     slices = []
-    workloads = _accounts_by_namespace(res)
     owners = address_owners(res)
     for s in res.endpoint_slices.values():
         ns, svc = s.meta.namespace, s.service_name
-        account = _service_account(res, workloads, ns, svc)
+        account = service_account(res, ns, svc)
         meshed = res.namespace_labels(ns).get(MESH_LABEL[0]) == MESH_LABEL[1] or (
             (ns, svc) in registry
         )
