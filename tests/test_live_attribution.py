@@ -7,12 +7,18 @@ copy of its first route, under another name, in front of it. Every answer stays
 right (same backend, same request), but for the requests of that route Envoy
 takes the copy, which the Envoy model, reading the checked xDS, does not know:
 attribution disagrees (EV810), a failure in every format the live pass reports.
+Then its xDS (`--xds`, read by the Envoy model too) puts the catch-all rule's
+route first, sending to the /foo rule's backend: the /foo cases still get the
+answer they expect, which both models predict, through a route made from
+another rule than the spec model chose: passed by coincidence (EV811).
 The access log reader is held to its memory bound on a log it did not expect.
 """
 
 from __future__ import annotations
 
+import io
 import json
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -20,6 +26,7 @@ import pytest
 from conftest import BASE, FIXTURES
 from verifier.rules import RULES
 
+from verifier.cli import main
 from verifier.live import isolated
 from verifier.live.access_log import MAX_LINE, AccessLogReader
 from verifier.live.attribution import judge
@@ -148,6 +155,62 @@ def test_attribution_disagrees_in_every_report_format(shadowed: LiveReport) -> N
     run = doc["runs"][0]
     assert {r["ruleId"] for r in run["results"]} == {"EV810"}
     assert "EV810" in {d["id"] for d in run["tool"]["driver"]["rules"]}
+
+
+def _catch_all_first(tmp_path: Path) -> Path:
+    """The scenario's xDS with rule 2's route (PathPrefix /, to infra-backend-v3) moved
+    in front of rule 0's (/foo, to infra-backend-v1) and sent to v1 instead."""
+    translated = tmp_path / "xds.json"
+    argv = ["translate", str(BASE), str(FIXTURES / SCENARIO), "-o", str(translated)]
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        assert main(argv) == 0
+    doc = json.loads(translated.read_text(encoding="utf-8"))
+    moved = 0
+    for config in doc["configs"]:
+        for rc in config.get("dynamic_route_configs", []):
+            for vh in rc["route_config"].get("virtual_hosts", []):
+                routes = vh["routes"]
+                names = [r["name"] for r in routes]
+                if FIRST in names and CATCH_ALL in names:
+                    catch_all = routes.pop(names.index(CATCH_ALL))
+                    catch_all["route"]["cluster"] = V1
+                    routes.insert(0, catch_all)
+                    moved += 1
+    assert moved == 1
+    out = tmp_path / "catch-all-first.json"
+    out.write_text(json.dumps(doc), encoding="utf-8")
+    return out
+
+
+CATCH_ALL = "edge-infra/path-prefix/rule/2/match/0"
+V1 = "k8s/edge-infra/infra-backend-v1/8080"
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_a_right_answer_through_another_rules_route_passed_by_coincidence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    xds = _catch_all_first(tmp_path)
+    argv = ["live", str(BASE), str(FIXTURES / SCENARIO), "--xds", str(xds)]
+    assert main([*argv, "--format", "json", "--consistency-budget", "2"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    by_name = {c["name"]: c for c in doc["cases"]}
+    for name in SHADOWED:  # the answer each expects, through the catch-all's route
+        case = by_name[name]
+        a = case["attribution"]
+        assert not case["passed"] and case["odd_one_out"] is None
+        assert case["observed"]["backends"][0]["name"] == "infra-backend-v1"
+        assert (a["verdict"], a["route"], a["model_route"]) == ("coincidence", CATCH_ALL, CATCH_ALL)
+        assert a["spec_route"] == "edge-infra/path-prefix rule 0"
+        assert [p.split(":")[0] for p in case["problems"]] == ["passed by coincidence"]
+    coincidences = [f for f in doc["findings"] if f["code"] == "EV811"]
+    assert len(coincidences) == len(SHADOWED)
+    assert {f["location"].rsplit(":", 1)[1] for f in coincidences} == {str(_line_of_first_match())}
+    # The other cases get v1 where they expect another backend: failures of their own.
+    for name, case in by_name.items():
+        if name not in SHADOWED:
+            assert case["attribution"]["verdict"] != "coincidence", name
 
 
 # ------------------------------------------------------------------- no log, no guess

@@ -15,24 +15,28 @@ itself is right, because the model's account of why it is right is wrong (the
 served xDS is not the one the model read, or the model mispicks among routes
 that lead to the same place).
 
-The mesh needs one more verdict, **passed by coincidence**: the expected backend
-answered, but not through the route the spec model chose (no route at all, the
-request delivered by kube-proxy; or another one). On the edge every answer from a
-backend comes through some route of the served xDS, and which HTTPRoute rule the
-spec model chose is compared with the xDS by ``check``; the shape is here
-(``Attribution.spec_route``, ``results.COINCIDENCE``) for the mesh's sidecars to
-fill in ``judge``.
+**Passed by coincidence** (``EV811``): the answer is the one the case expects
+and the spec model predicts, but the route Envoy served it through was made
+from another HTTPRoute rule than the one the spec model chose (a broader rule
+placed first that happens to reach the same backend). ``check`` compares
+answers, so it cannot see this; the route's rule is the one its metadata names
+(``aether.io/route``, which the Envoy model reads into its ``RouteRef``), and
+xDS without it is not judged. On the mesh an answer may also come through no
+route at all (kube-proxy delivered it): ``Attribution.spec_route`` and
+``COINCIDENCE`` are the same verdict's shape there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from verifier.check import Context
 from verifier.live.client import LiveResponse
 from verifier.live.results import (
     AGREES,
     ATTRIBUTED,
+    COINCIDENCE,
     DISAGREES,
     NO_ROUTE,
     UNATTRIBUTED,
@@ -41,6 +45,7 @@ from verifier.live.results import (
 from verifier.semantics.request import Evaluation, RouteRef
 
 CODE = "EV810"  # attribution disagrees
+COINCIDENCE_CODE = "EV811"  # passed by coincidence
 # A target that logs nothing for us (a rewritten copy, a cluster's Gateway).
 NO_LOG = "this data plane has no access log of ours"
 NO_HTTP = "no HTTP exchange (the connection or its TLS handshake failed): no route ran"
@@ -79,6 +84,29 @@ def judge(responses: Sequence[LiveResponse], envoy: Evaluation, *, logged: bool)
     )
 
 
+def rule_of(ref: RouteRef | None) -> str:
+    """``ns/name rule N``: the HTTPRoute rule a route stands for; "" when unknown."""
+    if ref is None or not ref.httproute or ref.rule is None:
+        return ""
+    return f"{ref.httproute} rule {ref.rule}"
+
+
+def by_coincidence(
+    found: Attribution, spec: Evaluation, envoy: Evaluation, *, met: bool
+) -> Attribution:
+    """``found`` with the rule the spec model chose (``spec_route``); its verdict is
+    ``COINCIDENCE`` when the answer is right (``met``) but the route Envoy logged,
+    the Envoy model's, was made from another rule."""
+    chosen = rule_of(spec.outcome.route)
+    found = replace(found, spec_route=chosen)
+    if not met or found.verdict != AGREES or found.state != ATTRIBUTED:
+        return found
+    served = rule_of(envoy.outcome.route)  # the logged route is the model's: its rule
+    if chosen and served and served != chosen:
+        return replace(found, verdict=COINCIDENCE, why=f"served by {served}")
+    return found
+
+
 def xds_route(ctx: Context, attribution: Attribution) -> str:
     """The xDS path of the route Envoy logged (its name where the snapshot has no
     route of that name); "" when no route is known to have served the answer."""
@@ -91,5 +119,10 @@ def xds_route(ctx: Context, attribution: Attribution) -> str:
 def problem(attribution: Attribution) -> str:
     """The line a failed case's report gives an attribution that fails it."""
     served = attribution.route or "no route"
+    if attribution.verdict == COINCIDENCE:
+        return (
+            f"passed by coincidence: Envoy served route {served}, {attribution.why}, "
+            f"not {attribution.spec_route}, which the spec model chose"
+        )
     model = attribution.model_route or "no route"
     return f"attribution disagrees: Envoy served route {served}, the Envoy model chose {model}"

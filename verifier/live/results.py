@@ -22,9 +22,8 @@ UNATTRIBUTED = "unattributed"  # not in the log, or no log to read (``why`` says
 # Attribution.verdict: the logged route against a model's choice for the same request.
 AGREES = "agrees"
 DISAGREES = "disagrees"  # live and the Envoy model chose different routes
-# Reserved for the mesh (issue 33): the expected backend answered, but not through
-# the route the spec model chose (no route: kube-proxy delivered it; or another one).
-# ``Attribution.spec_route`` is where that choice goes; the edge does not judge it.
+# The answer is right, but the route that served it was made from another rule than
+# the spec model chose (on the mesh also: no route, kube-proxy delivered it).
 COINCIDENCE = "coincidence"
 
 
@@ -36,9 +35,9 @@ class Attribution:
     ``route``/``cluster``: Envoy's %ROUTE_NAME% and %UPSTREAM_CLUSTER% for the
     first logged answer (``routes``: every distinct route over a case's samples);
     ``model_route``: the Envoy model's route name for the same request ("" for
-    none); ``spec_route``: the spec model's choice where a target can judge it
-    (the mesh); ``verdict``: ``AGREES``, ``DISAGREES``, ``COINCIDENCE``, or ""
-    when nothing could be judged (``why``).
+    none); ``spec_route``: the HTTPRoute rule the spec model chose ("" for none);
+    ``verdict``: ``AGREES``, ``DISAGREES``, ``COINCIDENCE``, or "" when nothing
+    could be judged (``why``).
     """
 
     state: str

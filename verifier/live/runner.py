@@ -56,6 +56,7 @@ from verifier.live.replay import (
 )
 from verifier.live.results import (
     CASE,
+    COINCIDENCE,
     DISAGREES,
     WITNESS,
     Attribution,
@@ -88,6 +89,7 @@ MISTAKE_CONFIRMED, MISTAKE_UNCONFIRMED = "EV808", "EV809"
 LIVE_CODES = (
     *("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807", "EV808", "EV809"),
     attr.CODE,
+    attr.COINCIDENCE_CODE,
 )
 
 
@@ -243,7 +245,9 @@ async def _run_scenario(
 
         async def judged(c: LiveCase) -> tuple[CaseResult, list[Finding]]:
             async with under_way:
-                return await _judge_case(h, ctx, p.scenario.name, c, opts, requests)
+                sent = await _send_case(h, ctx, c, opts, requests)
+            # Waiting for Envoy's access-log lines holds no slot: other cases send meanwhile.
+            return await _judge_case(h, ctx, p.scenario.name, c, sent)
 
         for batch in (plain, mirrored):
             found += await asyncio.gather(*(judged(c) for c in batch))
@@ -413,14 +417,21 @@ def _verdict(spec: Outcome, envoy: Outcome, lives: Sequence[Outcome], met: bool)
     return first
 
 
-async def _judge_case(
-    h: EmbeddedHarness,
-    ctx: Context,
-    scenario: str,
-    c: LiveCase,
-    opts: LiveOptions,
-    limit: asyncio.Semaphore,
-) -> tuple[CaseResult, list[Finding]]:
+@dataclass(frozen=True)
+class _Sent:
+    """A case's attempts, done: its last run and what it left unmet."""
+
+    predicted: Judged
+    once: bool
+    run: CaseRun
+    attempts: int
+    problems: list[str]
+    started: float
+
+
+async def _send_case(
+    h: EmbeddedHarness, ctx: Context, c: LiveCase, opts: LiveOptions, limit: asyncio.Semaphore
+) -> _Sent:
     started = time.monotonic()
     predicted = judge(ctx, c.case)
     once = sent_once(predicted, opts)
@@ -429,6 +440,14 @@ async def _judge_case(
         attempts, problems = 1, live_unmet(run)
     else:
         run, attempts, problems = await _consistent(h, c, opts, limit)
+    return _Sent(predicted, once, run, attempts, problems, started)
+
+
+async def _judge_case(
+    h: EmbeddedHarness, ctx: Context, scenario: str, c: LiveCase, done: _Sent
+) -> tuple[CaseResult, list[Finding]]:
+    predicted, once, run, attempts = done.predicted, done.once, done.run, done.attempts
+    problems, started = done.problems, done.started
     responses = await h.attribute(run.responses)  # the answers judged: the last attempt's
     sent = run.responses[0].request
     spec, envoy = _models(ctx, c.case.parent_key, sent)
@@ -436,7 +455,7 @@ async def _judge_case(
     w = wt.Witness(c.case.parent_key, sent, wt.CASE, note=c.case.name)
     answer = _Answer(ctx, w, spec, envoy, run.outcomes[0], verdict)
     findings = _findings(answer)
-    routed = _attributed(answer, responses)
+    routed = _attributed(answer, responses, met=not (problems or once or findings))
     if once:
         findings, problems = _judged_once(ctx, c, predicted, verdict, findings, problems)
     elif problems and not findings:
@@ -497,7 +516,7 @@ async def _judge_witness(
     verdict = three_way(spec.outcome, envoy.outcome, live, live_meets_case=False)
     answer = _Answer(ctx, evolve(w, request=resp.request), spec, envoy, live, verdict)
     findings = _findings(answer)
-    routed = _attributed(answer, [resp])
+    routed = _attributed(answer, [resp], met=not findings)
     problems = verdict.spec_problems + verdict.envoy_problems + tuple(routed.problems)
     result = CaseResult(
         scenario=scenario,
@@ -631,23 +650,34 @@ class _Routed:
     findings: list[Finding]
 
 
-def _attributed(a: _Answer, responses: Sequence[LiveResponse]) -> _Routed:
-    """The answers' routes from Envoy's access log (``attribution``); where live and
-    the Envoy model chose different routes, a problem and an ``EV810`` finding."""
+def _attributed(a: _Answer, responses: Sequence[LiveResponse], *, met: bool) -> _Routed:
+    """The answers' routes from Envoy's access log (``attribution``); a problem and a
+    finding where live and the Envoy model chose different routes (``EV810``), or
+    where a right answer (``met``: as the case and all three say) came through a
+    route of another HTTPRoute rule than the spec model chose (``EV811``)."""
     logged = any(r.correlation for r in responses)  # only our namespace's Envoy logs
     found = attr.judge(responses, a.envoy, logged=logged)
-    if found.verdict != DISAGREES:
+    found = attr.by_coincidence(found, a.spec, a.envoy, met=met)
+    if found.verdict not in (DISAGREES, COINCIDENCE):
         return _Routed(found, [], [])
     # At the HTTPRoute match the spec model chose for it (the models agree on the answer).
     where = a.where(at_chosen_match(a.w, a.spec, a.envoy))
+    served = found.route or "no route"
+    if found.verdict == COINCIDENCE:
+        params = {
+            "served_rule": attr.rule_of(a.envoy.outcome.route),
+            "spec_rule": found.spec_route,
+        }
+        code = attr.COINCIDENCE_CODE
+    else:
+        params = {
+            "cluster": found.cluster or "none",
+            "model_route": found.model_route or "no route",
+        }
+        code = attr.CODE
+    xds_path = attr.xds_route(a.ctx, found)
     finding = a.finding(
-        attr.CODE,
-        where,
-        a.envoy.outcome,
-        xds_path=attr.xds_route(a.ctx, found),
-        live_route=found.route or "no route",
-        cluster=found.cluster or "none",
-        model_route=found.model_route or "no route",
+        code, where, a.envoy.outcome, xds_path=xds_path, live_route=served, **params
     )
     return _Routed(found, [attr.problem(found)], [finding])
 
