@@ -29,10 +29,17 @@ from verifier.rules import RULES
 from verifier.cli import main
 from verifier.live import isolated
 from verifier.live.access_log import MAX_LINE, AccessLogReader
-from verifier.live.attribution import judge
+from verifier.live.attribution import NO_HTTP, by_coincidence, judge
 from verifier.live.client import AccessEntry, LiveResponse
 from verifier.live.envoy_process import envoy_available
-from verifier.live.results import ATTRIBUTED, NO_ROUTE, UNATTRIBUTED, LiveReport
+from verifier.live.results import (
+    ATTRIBUTED,
+    COINCIDENCE,
+    NO_ROUTE,
+    UNATTRIBUTED,
+    CaseResult,
+    LiveReport,
+)
 from verifier.live.runner import LIVE_CODES, RULE, LiveOptions, run_live
 from verifier.pipeline import CheckOptions
 from verifier.report import conformance, live, sarif
@@ -233,6 +240,42 @@ def test_an_answer_missing_from_the_log_is_unattributed_not_the_models_route() -
     assert (remote.state, remote.route) == (UNATTRIBUTED, "")
     refused = judge([_answer(0, None)], Evaluation(Outcome(status=0), ()), logged=True)
     assert (refused.state, refused.verdict) == (NO_ROUTE, "agrees")
+
+
+def _rule(rule: int | None, name: str = "") -> Evaluation:
+    """The Envoy model's answer through route ``name`` made from ``rule`` (None: a route
+    whose rule is not known, or no route at all when ``name`` is empty too)."""
+    known = rule is not None
+    ref = RouteRef(name or None, "edge-infra/r" if known else None, rule) if known or name else None
+    return Evaluation(Outcome(status=200, route=ref), ())
+
+
+def test_passed_by_coincidence_needs_a_right_answer_and_another_rule_or_none() -> None:
+    """The verdict's rules on data (the mesh's kube-proxy form included): only a met
+    answer is judged; another rule's route, or no route at all, is a coincidence."""
+    spec = _rule(0)
+    logged = judge([_answer(200, AccessEntry("r2", "c", 200, "-"))], _rule(2, "r2"), logged=True)
+    assert by_coincidence(logged, spec, _rule(2, "r2"), met=True).verdict == COINCIDENCE
+    assert by_coincidence(logged, spec, _rule(2, "r2"), met=False).verdict == "agrees"
+    assert by_coincidence(logged, _rule(2), _rule(2, "r2"), met=True).verdict == "agrees"
+    unknown = _rule(None, "r2")  # a route without our metadata: its rule is not known
+    logged = judge([_answer(200, AccessEntry("r2", "c", 200, "-"))], unknown, logged=True)
+    assert by_coincidence(logged, spec, unknown, met=True).verdict == "agrees"
+    nowhere = judge([_answer(200, AccessEntry("", "", 200, "-"))], _rule(None), logged=True)
+    found = by_coincidence(nowhere, spec, _rule(None), met=True)
+    assert (found.state, found.verdict, found.spec_route) == (
+        NO_ROUTE,
+        COINCIDENCE,
+        "edge-infra/r rule 0",
+    )
+    refused = judge([_answer(0, None)], _rule(None), logged=True)
+    assert refused.why == NO_HTTP
+    assert by_coincidence(refused, spec, _rule(None), met=True).verdict == "agrees"
+    failed = CaseResult("s", "c", "case", False, 1, "GET /", {}, {}, True, True, "")
+    assert failed.failure_kind == "unmet"
+    assert CaseResult(**{**vars(failed), "attribution": found}).failure_kind == (
+        "attribution-coincidence"
+    )
 
 
 # ------------------------------------------------------------------- the reader's bound

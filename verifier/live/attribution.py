@@ -96,13 +96,17 @@ def by_coincidence(
 ) -> Attribution:
     """``found`` with the rule the spec model chose (``spec_route``); its verdict is
     ``COINCIDENCE`` when the answer is right (``met``) but the route Envoy logged,
-    the Envoy model's, was made from another rule."""
+    the Envoy model's, was made from another rule, or no route served it while the
+    spec model chose a rule (what the mesh's kube-proxy does; on the edge a right
+    answer that no route gave is not known to happen)."""
     chosen = rule_of(spec.outcome.route)
     found = replace(found, spec_route=chosen)
-    if not met or found.verdict != AGREES or found.state != ATTRIBUTED:
+    if not met or not chosen or found.verdict != AGREES:
         return found
+    if found.state == NO_ROUTE and found.why != NO_HTTP:  # Envoy logged it, routed nowhere
+        return replace(found, verdict=COINCIDENCE, why="served by no route")
     served = rule_of(envoy.outcome.route)  # the logged route is the model's: its rule
-    if chosen and served and served != chosen:
+    if found.state == ATTRIBUTED and served and served != chosen:
         return replace(found, verdict=COINCIDENCE, why=f"served by {served}")
     return found
 
@@ -116,13 +120,20 @@ def xds_route(ctx: Context, attribution: Attribution) -> str:
     return ctx.xds_path_of_route(RouteRef(xds_name=name)) or name
 
 
+def served(attribution: Attribution) -> str:
+    """``route NAME``, or ``no route``: what served the answer, as reports say it."""
+    return f"route {attribution.route}" if attribution.route else "no route"
+
+
 def problem(attribution: Attribution) -> str:
     """The line a failed case's report gives an attribution that fails it."""
-    served = attribution.route or "no route"
     if attribution.verdict == COINCIDENCE:
         return (
-            f"passed by coincidence: Envoy served route {served}, {attribution.why}, "
-            f"not {attribution.spec_route}, which the spec model chose"
+            f"passed by coincidence: Envoy served it through {served(attribution)} "
+            f"({attribution.why}), not {attribution.spec_route}, which the spec model chose"
         )
     model = attribution.model_route or "no route"
-    return f"attribution disagrees: Envoy served route {served}, the Envoy model chose {model}"
+    return (
+        f"attribution disagrees: Envoy served it through {served(attribution)}, "
+        f"the Envoy model chose {model}"
+    )

@@ -662,23 +662,21 @@ def _attributed(a: _Answer, responses: Sequence[LiveResponse], *, met: bool) -> 
         return _Routed(found, [], [])
     # At the HTTPRoute match the spec model chose for it (the models agree on the answer).
     where = a.where(at_chosen_match(a.w, a.spec, a.envoy))
-    served = found.route or "no route"
+    served = attr.served(found)
     if found.verdict == COINCIDENCE:
-        params = {
-            "served_rule": attr.rule_of(a.envoy.outcome.route),
-            "spec_rule": found.spec_route,
-        }
+        rule = attr.rule_of(a.envoy.outcome.route) if found.route else ""
         code = attr.COINCIDENCE_CODE
+        params = {"served": f"{served}, made from {rule}" if rule else served}
+        params["spec_rule"] = found.spec_route
     else:
         params = {
+            "served": served,
             "cluster": found.cluster or "none",
             "model_route": found.model_route or "no route",
         }
         code = attr.CODE
     xds_path = attr.xds_route(a.ctx, found)
-    finding = a.finding(
-        code, where, a.envoy.outcome, xds_path=xds_path, live_route=served, **params
-    )
+    finding = a.finding(code, where, a.envoy.outcome, xds_path=xds_path, **params)
     return _Routed(found, [attr.problem(found)], [finding])
 
 
