@@ -504,7 +504,7 @@ class Context:
         s = self.spec(w.gateway, w.request, trace=False)
         diffs = outcome_diff(s.outcome, e.outcome)
         if diffs:
-            return Comparison(at_chosen_match(w, s, e), s, e, diffs)
+            return Comparison(_attributed(w, s, e), s, e, diffs)
         if e.outcome.otherwise is None:
             return None
         for other in e.outcome.possibilities()[1:]:  # a runtime_fraction passes it on
@@ -639,7 +639,7 @@ def _culprit(c: Comparison) -> tuple[object, ...] | None:
     return (w.route, w.rule, w.match) if w.route is not None else None
 
 
-def at_chosen_match(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witness:
+def _attributed(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witness:
     """A case names no HTTPRoute match; the one the spec model chose for its request
     (or, where the spec gives it to none, the one the xDS route that took it was made
     from) is what it exercises. So a case's disagreement points at that match, and is
@@ -697,3 +697,9 @@ def _runs(count: int, workers: int) -> list[range]:
 
 def route_path(rc: RouteConfiguration, vh: VirtualHost, index: int, _route: Route) -> str:
     return f"routes[{rc.name}].virtual_hosts[{vh.name}].routes[{index}]"
+
+
+def at_chosen_match(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witness:
+    """The HTTPRoute match a case's request exercises (``_attributed``), for a live
+    finding about a request both models answer alike (which route served it)."""
+    return _attributed(w, spec, envoy)
