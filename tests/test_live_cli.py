@@ -68,12 +68,14 @@ def scenario_args(name: str) -> list[str]:
 # The JSON report's contract (issue 13): these keys, no others.
 CASE_KEYS = {"name", "passed", "attempts", "expected", "observed", "spec_agrees"}
 CASE_KEYS |= {"envoy_model_agrees", "xds_route", "scenario", "kind", "skipped", "request"}
-CASE_KEYS |= {"odd_one_out", "problems"}
-SUMMARY_KEYS = {"passed", "failed", "skipped", "seconds", "rewritten", "remote"}
+CASE_KEYS |= {"odd_one_out", "problems", "attribution"}
+SUMMARY_KEYS = {"passed", "failed", "skipped", "seconds", "rewritten", "remote", "unattributed"}
+ATTRIBUTION_KEYS = {"state", "route", "cluster", "routes", "model_route", "spec_route"}
+ATTRIBUTION_KEYS |= {"verdict", "why"}
 
 
 def assert_report_shape(doc: dict[str, Any]) -> None:
-    assert set(doc) == {"cases", "findings", "consistency", "summary"}
+    assert set(doc) == {"cases", "findings", "additions", "consistency", "summary"}
     assert set(doc["summary"]) == SUMMARY_KEYS
     assert doc["consistency"] == {
         "successes": 3,
@@ -87,6 +89,8 @@ def assert_report_shape(doc: dict[str, Any]) -> None:
         assert case["spec_agrees"] in (True, False, None)
         assert case["envoy_model_agrees"] in (True, False, None)
         assert isinstance(case["xds_route"], str)
+        if not case["skipped"]:
+            assert set(case["attribution"]) == ATTRIBUTION_KEYS, case["name"]
 
 
 def _all_cases(scenarios: list[Path]) -> int:
@@ -126,7 +130,25 @@ def test_run_passes_every_case_of_every_fixture(fixtures_run: SuiteRun) -> None:
     assert doc["summary"]["rewritten"] is False  # Envoy ran exactly the checked xDS
     assert doc["findings"] == []
     assert all(c["spec_agrees"] and c["envoy_model_agrees"] for c in sent)
+    # Every answer is attributed, from Envoy's access log, to the route the Envoy model
+    # chose (a 404 to none, a refused handshake to none: no route ran), and the
+    # reported xds_route is the logged one; the log is listed as the one addition.
+    assert doc["summary"]["unattributed"] == 0
+    stray = [f"{c['scenario']}::{c['name']}: {c['attribution']}" for c in sent]
+    assert [s for c, s in zip(sent, stray, strict=True) if not _attributed(c)] == []
+    assert set(doc["additions"]) == {c["scenario"] for c in sent}
+    assert all("access log added" in a for adds in doc["additions"].values() for a in adds)
     assert "edge-verify check: " in r.err and "edge-verify live: " in r.err
+
+
+def _attributed(case: dict[str, Any]) -> bool:
+    """The case's answers came through the route the Envoy model chose, says the log."""
+    a = case["attribution"]
+    if a["verdict"] != "agrees" or a["route"] != a["model_route"]:
+        return False
+    if a["state"] == "no-route":
+        return case["xds_route"] == "" and a["route"] is None
+    return a["state"] == "attributed" and case["xds_route"].startswith("routes[")
 
 
 def _mutated_prefix(tmp_path: Path, cli: CLI) -> Path:

@@ -827,3 +827,9 @@ def _runs(count: int, workers: int) -> list[range]:
 
 def route_path(rc: RouteConfiguration, vh: VirtualHost, index: int, _route: Route) -> str:
     return f"routes[{rc.name}].virtual_hosts[{vh.name}].routes[{index}]"
+
+
+def at_chosen_match(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witness:
+    """The HTTPRoute match a case's request exercises (``_attributed``), for a live
+    finding about a request both models answer alike (which route served it)."""
+    return _attributed(w, spec, envoy)

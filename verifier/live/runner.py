@@ -29,14 +29,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from verifier import pipeline
-from verifier.check import Comparison, Context, brief
+from verifier.check import Comparison, Context, at_chosen_match, brief
 from verifier.errors import InputError, InputErrors
 from verifier.findings import Finding, new
 from verifier.inputs import load_yaml_file
+from verifier.live import attribution as attr
 from verifier.live.bootstrap import BootstrapError
 from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply, spec_client_view
@@ -53,7 +54,16 @@ from verifier.live.replay import (
     parse_live,
     statistical,
 )
-from verifier.live.results import CASE, WITNESS, CaseResult, LiveReport, ScenarioRun
+from verifier.live.results import (
+    CASE,
+    COINCIDENCE,
+    DISAGREES,
+    WITNESS,
+    Attribution,
+    CaseResult,
+    LiveReport,
+    ScenarioRun,
+)
 from verifier.live.verdict import ODD_ENVOY, ODD_LIVE, ODD_SPEC, ODD_XDS, Verdict, three_way
 from verifier.rules.support.case_judge import (
     Judged,
@@ -76,7 +86,11 @@ PARALLEL_REQUESTS = 16
 CODES = {ODD_LIVE: "EV802", ODD_XDS: "EV803", ODD_SPEC: "EV804", ODD_ENVOY: "EV805"}
 FAILED_CASE = "EV801"
 MISTAKE_CONFIRMED, MISTAKE_UNCONFIRMED = "EV808", "EV809"
-LIVE_CODES = ("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807", "EV808", "EV809")
+LIVE_CODES = (
+    *("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807", "EV808", "EV809"),
+    attr.CODE,
+    attr.COINCIDENCE_CODE,
+)
 
 
 @dataclass(frozen=True)
@@ -231,7 +245,9 @@ async def _run_scenario(
 
         async def judged(c: LiveCase) -> tuple[CaseResult, list[Finding]]:
             async with under_way:
-                return await _judge_case(h, ctx, p.scenario.name, c, opts, requests)
+                sent = await _send_case(h, ctx, c, opts, requests)
+            # Waiting for Envoy's access-log lines holds no slot: other cases send meanwhile.
+            return await _judge_case(h, ctx, p.scenario.name, c, sent)
 
         for batch in (plain, mirrored):
             found += await asyncio.gather(*(judged(c) for c in batch))
@@ -285,6 +301,7 @@ async def _run_scenario(
         tuple(f for _, fs in found for f in fs),
         rewritten,
         notes,
+        done.additions,
     )
 
 
@@ -400,14 +417,21 @@ def _verdict(spec: Outcome, envoy: Outcome, lives: Sequence[Outcome], met: bool)
     return first
 
 
-async def _judge_case(
-    h: EmbeddedHarness,
-    ctx: Context,
-    scenario: str,
-    c: LiveCase,
-    opts: LiveOptions,
-    limit: asyncio.Semaphore,
-) -> tuple[CaseResult, list[Finding]]:
+@dataclass(frozen=True)
+class _Sent:
+    """A case's attempts, done: its last run and what it left unmet."""
+
+    predicted: Judged
+    once: bool
+    run: CaseRun
+    attempts: int
+    problems: list[str]
+    started: float
+
+
+async def _send_case(
+    h: EmbeddedHarness, ctx: Context, c: LiveCase, opts: LiveOptions, limit: asyncio.Semaphore
+) -> _Sent:
     started = time.monotonic()
     predicted = judge(ctx, c.case)
     once = sent_once(predicted, opts)
@@ -416,15 +440,27 @@ async def _judge_case(
         attempts, problems = 1, live_unmet(run)
     else:
         run, attempts, problems = await _consistent(h, c, opts, limit)
+    return _Sent(predicted, once, run, attempts, problems, started)
+
+
+async def _judge_case(
+    h: EmbeddedHarness, ctx: Context, scenario: str, c: LiveCase, done: _Sent
+) -> tuple[CaseResult, list[Finding]]:
+    predicted, once, run, attempts = done.predicted, done.once, done.run, done.attempts
+    problems, started = done.problems, done.started
+    responses = await h.attribute(run.responses)  # the answers judged: the last attempt's
     sent = run.responses[0].request
     spec, envoy = _models(ctx, c.case.parent_key, sent)
     verdict = _verdict(spec.outcome, envoy.outcome, run.outcomes, met=not problems)
     w = wt.Witness(c.case.parent_key, sent, wt.CASE, note=c.case.name)
-    findings = _findings(ctx, w, spec, envoy, run.outcomes[0], verdict)
+    answer = _Answer(ctx, w, spec, envoy, run.outcomes[0], verdict)
+    findings = _findings(answer)
+    routed = _attributed(answer, responses, met=not (problems or once or findings))
     if once:
         findings, problems = _judged_once(ctx, c, predicted, verdict, findings, problems)
     elif problems and not findings:
         findings = [_failed_case(ctx, c, predicted, attempts, problems)]
+    findings, problems = findings + routed.findings, problems + routed.problems
     result = CaseResult(
         scenario=scenario,
         name=c.case.name,
@@ -436,10 +472,11 @@ async def _judge_case(
         observed=observed(run),
         spec_agrees=verdict.spec_agrees,
         envoy_model_agrees=verdict.envoy_model_agrees,
-        xds_route=_xds_route(ctx, envoy),
+        xds_route=attr.xds_route(ctx, routed.attribution),
         problems=tuple(problems),
         odd_one_out=verdict.odd_one_out,
         seconds=time.monotonic() - started,
+        attribution=routed.attribution,
     )
     return result, findings
 
@@ -473,26 +510,31 @@ async def _judge_witness(
             skipped=str(exc),
         )
         return skipped, []
+    (resp,) = await h.attribute([resp])
     live = h.to_outcome(resp)
     spec, envoy = _models(ctx, w.gateway, resp.request)
     verdict = three_way(spec.outcome, envoy.outcome, live, live_meets_case=False)
-    findings = _findings(ctx, evolve(w, request=resp.request), spec, envoy, live, verdict)
+    answer = _Answer(ctx, evolve(w, request=resp.request), spec, envoy, live, verdict)
+    findings = _findings(answer)
+    routed = _attributed(answer, [resp], met=not findings)
+    problems = verdict.spec_problems + verdict.envoy_problems + tuple(routed.problems)
     result = CaseResult(
         scenario=scenario,
         name=name,
         kind=WITNESS,
-        passed=verdict.odd_one_out is None,
+        passed=not problems,
         attempts=1,
         request=resp.request.line(),
         expected=spec.outcome.to_json(),
         observed=live.to_json(),
         spec_agrees=verdict.spec_agrees,
         envoy_model_agrees=verdict.envoy_model_agrees,
-        xds_route=_xds_route(ctx, envoy),
-        problems=verdict.spec_problems + verdict.envoy_problems,
+        xds_route=attr.xds_route(ctx, routed.attribution),
+        problems=problems,
         odd_one_out=verdict.odd_one_out,
+        attribution=routed.attribution,
     )
-    return result, findings
+    return result, [*findings, *routed.findings]
 
 
 def sent_once(predicted: Judged, opts: LiveOptions) -> bool:
@@ -540,15 +582,6 @@ def _why(judged: Judged) -> str:
     return f"{first.describe()} ({reason(first)})"
 
 
-def _xds_route(ctx: Context, envoy: Evaluation) -> str:
-    """The xDS route the Envoy model says answered: today's harness logs no route name,
-    so the live answer is attributed through the model that agrees with it."""
-    ref = envoy.outcome.route
-    if ref is None:
-        return ""
-    return ctx.xds_path_of_route(ref) or ref.xds_name or ""
-
-
 def _expected(c: LiveCase) -> dict[str, Any]:
     """The case's expectation as written, live-only fields (ratios, mirrors) included."""
     expect = {k: v for k, v in asdict(c.case.expect).items() if v not in ((), None)}
@@ -560,40 +593,91 @@ def _expected(c: LiveCase) -> dict[str, Any]:
     return {**expect, **live}
 
 
-def _findings(
-    ctx: Context,
-    w: wt.Witness,
-    spec: Evaluation,
-    envoy: Evaluation,
-    live: Outcome,
-    verdict: Verdict,
-) -> list[Finding]:
-    """One finding for a three-way disagreement, at the HTTPRoute match it is about."""
-    if verdict.odd_one_out is None:
-        return []
-    comparison = ctx.compare(w) or Comparison(w, spec, envoy, verdict.models_differ)
-    # Located as check locates the models' disagreements (its message is not used).
-    where = ctx.comparison_finding("EV501", RULE, comparison)
-    file, line = where.file, where.line
-    if not file and w.note in ctx.case_locations:
-        file, line = ctx.case_locations[w.note]
-    return [
-        new(
-            CODES[verdict.odd_one_out],
+@dataclass(frozen=True)
+class _Answer:
+    """One request's live answer and everything it is judged against."""
+
+    ctx: Context
+    w: wt.Witness
+    spec: Evaluation
+    envoy: Evaluation
+    live: Outcome
+    verdict: Verdict
+
+    def where(self, w: wt.Witness) -> Finding:
+        """Where a live finding about ``w`` goes: located as check locates the models'
+        disagreements (its message is not used); else at the case."""
+        spec, envoy, ctx = self.spec, self.envoy, self.ctx
+        comparison = ctx.compare(w) or Comparison(w, spec, envoy, self.verdict.models_differ)
+        where = ctx.comparison_finding("EV501", RULE, comparison)
+        if not where.file and w.note in ctx.case_locations:
+            file, line = ctx.case_locations[w.note]
+            where = replace(where, file=file, line=line)
+        return where
+
+    def finding(self, code: str, where: Finding, expected: Outcome, **params: Any) -> Finding:
+        """A live finding at ``where`` about this request (``params``: its message's own)."""
+        w, live = self.w, self.live
+        return new(
+            code,
             RULE,
-            file=file,
-            line=line,
+            file=where.file,
+            line=where.line,
             resource=where.resource,
-            xds_path=where.xds_path,
+            xds_path=params.pop("xds_path", where.xds_path),
             request=w.request.to_json(),
-            expected=spec.outcome.to_json(),
+            expected=expected.to_json(),
             actual=live.to_json(),
             note=w.note or w.feature,
-            spec=brief(spec.outcome),
-            envoy=brief(envoy.outcome),
             live=brief(live),
+            **params,
         )
-    ]
+
+
+def _findings(a: _Answer) -> list[Finding]:
+    """One finding for a three-way disagreement, at the HTTPRoute match it is about."""
+    odd = a.verdict.odd_one_out
+    if odd is None:
+        return []
+    spec, envoy = brief(a.spec.outcome), brief(a.envoy.outcome)
+    return [a.finding(CODES[odd], a.where(a.w), a.spec.outcome, spec=spec, envoy=envoy)]
+
+
+@dataclass(frozen=True)
+class _Routed:
+    attribution: Attribution
+    problems: list[str]
+    findings: list[Finding]
+
+
+def _attributed(a: _Answer, responses: Sequence[LiveResponse], *, met: bool) -> _Routed:
+    """The answers' routes from Envoy's access log (``attribution``); a problem and a
+    finding where live and the Envoy model chose different routes (``EV810``), or
+    where a right answer (``met``: as the case and all three say) came through a
+    route of another HTTPRoute rule than the spec model chose (``EV811``)."""
+    logged = any(r.correlation for r in responses)  # only our namespace's Envoy logs
+    found = attr.judge(responses, a.envoy, logged=logged)
+    found = attr.by_coincidence(found, a.spec, a.envoy, met=met)
+    if found.verdict not in (DISAGREES, COINCIDENCE):
+        return _Routed(found, [], [])
+    # At the HTTPRoute match the spec model chose for it (the models agree on the answer).
+    where = a.where(at_chosen_match(a.w, a.spec, a.envoy))
+    served = attr.served(found)
+    if found.verdict == COINCIDENCE:
+        rule = attr.rule_of(a.envoy.outcome.route) if found.route else ""
+        code = attr.COINCIDENCE_CODE
+        params = {"served": f"{served}, made from {rule}" if rule else served}
+        params["spec_rule"] = found.spec_route
+    else:
+        params = {
+            "served": served,
+            "cluster": found.cluster or "none",
+            "model_route": found.model_route or "no route",
+        }
+        code = attr.CODE
+    xds_path = attr.xds_route(a.ctx, found)
+    finding = a.finding(code, where, a.envoy.outcome, xds_path=xds_path, **params)
+    return _Routed(found, [attr.problem(found)], [finding])
 
 
 def _failed_case(

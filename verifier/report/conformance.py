@@ -11,7 +11,9 @@ A scenario is one conformance test, named as upstream names its tests
 passes when every case passes. A scenario whose name spells an extended
 feature of ``verifier.features`` counts for that feature under ``extended``;
 the rest count as core. Extended features no scenario tested are listed as
-unsupported: nothing here says they work.
+unsupported: nothing here says they work. A case whose answer came through
+another xDS route than the Envoy model's fails its test (``EV810``), and the
+profile's summary counts the tests with answers no route was attributed to.
 """
 
 from __future__ import annotations
@@ -110,11 +112,13 @@ def conformance_report(
         extended["unsupportedFeatures"] = sorted(EXTENDED - tested)
     core_status = _status(core["passed"], core["failed"], core["skipped"])
     n_failed = len(core["failed"]) + len(ext["failed"])
+    unattributed = len({r.scenario for r in report.unattributed})
     n_run = sum(len(v) for v in (*core.values(), *ext.values()))
     summary = (
         f"Core tests {'failed' if core['failed'] else 'succeeded'}, "
         f"{len(tested)} extended features tested; {n_run - n_failed} of {n_run} tests passed"
         + (" (Envoy ran a rewritten copy of the xDS)" if report.rewritten else "")
+        + (f" ({unattributed} not attributed to an xDS route)" if unattributed else "")
     )
     impl = {
         "organization": implementation.organization,

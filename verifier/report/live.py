@@ -2,7 +2,9 @@
 
 Every form says whether the data plane ran a rewritten copy of the xDS
 (``rewritten``): a pass on a rewritten copy confirms a cousin of what was
-checked, and a reader of the report must not have to guess which.
+checked, and a reader of the report must not have to guess which. Likewise
+what was added to the served xDS (the access log that attributes each answer to
+its route: ``additions``), and answers no route could be attributed to.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ def render_json(report: LiveReport) -> str:
     doc = {
         "cases": [r.to_json() for r in report.results],
         "findings": [f.to_json() for f in report.findings],
+        "additions": report.additions,
         "consistency": report.consistency,
         "summary": report.summary(),
     }
@@ -36,6 +39,20 @@ def summary_line(summary: dict[str, Any]) -> str:
         f"edge-verify live: {summary['passed']} passed, {summary['failed']} failed, "
         f"{summary['skipped']} skipped in {summary['seconds']:.1f}s ({who})"
     )
+
+
+def unattributed_note(report: LiveReport) -> list[str]:
+    """A line when some answers are attributed to no route (none is ever guessed)."""
+    missing = report.unattributed
+    if not missing:
+        return []
+    first = missing[0].attribution
+    why = first.why if first is not None else ""
+    n = len(missing)
+    return [
+        f"note: {n} case{'s' if n != 1 else ''} not attributed to an xDS route "
+        f"(xds_route left empty): {why}"
+    ]
 
 
 def render_text(report: LiveReport, *, summary: bool = True) -> str:
@@ -56,6 +73,7 @@ def render_text(report: LiveReport, *, summary: bool = True) -> str:
             "note: Envoy ran a rewritten copy of the xDS (listeners and endpoints moved to "
             "loopback addresses); see docs/live.md"
         )
+    out += unattributed_note(report)
     if summary:
         out.append(summary_line(report.summary()))
     return "".join(f"{line}\n" for line in out)
@@ -80,6 +98,10 @@ def render_junit(report: LiveReport) -> str:
             failures=str(len(failed)),
             skipped=str(sum(1 for r in scn.results if r.skipped)),
         )
+        if scn.additions:
+            props = ET.SubElement(suite, "properties")
+            for i, line in enumerate(scn.additions):
+                ET.SubElement(props, "property", name=f"served-xds-addition-{i}", value=line)
         by_note: dict[str, list[str]] = {}
         for f in scn.findings:
             by_note.setdefault(str((f.request or {}).get("path", "")), []).extend(finding_lines(f))
@@ -91,7 +113,7 @@ def render_junit(report: LiveReport) -> str:
                 ET.SubElement(case, "skipped", message=r.skipped)
             elif not r.passed:
                 el = ET.SubElement(case, "failure", message="; ".join(r.problems)[:500])
-                el.set("type", r.odd_one_out or "unmet")
+                el.set("type", r.failure_kind)
                 el.text = "\n".join([r.request, *r.problems])
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
