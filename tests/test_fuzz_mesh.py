@@ -16,16 +16,20 @@ from pathlib import Path
 
 import pytest
 from conftest import BASE, FIXTURES
+from hypothesis import given
+from worlds import world_settings
 
 from verifier.cli import main
 from verifier.fuzz.coverage import MESH_TAGS
+from verifier.fuzz.trial import Translator, has_mesh_routes
+from verifier.fuzz.worlds import World, worlds
 from verifier.gatewayapi import mesh_attach
 from verifier.gatewayapi.attach import build_graph
 from verifier.gatewayapi.resources import load_resources
 from verifier.mesh_compare import sidecar_clients
 from verifier.translate import TranslateOptions, translate
 from verifier.translate.sidecar import translate_sidecar
-from verifier.xds.snapshot import to_config_dump
+from verifier.xds.snapshot import envoy_validate, find_envoy, to_config_dump
 
 SCENARIO = "mesh-consumer-route"
 # A translator that prints what was written for its arguments, logging them; it exits 3
@@ -101,3 +105,16 @@ def test_no_mesh_draws_edge_worlds_only(tmp_path: Path) -> None:
     assert doc["mesh"] is False and doc["examples"] > 0
     assert all(doc["coverage"]["worlds"][tag] == 0 for tag in MESH_TAGS)
     assert "Mesh" not in doc["coverage"]["requests"]
+
+
+@pytest.mark.skipif(find_envoy() is None, reason="no envoy binary")
+@world_settings(2)
+@given(world=worlds().filter(has_mesh_routes))
+def test_envoy_loads_the_sidecars_of_drawn_mesh_worlds(world: World) -> None:
+    """What envoy-accepts --envoy asks of every sidecar (and check's goldens of every
+    fixture's): Envoy's validate mode takes it."""
+    trial = Translator()(world)
+    assert trial.sidecars
+    for source, snap in sorted(trial.sidecars.items()):
+        ok, output = envoy_validate(snap)
+        assert ok, (source, output)

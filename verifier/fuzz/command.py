@@ -174,8 +174,15 @@ def _envoy_env(env: Env) -> None:
         raise InputErrors([InputError("--envoy", 0, "", "not-found", message)])
 
     def validate(trial: Trial) -> str | None:
-        ok, output = envoy_validate(trial.snapshot)
-        return None if ok else (output.strip().splitlines() or ["rejected"])[-1]
+        """The edge's xDS, then each sidecar's: the first Envoy refuses, and why."""
+        sidecars = [
+            (f"the sidecar of {s.line()}: ", snap) for s, snap in sorted(trial.sidecars.items())
+        ]
+        for whose, snap in [("", trial.snapshot), *sidecars]:
+            ok, output = envoy_validate(snap)
+            if not ok:
+                return whose + (output.strip().splitlines() or ["rejected"])[-1]
+        return None
 
     env.validate = validate
 
