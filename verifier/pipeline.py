@@ -436,6 +436,7 @@ def sidecar_xds(
     *,
     records: bool = False,
     mesh_input: bool = False,
+    notes: list[str] | None = None,
 ) -> SidecarXds | None:
     """Where each mesh client's sidecar xDS comes from: ``--xds FILE --proxy NS/WORKLOAD``
     (that workload's only), else the reference translator's per workload when the edge's
@@ -446,7 +447,8 @@ def sidecar_xds(
     edge's: no sidecar is judged then, and its requests are said to be unjudged. A dump
     whose listeners are a sidecar's, given without --proxy, is bad input: it would be
     judged as an edge that serves no Gateway. With --proxy the xDS is judged as that
-    sidecar's, whatever it holds (an edge's would fail every mesh request: findings)."""
+    sidecar's, whatever it holds (an edge's would fail every mesh request: findings).
+    What reading a translator's sidecar xDS noted is added to ``notes``."""
     from verifier.mesh_compare import SidecarXds, sidecar_clients
 
     def error(field: str, code: str, message: str) -> InputErrors:
@@ -472,7 +474,7 @@ def sidecar_xds(
         made: dict[Source, Snapshot] = {}
         for client in sidecar_clients(res):
             try:
-                made[client], _notes = external_snapshot(
+                made[client], said = external_snapshot(
                     opts.translator,
                     paths,
                     records=records,
@@ -483,6 +485,8 @@ def sidecar_xds(
                 raise InputErrors(
                     [replace(e, field=f"--translator --proxy {client.line()}") for e in exc.errors]
                 ) from None
+            if notes is not None:
+                notes += [f"--translator --proxy {client.line()}: {note}" for note in said]
         return SidecarXds(translate=made.__getitem__)
     if opts.xds or opts.translator:
         return None
@@ -804,7 +808,14 @@ def prepare(
         registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
         mesh_input = any(c.mesh for c in cases) or bool(mesh_routes(res))
         sidecars = sidecar_xds(
-            res, opts, registry, snapshot, scn.paths, records=records, mesh_input=mesh_input
+            res,
+            opts,
+            registry,
+            snapshot,
+            scn.paths,
+            records=records,
+            mesh_input=mesh_input,
+            notes=warnings,
         )
     except InputErrors as exc:
         return None, ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
