@@ -11,7 +11,7 @@ from collections import Counter
 from itertools import combinations
 from typing import Any
 
-from .mesh_base import MESH_SERVICES, PRODUCER_NS
+from .mesh_base import MESH_SERVICES, PRODUCER_NS, REDIRECT_ALL
 from .mesh_worlds import is_mesh_route
 from .worlds import World
 
@@ -65,6 +65,8 @@ MESH_TAGS = (
     "mesh.parentRef.port",
     "mesh.parentRef.every-port",
     "mesh.backend.mesh-service",
+    "mesh.client.drawn",
+    "mesh.client.redirect-all",
 )
 ALL_TAGS = MATCH_TAGS + FILTER_TAGS + BACKEND_TAGS + TIE_TAGS + GATEWAY_TAGS + MESH_TAGS
 
@@ -74,6 +76,11 @@ def world_coverage(world: World) -> Counter[str]:
     gws = [d for d in world.docs if d["kind"] == "Gateway"]
     if len(gws) > 1:
         tags["gateways.two"] += 1
+    for doc in world.docs:
+        if doc["kind"] == "Deployment":
+            tags["mesh.client.drawn"] += 1
+            annotations = doc["spec"]["template"]["metadata"].get("annotations", {})
+            tags["mesh.client.redirect-all"] += REDIRECT_ALL in annotations
     for gw in gws:
         for lst in gw["spec"]["listeners"]:
             host = lst.get("hostname")

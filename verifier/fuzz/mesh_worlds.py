@@ -7,9 +7,10 @@ A drawn mesh route is a producer route (in ``mesh-a``) or a consumer route (in
 are drawn as an edge route's (matches, filters, weights, mirrors), with backends among
 the edge's Services and the mesh's. The first choice of each draw is the plainest
 (a producer route, every port), so a shrunk counterexample keeps a consumer route or
-a port only when the failure needs it. ``mesh_witnesses`` sends every match from
-every client, so consumer/producer precedence and port selection are exercised
-without drawing the clients.
+a port only when the failure needs it. A mesh world may also draw a client of its own
+(``drawn_clients``), capturing the mesh's Services or all its traffic. Check's mesh
+witnesses send every match from every client, so consumer/producer precedence and
+port selection are exercised from each namespace.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .mesh_base import MESH_NAMESPACES, MESH_PORTS, MESH_SERVICES, PRODUCER_NS
+from .mesh_base import (
+    DRAWN_CLIENT_NS,
+    MESH_NAMESPACES,
+    MESH_PORTS,
+    MESH_SERVICES,
+    PRODUCER_NS,
+    client_docs,
+)
 from .worlds import (
     GROUP,
     OLDEST,
@@ -64,6 +72,16 @@ def mesh_routes(draw: st.DrawFn, index: int, pool: list[dict[str, Any]]) -> dict
         },
         "spec": {"parentRefs": refs, "rules": route_rules(draw, ns, pool, MESH_BACKENDS)},
     }
+
+
+def drawn_clients(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """None first; else a client in ``mesh-c`` (a mesh namespace with no route of its
+    own), whose sidecar captures the mesh's Services only or, with the annotation, all
+    its outbound traffic (then the edge's Services too, through the sidecar)."""
+    how = draw(_sampled((None, None, "mesh-only", "redirect-all")))
+    if how is None:
+        return []
+    return client_docs(DRAWN_CLIENT_NS, "client", redirect_all=how == "redirect-all")
 
 
 def mesh_route_count(draw: st.DrawFn) -> int:

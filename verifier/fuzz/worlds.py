@@ -571,12 +571,14 @@ def worlds(draw: st.DrawFn, max_routes: int = 4, mesh: bool = True) -> World:
     pool: list[dict[str, Any]] = []
     route_docs = [draw(routes(i, listeners, pool)) for i in range(draw(_small(max_routes)))]
     # Mesh routes last: an edge-only world is drawn as before (the same choices).
-    from .mesh_worlds import mesh_route_count, mesh_routes
+    from .mesh_worlds import drawn_clients, mesh_route_count, mesh_routes
 
     mesh_pool: list[dict[str, Any]] = []
     count = mesh_route_count(draw) if mesh else 0
     route_docs += [draw(mesh_routes(i, mesh_pool)) for i in range(count)]
     docs += route_docs
+    if count:
+        docs += drawn_clients(draw)
     crossings = sorted(
         {
             (r["metadata"]["namespace"], ref["namespace"])
