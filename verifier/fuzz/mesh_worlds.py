@@ -40,7 +40,7 @@ from .worlds import (
 
 # Backends a mesh route draws from: the edge's Services (cleartext) and the mesh's (mTLS).
 MESH_BACKENDS = SERVICES + MESH_SERVICES
-MAX_MESH_ROUTES = 3
+MAX_MESH_ROUTES = 2
 
 
 @st.composite
@@ -85,7 +85,9 @@ def drawn_clients(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 def mesh_route_count(draw: st.DrawFn) -> int:
-    """None first (the plainest world, and most edge bugs need no mesh), else 1 to 3."""
+    """None first (the plainest world, and most edge bugs need no mesh), else one or two
+    (a producer and a consumer route, or two rivals on one Service: what precedence
+    between mesh routes needs)."""
     more: int = draw(_sampled((0, 1)))
     return draw(_small(MAX_MESH_ROUTES)) if more else 0
 

@@ -561,9 +561,9 @@ def grant(from_ns: str, to_ns: str) -> dict[str, Any]:
 @st.composite
 def worlds(draw: st.DrawFn, max_routes: int = 4, mesh: bool = True) -> World:
     """A valid world: one or two Gateways, one to ``max_routes`` HTTPRoutes, up to
-    three mesh routes (``mesh_worlds``; none without ``mesh``: for a translator of the
-    edge only), and ReferenceGrants for some of the cross-namespace backendRefs (the
-    others stay unpermitted on purpose)."""
+    two mesh routes and a client (``mesh_worlds``; none without ``mesh``: for a
+    translator of the edge only), and ReferenceGrants for some of the cross-namespace
+    backendRefs (the others stay unpermitted on purpose)."""
     count = draw(_small(len(GATEWAYS)))
     gws = [draw(_reused(gateways, name)) for name in GATEWAYS[:count]]
     listeners = {gw["metadata"]["name"]: gw["spec"]["listeners"] for gw in gws}
