@@ -13,6 +13,7 @@ imports done and forks a child per world::
 
     python tests/broken_translators.py --serve SOCKET [WARM-UP DIR]  # once
     python -S tests/broken_translators.py --socket SOCKET BUG PATH...   # per world
+    python -S tests/broken_translators.py --socket SOCKET BUG --proxy NS/WORKLOAD PATH...
 
 ``python tests/broken_translators.py BUG PATH...`` runs one in-process, no server.
 """
@@ -181,6 +182,44 @@ def _no_patch() -> Iterator[None]:
     yield
 
 
+@contextmanager
+def _consumer_route_everywhere() -> Iterator[None]:
+    """A consumer route applies to clients of every namespace, not only its own (and
+    replaces the producer routes for them): the mesh controller forgot the namespace."""
+    import verifier.gatewayapi.mesh_attach as ma
+
+    original = ma.routes_for
+
+    def routes_for(graph: Any, client_namespace: str, key: Any) -> Any:
+        on_port = [a for a in graph.attached if a.key == key]
+        return [a for a in on_port if a.consumer] or [a for a in on_port if not a.consumer]
+
+    ma.routes_for = routes_for
+    try:
+        yield
+    finally:
+        ma.routes_for = original
+
+
+@contextmanager
+def _parent_port_ignored() -> Iterator[None]:
+    """A Service parentRef's ``port`` is ignored: the route applies to every port."""
+    import dataclasses
+
+    import verifier.gatewayapi.mesh_attach as ma
+
+    original = ma._attach
+
+    def attach(res: Any, route: Any, ref: Any, graph: Any) -> None:
+        original(res, route, dataclasses.replace(ref, port=None), graph)
+
+    ma._attach = attach
+    try:
+        yield
+    finally:
+        ma._attach = original
+
+
 # name -> (patch of the translator, edit of its config_dump)
 BUGS: dict[str, tuple[Patch, Edit | None]] = {
     "prefix-without-segment-boundary": (_no_patch, _edit_routes(_prefix_without_boundary)),
@@ -197,6 +236,11 @@ BUGS: dict[str, tuple[Patch, Edit | None]] = {
     "rewrite-plain-prefix": (_no_patch, _edit_routes(_rewrite_plain_prefix)),
     "mirror-dropped": (_no_patch, _edit_routes(_mirror_dropped)),
     "route-on-other-gateway": (_no_patch, _other_gateways_routes),
+}
+# Mistakes of the mesh controller, which only a sidecar's xDS shows (``--proxy``).
+MESH_BUGS: dict[str, tuple[Patch, Edit | None]] = {
+    "mesh-consumer-route-everywhere": (_consumer_route_everywhere, None),
+    "mesh-parent-port-ignored": (_parent_port_ignored, None),
 }
 
 
@@ -216,18 +260,26 @@ ENVOY_BUGS: dict[str, tuple[Patch, Edit | None]] = {
 }
 
 
-def translate(bug: str, paths: list[str]) -> str:
-    """The config_dump the broken translator prints for ``paths``."""
+def translate(bug: str, paths: list[str], proxy: str | None = None) -> str:
+    """The config_dump the broken translator prints for ``paths`` (with ``proxy``,
+    ``NS/WORKLOAD``: that workload's sidecar's, as ``translate --proxy`` writes it)."""
+    from verifier.gatewayapi import mesh_attach
     from verifier.gatewayapi.attach import build_graph
     from verifier.gatewayapi.resources import load_resources
     from verifier.translate import TranslateOptions
     from verifier.translate import translate as reference
+    from verifier.translate.sidecar import translate_sidecar
     from verifier.xds.snapshot import to_config_dump
 
-    patch, edit = BUGS[bug] if bug in BUGS else ENVOY_BUGS[bug]
+    patch, edit = {**BUGS, **MESH_BUGS, **ENVOY_BUGS}[bug]
     with patch():  # build_graph and translate look the patched names up as they run
         res = load_resources(paths)
-        dump = to_config_dump(reference(res, build_graph(res), TranslateOptions()))
+        if proxy is None:
+            snap = reference(res, build_graph(res), TranslateOptions())
+        else:
+            wl = mesh_attach.sidecar_workload(res, proxy)
+            snap = translate_sidecar(res, mesh_attach.build_mesh(res), wl, TranslateOptions())
+        dump = to_config_dump(snap)
     if edit is not None:
         edit(dump)
     return json.dumps(dump)
@@ -249,8 +301,9 @@ def _warm_up(root: str) -> None:
     from hypothesis import HealthCheck, Phase, given, seed, settings
     from hypothesis import strategies as st
 
-    from verifier.fuzz.trial import write_scenario
+    from verifier.fuzz.trial import has_mesh_routes, load_world, write_scenario
     from verifier.fuzz.worlds import worlds
+    from verifier.mesh_compare import sidecar_clients
 
     @seed(0)
     @settings(
@@ -262,9 +315,13 @@ def _warm_up(root: str) -> None:
     )
     @given(st.data())
     def each(data: Any) -> None:
-        paths = write_scenario(Path(root) / "warm", data.draw(worlds()))
+        world = data.draw(worlds())
+        paths = [str(p) for p in write_scenario(Path(root) / "warm", world)]
         for bug in BUGS:
-            translate(bug, [str(p) for p in paths])
+            translate(bug, paths)
+        if has_mesh_routes(world):
+            for source in sidecar_clients(load_world(world)):
+                translate(next(iter(MESH_BUGS)), paths, source.line())
 
     each()
 
@@ -289,7 +346,8 @@ def serve(path: str, warm: list[str]) -> None:
             server.close()
             request = json.loads(conn.makefile("rb").readline())
             try:
-                reply = {"rc": 0, "out": translate(request["bug"], request["paths"])}
+                out = translate(request["bug"], request["paths"], request.get("proxy"))
+                reply = {"rc": 0, "out": out}
             except Exception as exc:  # reported as a translator failure
                 reply = {"rc": 1, "err": f"{type(exc).__name__}: {exc}"}
             conn.sendall(json.dumps(reply).encode())
@@ -298,10 +356,19 @@ def serve(path: str, warm: list[str]) -> None:
         conn.close()
 
 
-def client(path: str, bug: str, paths: list[str]) -> int:
+def _proxy(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``--proxy NS/WORKLOAD`` before the paths (the sidecar contract), and the paths."""
+    if argv[:1] == ["--proxy"]:
+        return argv[1], argv[2:]
+    return None, argv
+
+
+def client(path: str, bug: str, argv: list[str]) -> int:
+    proxy, paths = _proxy(argv)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.connect(path)
-        conn.sendall(json.dumps({"bug": bug, "paths": paths}).encode() + b"\n")
+        asked = {"bug": bug, "paths": paths, "proxy": proxy}
+        conn.sendall(json.dumps(asked).encode() + b"\n")
         conn.shutdown(socket.SHUT_WR)
         reply = json.loads(_recv_all(conn))
     if reply["rc"]:
@@ -322,7 +389,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["--socket"]:
         return client(argv[1], argv[2], argv[3:])
-    sys.stdout.write(translate(argv[0], argv[1:]))
+    proxy, paths = _proxy(argv[1:])
+    sys.stdout.write(translate(argv[0], paths, proxy))
     return 0
 
 

@@ -113,7 +113,13 @@ BOUNDARIES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
         "the translator is what is judged; it may share types, never decisions",
     ),
     (
-        ("verifier.fuzz.worlds", "verifier.fuzz.requests", "verifier.fuzz.coverage"),
+        (
+            "verifier.fuzz.worlds",
+            "verifier.fuzz.mesh_base",
+            "verifier.fuzz.mesh_worlds",
+            "verifier.fuzz.requests",
+            "verifier.fuzz.coverage",
+        ),
         ("verifier.translate", "verifier.semantics.envoy", "verifier.xds", "envoy_data_plane"),
         "worlds and requests are drawn from the spec's vocabulary, never from what is judged",
     ),

@@ -3,8 +3,11 @@ tests/broken_translators.py, run through ``--translator`` as any external
 translator is, is found and shrunk with a fixed seed within a bounded budget,
 (at most ``MAX_EXAMPLES`` worlds, the same worlds on any machine), and the
 fixture written for it fails ``check`` with that translator and passes
-with the reference one. Examples and seconds to find each bug are printed in the
-terminal summary (the figures, not assertions: no test here is timed).
+with the reference one. The mesh controller's mistakes (a consumer route applied to
+every namespace, ``parentRef.port`` ignored) are found on the sidecars' xDS (the
+translator run as ``CMD --proxy NS/WORKLOAD PATH...``), from mesh requests. Examples
+and seconds to find each bug are printed in the terminal summary (the figures, not
+assertions: no test here is timed).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import broken_translators as bt
 import pytest
+import yaml
 
 from verifier.cli import main
 from verifier.forked import map_forked
@@ -51,7 +55,9 @@ class Hunt:
 
 
 def _hunt(bug: str, sock: str, out: Path) -> Hunt:
-    env = Env(Translator(bt.command(sock, bug)))
+    # The edge's bugs are hunted as an edge-only translator is (--no-mesh): a mesh world
+    # costs a translator run per sidecar besides the edge's and shows them no better.
+    env = Env(Translator(bt.command(sock, bug)), mesh=bug in bt.MESH_BUGS)
     campaign = run_campaign(
         env,
         ["models-agree"],
@@ -83,14 +89,17 @@ def _hunt(bug: str, sock: str, out: Path) -> Hunt:
 def hunts(broken_server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Hunt]:
     """Every bug hunted, two at a time (one per core)."""
     out = tmp_path_factory.mktemp("found")
-    bugs = sorted(bt.BUGS)
+    bugs = ALL_BUGS
     found = dict(zip(bugs, map_forked(lambda b: _hunt(b, broken_server, out), bugs), strict=True))
     for h in found.values():
         FIGURES[h.bug] = (h.examples, h.seconds, h.shrink_steps, h.routes)
     return found
 
 
-@pytest.mark.parametrize("bug", sorted(bt.BUGS))
+ALL_BUGS = sorted(bt.BUGS) + sorted(bt.MESH_BUGS)
+
+
+@pytest.mark.parametrize("bug", ALL_BUGS)
 def test_the_fuzzer_finds_and_shrinks_the_bug(
     bug: str, hunts: dict[str, Hunt], broken_server: str
 ) -> None:
@@ -120,3 +129,33 @@ def test_the_fixture_reads_as_written(hunts: dict[str, Hunt]) -> None:
     folder = Path(hunt.fixture)
     assert "models-agree" in (folder / "README.md").read_text()
     assert (folder.parent / "base" / "base.yaml").is_file()
+
+
+@pytest.mark.parametrize("bug", sorted(bt.MESH_BUGS))
+def test_a_mesh_bug_is_shown_by_a_mesh_request_at_a_mesh_route(
+    bug: str, hunts: dict[str, Hunt], broken_server: str
+) -> None:
+    """The counterexample of a mesh controller's mistake is a mesh route and requests
+    a client workload sends to a Service (``from:``/``service:`` cases); check with the
+    broken translator reports it at that route, from the client's sidecar."""
+    hunt = hunts[bug]
+    assert hunt.fixture is not None
+    folder = Path(hunt.fixture)
+    world = list(yaml.safe_load_all((folder / "resources.yaml").read_text()))
+    mesh = {
+        f"HTTPRoute {d['metadata']['namespace']}/{d['metadata']['name']}"
+        for d in world
+        if d
+        and d["kind"] == "HTTPRoute"
+        and any(r.get("kind") == "Service" for r in d["spec"]["parentRefs"])
+    }
+    cases = yaml.safe_load((folder / "cases.yaml").read_text())
+    assert cases and all("from" in c and "service" in c for c in cases), cases
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "r.json"
+        command = bt.command(broken_server, bug)
+        args = ["check", str(folder.parent), "--format", "json", "-o", str(report)]
+        assert main([*args, "--translator", command]) == 1
+        findings = json.loads(report.read_text())["findings"]
+    assert {f["resource"] for f in findings} & mesh, (findings, mesh)
+    assert all(f["severity"] == "error" for f in findings if f["resource"] in mesh)

@@ -22,7 +22,6 @@ from verifier.findings import Finding, new
 from verifier.forked import map_forked
 from verifier.gatewayapi import addresses as addr
 from verifier.gatewayapi import model as m
-from verifier.gatewayapi import workloads
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import Case, possible_statuses
@@ -36,7 +35,6 @@ from verifier.semantics.request import (
     Outcome,
     Request,
     RouteRef,
-    Source,
     apply_response_ops,
     evolve,
 )
@@ -456,6 +454,7 @@ class Context:
         every other Service frontend from each client whose sidecar is judged. None
         when the input has neither a mesh route nor a mesh case, and no sidecar xDS
         was given: the edge's check is then as it was."""
+        from verifier.mesh_compare import sidecar_clients
         from verifier.semantics.witness_mesh import frontend_witnesses
 
         cases = [wt.Witness(c.parent_key, c.request, wt.CASE, note=c.name) for c in self.mesh_cases]
@@ -463,13 +462,7 @@ class Context:
         found = self.mesh_witnesses + cases
         if not found and not given:
             return []
-        clients = given or sorted(
-            {
-                Source(ns, name)
-                for (_kind, ns, name), w in self.res.workloads.items()
-                if workloads.has_sidecar(self.res, w)
-            }
-        )
+        clients = given or sidecar_clients(self.res)
         return found + frontend_witnesses(self.res, clients, sent=self.sent)
 
     @cached_property

@@ -114,6 +114,18 @@ class Deployment:
         )
 
 
+def sidecar_clients(res: Resources) -> list[Source]:
+    """Every workload of the input that has a sidecar, once, in order: the clients
+    whose sidecar xDS is judged."""
+    return sorted(
+        {
+            Source(ns, name)
+            for (_kind, ns, name), w in res.workloads.items()
+            if wl.has_sidecar(res, w)
+        }
+    )
+
+
 def kube_proxy(
     directory: BackendDirectory, request: Request, reply: BackendReply | None = None
 ) -> Evaluation:

@@ -45,6 +45,7 @@ from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.semantics.envoy.binding import WILDCARDS, reaches, sockets
 from verifier.semantics.envoy.model import precompile
 from verifier.semantics.request import Source
+from verifier.semantics.witness_mesh import mesh_routes
 from verifier.suggest import closest
 from verifier.xds import validation
 from verifier.xds.layout import XdsLoadError, label
@@ -431,15 +432,24 @@ def sidecar_xds(
     opts: CheckOptions,
     registry: frozenset[tuple[str, str]],
     snapshot: Snapshot,
+    paths: Sequence[str] = (),
+    *,
+    records: bool = False,
+    mesh_input: bool = False,
+    notes: list[str] | None = None,
 ) -> SidecarXds | None:
     """Where each mesh client's sidecar xDS comes from: ``--xds FILE --proxy NS/WORKLOAD``
     (that workload's only), else the reference translator's per workload when the edge's
-    xDS is ours too; None with ``--xds`` or ``--translator`` alone, whose xDS is the
+    xDS is ours too, or ``--translator``'s, run as ``CMD --proxy NS/WORKLOAD PATH...``
+    for every workload with a sidecar when the input has mesh routes or mesh cases
+    (``mesh_input``; a translator that fails there fails the check, exit 2, as on the
+    edge's); None with ``--xds`` alone, whose xDS is the
     edge's: no sidecar is judged then, and its requests are said to be unjudged. A dump
     whose listeners are a sidecar's, given without --proxy, is bad input: it would be
     judged as an edge that serves no Gateway. With --proxy the xDS is judged as that
-    sidecar's, whatever it holds (an edge's would fail every mesh request: findings)."""
-    from verifier.mesh_compare import SidecarXds
+    sidecar's, whatever it holds (an edge's would fail every mesh request: findings).
+    What reading a translator's sidecar xDS noted is added to ``notes``."""
+    from verifier.mesh_compare import SidecarXds, sidecar_clients
 
     def error(field: str, code: str, message: str) -> InputErrors:
         return InputErrors([InputError(field, 0, "", code, message)])
@@ -460,6 +470,24 @@ def sidecar_xds(
             "destinations): name its workload with --proxy NAMESPACE/WORKLOAD"
         )
         raise error("--xds" if opts.xds else "--translator", "sidecar-xds", why)
+    if opts.translator and mesh_input:
+        made: dict[Source, Snapshot] = {}
+        for client in sidecar_clients(res):
+            try:
+                made[client], said = external_snapshot(
+                    opts.translator,
+                    paths,
+                    records=records,
+                    timeout=opts.translator_timeout,
+                    proxy=client.line(),
+                )
+            except InputErrors as exc:  # said for which sidecar it failed
+                raise InputErrors(
+                    [replace(e, field=f"--translator --proxy {client.line()}") for e in exc.errors]
+                ) from None
+            if notes is not None:
+                notes += [f"--translator --proxy {client.line()}: {note}" for note in said]
+        return SidecarXds(translate=made.__getitem__)
     if opts.xds or opts.translator:
         return None
     return SidecarXds(translate=ReferenceSidecars(res, opts, registry))
@@ -507,11 +535,14 @@ def external_snapshot(
     *,
     records: bool = False,
     timeout: float = TRANSLATOR_TIMEOUT,
+    proxy: str | None = None,
 ) -> tuple[Snapshot, list[str]]:
     """Run ``command PATH...``; it must print a config_dump or DiscoveryResponses.
     ``records`` as for ``file_snapshot``: its JSON is read as a file's is. It runs on
     a leash (``verifier.children``): ``timeout`` seconds, at most --max-input-bytes
-    of output, and nothing it started outlives the call."""
+    of output, and nothing it started outlives the call. ``proxy`` (``NS/WORKLOAD``):
+    run as ``command --proxy NS/WORKLOAD PATH...`` for that workload's sidecar, as
+    ``edge-verify translate --proxy`` is (docs/mesh.md)."""
     from verifier import children
 
     def error(code: str, message: str) -> InputErrors:
@@ -519,7 +550,8 @@ def external_snapshot(
 
     try:
         argv = children.parse_command(command, "--translator")
-        argv = [a for a in argv if a != "{paths}"] + list(paths)
+        asked = ["--proxy", proxy] if proxy is not None else []
+        argv = [a for a in argv if a != "{paths}"] + asked + list(paths)
         ended = children.run(
             argv,
             timeout=timeout,
@@ -774,7 +806,17 @@ def prepare(
             source = opts.xds or f"--translator {opts.translator}"
             warnings.append(f"{label(source)}: no listener and no cluster in the xDS read")
         registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
-        sidecars = sidecar_xds(res, opts, registry, snapshot)
+        mesh_input = any(c.mesh for c in cases) or bool(mesh_routes(res))
+        sidecars = sidecar_xds(
+            res,
+            opts,
+            registry,
+            snapshot,
+            scn.paths,
+            records=records,
+            mesh_input=mesh_input,
+            notes=warnings,
+        )
     except InputErrors as exc:
         return None, ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
     try:

@@ -120,7 +120,7 @@ def run_property(
         ):  # seconds bound a user's wait; steps give the same result however loaded
             spent[0] = True
             raise _BudgetSpent
-        world: World = data.draw(worlds(), label="world")
+        world: World = data.draw(worlds(mesh=env.mesh), label="world")
         if run.found is None:
             run.examples += 1
             campaign.coverage.update(world_coverage(world))

@@ -90,7 +90,16 @@ def add_parser(sub: Any, add_limits: Callable[[argparse.ArgumentParser], None]) 
     fz.add_argument(
         "--translator",
         metavar="CMD",
-        help="external translator, as for check: run as CMD PATH...; it prints a config_dump",
+        help="external translator, as for check: run as CMD PATH...; it prints a config_dump "
+        "(in a world with mesh routes, also as CMD --proxy NS/WORKLOAD PATH... for each "
+        "workload with a sidecar: that sidecar's)",
+    )
+    fz.add_argument(
+        "--no-mesh",
+        dest="mesh",
+        action="store_false",
+        help="draw no mesh routes (GAMMA): for a translator of the edge only, which writes "
+        "no sidecar's xDS",
     )
     fz.add_argument(
         "--translator-timeout",
@@ -165,8 +174,15 @@ def _envoy_env(env: Env) -> None:
         raise InputErrors([InputError("--envoy", 0, "", "not-found", message)])
 
     def validate(trial: Trial) -> str | None:
-        ok, output = envoy_validate(trial.snapshot)
-        return None if ok else (output.strip().splitlines() or ["rejected"])[-1]
+        """The edge's xDS, then each sidecar's: the first Envoy refuses, and why."""
+        sidecars = [
+            (f"the sidecar of {s.line()}: ", snap) for s, snap in sorted(trial.sidecars.items())
+        ]
+        for whose, snap in [("", trial.snapshot), *sidecars]:
+            ok, output = envoy_validate(snap)
+            if not ok:
+                return whose + (output.strip().splitlines() or ["rejected"])[-1]
+        return None
 
     env.validate = validate
 
@@ -182,7 +198,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     _writable_before_searching(args)
     if args.translator is not None:
         _runnable(args.translator)
-    env = Env(Translator(args.translator, args.translator_timeout), live=args.envoy)
+    env = Env(Translator(args.translator, args.translator_timeout), live=args.envoy, mesh=args.mesh)
     if args.envoy or LIVE_PROPERTIES & set(names):
         _envoy_env(env)
     live = sys.stderr.isatty()
@@ -249,6 +265,7 @@ def report(campaign: Campaign, args: argparse.Namespace, env: Env) -> dict[str, 
         "seconds": round(campaign.seconds, 2),
         "seed": args.seed,
         "translator": env.translator.name,
+        "mesh": env.mesh,  # whether worlds had mesh routes (--no-mesh: none)
         "properties": [
             {
                 "name": p.name,

@@ -11,6 +11,8 @@ from collections import Counter
 from itertools import combinations
 from typing import Any
 
+from .mesh_base import MESH_SERVICES, PRODUCER_NS, REDIRECT_ALL
+from .mesh_worlds import is_mesh_route
 from .worlds import World
 
 # Every tag a campaign can report, so a zero is visible as a zero.
@@ -56,7 +58,17 @@ GATEWAY_TAGS = (
     "parentRef.port",
     "route.no-hostname",
 )
-ALL_TAGS = MATCH_TAGS + FILTER_TAGS + BACKEND_TAGS + TIE_TAGS + GATEWAY_TAGS
+# Mesh routes (GAMMA): producer or consumer, every Service port or one, to a mesh backend.
+MESH_TAGS = (
+    "mesh.route.producer",
+    "mesh.route.consumer",
+    "mesh.parentRef.port",
+    "mesh.parentRef.every-port",
+    "mesh.backend.mesh-service",
+    "mesh.client.drawn",
+    "mesh.client.redirect-all",
+)
+ALL_TAGS = MATCH_TAGS + FILTER_TAGS + BACKEND_TAGS + TIE_TAGS + GATEWAY_TAGS + MESH_TAGS
 
 
 def world_coverage(world: World) -> Counter[str]:
@@ -64,27 +76,50 @@ def world_coverage(world: World) -> Counter[str]:
     gws = [d for d in world.docs if d["kind"] == "Gateway"]
     if len(gws) > 1:
         tags["gateways.two"] += 1
+    for doc in world.docs:
+        if doc["kind"] == "Deployment":
+            tags["mesh.client.drawn"] += 1
+            annotations = doc["spec"]["template"]["metadata"].get("annotations", {})
+            tags["mesh.client.redirect-all"] += REDIRECT_ALL in annotations
     for gw in gws:
         for lst in gw["spec"]["listeners"]:
             host = lst.get("hostname")
             tags["listener.no-hostname"] += host is None
             tags["listener.wildcard"] += bool(host and host.startswith("*"))
-    competing: list[tuple[dict[str, Any], dict[str, Any], int, dict[str, Any]]] = []
+    # Matches compete among the edge's routes, and among the mesh's (each group apart).
+    competing: dict[bool, list[tuple[dict[str, Any], dict[str, Any], int, dict[str, Any]]]] = {}
     for route in world.routes():
         spec = route["spec"]
-        tags["route.no-hostname"] += "hostnames" not in spec
-        for ref in spec["parentRefs"]:
-            tags["parentRef.sectionName"] += "sectionName" in ref
-            tags["parentRef.port"] += "port" in ref
+        mesh = is_mesh_route(route)
+        if mesh:
+            _mesh_tags(route, tags)
+        else:
+            tags["route.no-hostname"] += "hostnames" not in spec
+            for ref in spec["parentRefs"]:
+                tags["parentRef.sectionName"] += "sectionName" in ref
+                tags["parentRef.port"] += "port" in ref
         for index, rule in enumerate(spec["rules"]):
             _rule_tags(rule, tags)
             for match in rule.get("matches") or [{}]:
-                competing.append((route, rule, index, match))
-    for a, b in combinations(competing, 2):
-        tie = _tie_break(a, b)
-        if tie is not None:
-            tags[f"tie.{tie}"] += 1
+                competing.setdefault(mesh, []).append((route, rule, index, match))
+    for group in competing.values():
+        for a, b in combinations(group, 2):
+            tie = _tie_break(a, b)
+            if tie is not None:
+                tags[f"tie.{tie}"] += 1
     return tags
+
+
+def _mesh_tags(route: dict[str, Any], tags: Counter[str]) -> None:
+    consumer = route["metadata"]["namespace"] != PRODUCER_NS
+    tags["mesh.route.consumer" if consumer else "mesh.route.producer"] += 1
+    for ref in route["spec"]["parentRefs"]:
+        tags["mesh.parentRef.port" if "port" in ref else "mesh.parentRef.every-port"] += 1
+    meshed = {name for _, name in MESH_SERVICES}
+    for rule in route["spec"]["rules"]:
+        tags["mesh.backend.mesh-service"] += sum(
+            r.get("name") in meshed for r in rule.get("backendRefs", [])
+        )
 
 
 def _rule_tags(rule: dict[str, Any], tags: Counter[str]) -> None:

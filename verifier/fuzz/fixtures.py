@@ -24,6 +24,7 @@ from verifier.gatewayapi.resources import load_resources
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import possible_statuses
 from verifier.semantics.request import Outcome
+from verifier.semantics.spec.mesh import spec_evaluate_mesh
 from verifier.semantics.spec.model import spec_evaluate
 from verifier.xds.snapshot import Snapshot
 
@@ -105,30 +106,37 @@ def check_out(out: Path) -> None:
 
 
 def expected_cases(failure: Failure) -> list[dict[str, Any]]:
-    """The failure's requests, each with the answer the spec model gives in its world."""
+    """The failure's requests, each with the answer the spec model gives in its world:
+    an edge case names its Gateway, a mesh case its client and Service (docs/cases.md)."""
     res = load_world(failure.world)
     out = []
     unique = {(w.gateway, w.request): w for w in failure.requests}
     for i, w in enumerate(unique.values()):
-        outcome = spec_evaluate(res, w.gateway, w.request, controller_name=CONTROLLER).outcome
-        out.append(
-            {
-                "name": f"{failure.property}-{i}",
-                "gateway": {
-                    "namespace": w.gateway[0],
-                    "name": w.gateway[1],
-                    "port": w.request.port,
-                },
-                "request": _request(w),
-                "expect": _expect(outcome),
+        case: dict[str, Any] = {"name": f"{failure.property}-{i}"}
+        source = w.request.source
+        if source is None:
+            outcome = spec_evaluate(res, w.gateway, w.request, controller_name=CONTROLLER).outcome
+            port = w.request.port
+            case["gateway"] = {"namespace": w.gateway[0], "name": w.gateway[1], "port": port}
+        else:
+            outcome = spec_evaluate_mesh(res, w.request, trace=False).outcome
+            case["from"] = {"namespace": source.namespace, "workload": source.workload}
+            case["service"] = {
+                "namespace": w.gateway[0],
+                "name": w.gateway[1],
+                "port": w.request.port,
             }
-        )
+        case["request"] = _request(w)
+        case["expect"] = _expect(outcome)
+        out.append(case)
     return out
 
 
 def _request(w: wt.Witness) -> dict[str, Any]:
     r = w.request
-    out: dict[str, Any] = {"method": r.method, "scheme": r.scheme}
+    out: dict[str, Any] = {"method": r.method}
+    if r.source is None:  # a mesh client sends cleartext (its sidecar adds mTLS)
+        out["scheme"] = r.scheme
     if r.host != r.address:
         out["host"] = r.host
     out["path"] = r.path

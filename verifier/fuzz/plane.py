@@ -46,6 +46,7 @@ from verifier.semantics import witness as wt
 from verifier.xds.layout import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE
 from verifier.xds.snapshot import Snapshot, bound_addresses
 
+from .mesh_base import MESH_SERVICES
 from .properties import Mismatch
 from .trial import Translator, Trial
 from .worlds import CLASS, GATEWAY_NS, GATEWAYS, GROUP, PORTS, RENAME_PREFIX, SERVICES, World
@@ -72,9 +73,11 @@ RECHECK_AFTER_S = 0.05
 
 
 def everything_world() -> World:
-    """Both Gateways on every port, one route reaching every Service of the base
-    (with the grants that permit it): its translation is what the plane starts with."""
+    """Both Gateways on every port, one route reaching every Service of the base, the
+    mesh's too (with the grants that permit it): its translation is what the plane
+    starts with."""
     services = [(p + ns, p + name) for p in ("", RENAME_PREFIX) for ns, name in SERVICES]
+    services += list(MESH_SERVICES)  # dialled over mTLS to their pods' :15008
     listeners = [
         {
             "name": f"l{port}",

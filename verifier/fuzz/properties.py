@@ -67,6 +67,9 @@ class Env:
     seen: dict[str, int] = field(default_factory=dict)  # coverage: witness features
     plane: LivePlane | None = None  # set inside ``plane.in_plane`` for the live properties
     live: bool = False  # --envoy: envoy-accepts also pushes each translation over ADS
+    # False (--no-mesh): worlds without mesh routes, for a translator of the edge only
+    # (one that does not write a sidecar's xDS for ``--proxy NS/WORKLOAD``).
+    mesh: bool = True
 
 
 Property = Callable[[Env, World, Any], Failure | None]
@@ -84,8 +87,10 @@ def _requests(env: Env, trial: Trial, data: Any) -> Trial:
     base = trial.requests
     count = max(MIN_NEIGHBOURS, MIN_REQUESTS - len(base))
     drawn = data.draw(neighbours(base, count), label="requests")
-    out = trial.with_requests(drawn)
-    for w in out.requests:
+    mesh = trial.mesh_requests  # only a world with mesh routes draws these
+    mesh_drawn = data.draw(neighbours(mesh, MIN_NEIGHBOURS), label="mesh requests") if mesh else []
+    out = trial.with_requests(drawn, mesh_drawn)
+    for w in [*out.requests, *out.mesh_requests]:
         env.seen[w.feature] = env.seen.get(w.feature, 0) + 1
     return out
 
@@ -94,9 +99,14 @@ def _loaded(env: Env, world: World, name: str) -> Trial | Failure:
     """The translation, or the failure of a translator that crashed or wrote xDS
     Envoy refuses (no behaviour to compare then)."""
     trial = _translate(env, world, name)
-    if isinstance(trial, Failure) or trial.ctx.models_problem is None:
+    if isinstance(trial, Failure):
         return trial
-    return Failure(name, f"Envoy refuses the xDS: {trial.ctx.models_problem}", world)
+    if trial.ctx.models_problem is not None:
+        return Failure(name, f"Envoy refuses the xDS: {trial.ctx.models_problem}", world)
+    problem = trial.sidecar_problem
+    if problem is not None:
+        return Failure(name, f"Envoy refuses the xDS of {problem}", world)
+    return trial
 
 
 def _asked(env: Env, world: World, data: Any, name: str) -> Trial | Failure | None:
@@ -119,8 +129,9 @@ def models_agree(env: Env, world: World, data: Any) -> Failure | None:
         return None
     first = found[0]
     more = f" (and {len(found) - 1} more requests)" if len(found) > 1 else ""
+    who = f" (the {first.answered_by})" if first.answered_by else ""
     return Failure(
-        "models-agree", first.describe() + more, world, tuple(c.witness for c in found[:5])
+        "models-agree", first.describe() + who + more, world, tuple(c.witness for c in found[:5])
     )
 
 

@@ -24,6 +24,8 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
+from .mesh_base import mesh_base_docs
+
 GROUP = "gateway.networking.k8s.io"
 CLASS = "aether"
 CONTROLLER = "gateway.aether.io/edge"
@@ -187,7 +189,7 @@ def base_docs() -> list[dict[str, Any]]:
                 ],
             }
         )
-    return docs
+    return docs + mesh_base_docs()
 
 
 BASE_YAML = dump(base_docs())
@@ -345,7 +347,11 @@ def _path_modifier(draw: st.DrawFn, prefix_only: bool) -> dict[str, Any] | None:
 
 
 @st.composite
-def backend_refs(draw: st.DrawFn, route_ns: str) -> list[dict[str, Any]]:
+def backend_refs(
+    draw: st.DrawFn, route_ns: str, services: tuple[tuple[str, str], ...] = SERVICES
+) -> list[dict[str, Any]]:
+    """One or two backendRefs to ``services`` (a mesh route's draw from the mesh's
+    Services too), now and then to a Service that does not exist or another kind."""
     refs = []
     for _ in range(draw(_integers(1, 2))):
         kind = draw(_integers(0, 9))
@@ -355,7 +361,7 @@ def backend_refs(draw: st.DrawFn, route_ns: str) -> list[dict[str, Any]]:
         elif kind == 9:  # not a Service
             ref = {"group": "example.com", "kind": "Bucket", "name": "svc-1"}
         else:
-            ns, name = draw(_sampled(SERVICES))
+            ns, name = draw(_sampled(services))
             ref = {"name": name, "port": 8080}
             if ns != route_ns:
                 ref["namespace"] = ns
@@ -409,7 +415,9 @@ def rival(match: dict[str, Any], extra: str) -> dict[str, Any]:
 
 
 @st.composite
-def prefix_rewrite_rule(draw: st.DrawFn, route_ns: str) -> dict[str, Any]:
+def prefix_rewrite_rule(
+    draw: st.DrawFn, route_ns: str, services: tuple[tuple[str, str], ...] = SERVICES
+) -> dict[str, Any]:
     """A PathPrefix match with ReplacePrefixMatch (URLRewrite or redirect): valid only
     as a rule of exactly this one match, so independent draws rarely make one, and
     it is where prefix replacement goes wrong (a "/" too many or too few)."""
@@ -427,8 +435,43 @@ def prefix_rewrite_rule(draw: st.DrawFn, route_ns: str) -> dict[str, Any]:
     return {
         "matches": [match],
         "filters": [{"type": "URLRewrite", "urlRewrite": {"path": replace}}],
-        "backendRefs": draw(_reused(backend_refs, route_ns)),
+        "backendRefs": draw(_reused(backend_refs, route_ns, services)),
     }
+
+
+def route_rules(
+    draw: st.DrawFn,
+    ns: str,
+    pool: list[dict[str, Any]],
+    services: tuple[tuple[str, str], ...] = SERVICES,
+) -> list[dict[str, Any]]:
+    """One to three rules of a route in ``ns`` (an edge route's or a mesh route's),
+    backends drawn from ``services``, and now and then a rule contesting an earlier
+    match of the world (``pool``)."""
+    rules = []
+    for _ in range(draw(_small(3))):
+        if draw(_integers(0, 3)) == 3:
+            rules.append(draw(_reused(prefix_rewrite_rule, ns, services)))
+            continue
+        matches = draw(rule_matches(pool))
+        prefix_only = len(matches) == 1 and matches[0].get("path", {}).get("type") == "PathPrefix"
+        fs, redirect = draw(_reused(filters, prefix_only))
+        rule: dict[str, Any] = {}
+        if matches:
+            rule["matches"] = matches
+        if fs:
+            rule["filters"] = fs
+        if not redirect:
+            rule["backendRefs"] = draw(_reused(backend_refs, ns, services))
+        rules.append(rule)
+    if pool and draw(_integers(0, 1)) == 1:
+        # A rule whose match contests an earlier one (see ``rival``), to another backend.
+        extra = draw(_sampled(("none", "method", "header", "query")))
+        match = rival(draw(_sampled(pool)), extra)
+        pool.append(match)
+        refs = draw(_reused(backend_refs, ns, services))
+        rules.append({"matches": [match], "backendRefs": refs})
+    return rules
 
 
 @st.composite
@@ -450,28 +493,7 @@ def routes(
         elif how == 4:
             ref["port"] = draw(_sampled(sorted({lst["port"] for lst in listeners[gw]})))
         refs.append(ref)
-    rules = []
-    for _ in range(draw(_small(3))):
-        if draw(_integers(0, 3)) == 3:
-            rules.append(draw(_reused(prefix_rewrite_rule, ns)))
-            continue
-        matches = draw(rule_matches(pool))
-        prefix_only = len(matches) == 1 and matches[0].get("path", {}).get("type") == "PathPrefix"
-        fs, redirect = draw(_reused(filters, prefix_only))
-        rule: dict[str, Any] = {}
-        if matches:
-            rule["matches"] = matches
-        if fs:
-            rule["filters"] = fs
-        if not redirect:
-            rule["backendRefs"] = draw(_reused(backend_refs, ns))
-        rules.append(rule)
-    if pool and draw(_integers(0, 1)) == 1:
-        # A rule whose match contests an earlier one (see ``rival``), to another backend.
-        extra = draw(_sampled(("none", "method", "header", "query")))
-        match = rival(draw(_sampled(pool)), extra)
-        pool.append(match)
-        rules.append({"matches": [match], "backendRefs": draw(_reused(backend_refs, ns))})
+    rules = route_rules(draw, ns, pool)
     route: dict[str, Any] = {
         "apiVersion": f"{GROUP}/v1",
         "kind": "HTTPRoute",
@@ -537,17 +559,26 @@ def grant(from_ns: str, to_ns: str) -> dict[str, Any]:
 
 
 @st.composite
-def worlds(draw: st.DrawFn, max_routes: int = 4) -> World:
-    """A valid world: one or two Gateways, one to ``max_routes`` HTTPRoutes, and
-    ReferenceGrants for some of the cross-namespace backendRefs (the others stay
-    unpermitted on purpose)."""
+def worlds(draw: st.DrawFn, max_routes: int = 4, mesh: bool = True) -> World:
+    """A valid world: one or two Gateways, one to ``max_routes`` HTTPRoutes, up to
+    two mesh routes and a client (``mesh_worlds``; none without ``mesh``: for a
+    translator of the edge only), and ReferenceGrants for some of the cross-namespace
+    backendRefs (the others stay unpermitted on purpose)."""
     count = draw(_small(len(GATEWAYS)))
     gws = [draw(_reused(gateways, name)) for name in GATEWAYS[:count]]
     listeners = {gw["metadata"]["name"]: gw["spec"]["listeners"] for gw in gws}
     docs: list[dict[str, Any]] = list(gws)
     pool: list[dict[str, Any]] = []
     route_docs = [draw(routes(i, listeners, pool)) for i in range(draw(_small(max_routes)))]
+    # Mesh routes last: an edge-only world is drawn as before (the same choices).
+    from .mesh_worlds import drawn_clients, mesh_route_count, mesh_routes
+
+    mesh_pool: list[dict[str, Any]] = []
+    count = mesh_route_count(draw) if mesh else 0
+    route_docs += [draw(mesh_routes(i, mesh_pool)) for i in range(count)]
     docs += route_docs
+    if count:
+        docs += drawn_clients(draw)
     crossings = sorted(
         {
             (r["metadata"]["namespace"], ref["namespace"])
