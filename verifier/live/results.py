@@ -23,7 +23,9 @@ class CaseResult:
     ``attempts`` counts sends (a batch of ``samples`` is one attempt);
     ``spec_agrees``/``envoy_model_agrees`` say whether the live answer agrees
     with that model, None when the model could not answer (an xDS the Envoy
-    model cannot read) or the request was not sent (``skipped``).
+    model cannot read; a mesh request no sidecar captures) or the request was not
+    sent (``skipped``). ``attribution``: which route served the answer, from the
+    proxy's access log (a mesh case: its client's sidecar route, or none).
     """
 
     scenario: str
@@ -41,6 +43,7 @@ class CaseResult:
     odd_one_out: str | None = None
     skipped: str = ""
     seconds: float = 0.0
+    attribution: str = ""
 
     @property
     def tries(self) -> str:
@@ -63,6 +66,7 @@ class CaseResult:
             "odd_one_out": self.odd_one_out,
             "xds_route": self.xds_route,
             "problems": list(self.problems),
+            **({"attribution": self.attribution} if self.attribution else {}),
         }
 
 
@@ -75,6 +79,8 @@ class ScenarioRun:
     findings: tuple[Finding, ...] = ()
     rewritten: bool = True
     notes: tuple[str, ...] = ()
+    # What the scenario's live mesh cost to start, in seconds (empty: no mesh ran).
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:

@@ -43,6 +43,8 @@ from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.live.envoy_process import EnvoyError
 from verifier.live.harness import EmbeddedHarness, HarnessError
 from verifier.live.isolated import Isolated, Rejected, with_isolated_harness
+from verifier.live.mesh_live import mesh_unavailable
+from verifier.live.mesh_runner import MeshRun, run_mesh_cases
 from verifier.live.remote import MIRRORS_SKIPPED, Remote, RemoteTarget
 from verifier.live.replay import (
     CaseRun,
@@ -66,17 +68,22 @@ from verifier.semantics import witness as wt
 from verifier.semantics.request import Evaluation, Outcome, Request, evolve
 
 RULE = "live-three-way"
-# Why a mesh case is not sent: the live pass runs an edge Envoy only (docs/mesh.md).
+# Why a mesh case is not sent against a cluster (docs/mesh.md): only our own mesh runs them.
 MESH_SKIPPED = (
-    "a mesh case: the live pass runs no sidecar yet, so mesh requests are not sent "
-    "(check and explain --from give the spec model's answer)"
+    "a mesh case: against a cluster (--kubeconfig) mesh cases are not sent yet; "
+    "without it they run through the live pass's own sidecars"
 )
 RETRY_DELAY = 1.0  # upstream AwaitConvergence's pause after a failed attempt
 PARALLEL_REQUESTS = 16
 CODES = {ODD_LIVE: "EV802", ODD_XDS: "EV803", ODD_SPEC: "EV804", ODD_ENVOY: "EV805"}
 FAILED_CASE = "EV801"
 MISTAKE_CONFIRMED, MISTAKE_UNCONFIRMED = "EV808", "EV809"
-LIVE_CODES = ("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807", "EV808", "EV809")
+# The last two are the mesh's attribution verdicts (``mesh_runner``): passed by
+# coincidence, attribution disagrees.
+LIVE_CODES = (
+    *("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807", "EV808", "EV809"),
+    *("EV820", "EV821"),
+)
 
 
 @dataclass(frozen=True)
@@ -154,15 +161,19 @@ def run_live(
 ) -> LiveReport:
     """Prepare every scenario, refuse to succeed on nothing, then run them all."""
     prepared = prepare_all(paths, check)
-    total = sum(1 for p in prepared for c in p.cases if not c.case.mesh)
+    where = " ".join(paths)
+    mesh = sum(1 for p in prepared for c in p.cases if c.case.mesh)
+    total = sum(len(p.cases) for p in prepared) - (mesh if opts.remote is not None else 0)
     if total == 0 and not opts.witnesses:
-        where = " ".join(paths)
-        mesh = sum(len(p.cases) for p in prepared)
-        also = f" ({mesh} mesh cases, which the live pass does not send yet)" if mesh else ""
+        also = f" ({mesh} mesh cases, which a cluster's run does not send yet)" if mesh else ""
         message = (
             f"no case to run{also}: give a scenario with a cases.yaml, --cases FILE or --witnesses"
         )
         raise InputErrors([InputError(where, 0, "", "nothing-to-run", message)])
+    missing = mesh_unavailable() if mesh and opts.remote is None else None
+    if missing is not None:  # never a silent fallback: a mesh case is sent through sidecars
+        message = f"{mesh} mesh cases to send: {missing}"
+        raise InputErrors([InputError(where, 0, "", "mesh-unavailable", message)])
     started = time.monotonic()
     report = LiveReport(
         consistency={
@@ -207,10 +218,7 @@ async def _run_scenario(
                 h.client_certs[cert.issuer] = (cert.cert_file, cert.key_file)
         # Mirrors are seen in the backends' logs once they are quiet: those cases go
         # last, on their own, so other cases' traffic does not hold the log open.
-        found: list[tuple[CaseResult, list[Finding]]] = [
-            (_unsent(p, c, skipped=MESH_SKIPPED), []) for c in p.cases if c.case.mesh
-        ]
-        edge = [c for c in p.cases if not c.case.mesh]
+        found: list[tuple[CaseResult, list[Finding]]] = []
         plain = [c for c in edge if not looks_for_mirrors(c)]
         mirrored = [c for c in edge if looks_for_mirrors(c)]
         if opts.remote is not None:
@@ -250,10 +258,10 @@ async def _run_scenario(
             )
         return found
 
-    if p.cases and not opts.witnesses and all(c.case.mesh for c in p.cases):
-        # Nothing to send (mesh cases are not sent yet): no data plane is started.
-        skipped = tuple(_unsent(p, c, skipped=MESH_SKIPPED) for c in p.cases)
-        return ScenarioRun(p.scenario.name, skipped, (), False, ())
+    edge = [c for c in p.cases if not c.case.mesh]
+    meshed = await _mesh(p, opts)
+    if not edge and not opts.witnesses:  # no edge Envoy is started for nothing
+        return _scenario_run(p, meshed.found, False, meshed.notes, meshed.timings)
     # Envoy runs exactly the checked xDS, in a network namespace of the run's own
     # (or, where none can be made, a rewritten copy on loopback, and the report says so);
     # or, against a cluster, the cluster's Gateway answers and nothing is started here.
@@ -274,8 +282,35 @@ async def _run_scenario(
                 addressing=check.addressing,
             )
     except (HarnessError, EnvoyError, BootstrapError) as exc:
-        return _not_run(p, exc)
-    found, rewritten, notes = done.value, done.rewritten, done.notes
+        edge_only = _Prepared(p.scenario, p.ctx, edge)
+        failed = _not_run(edge_only, exc)
+        found: list[tuple[CaseResult, list[Finding]]] = [(r, []) for r in failed.results]
+        found += meshed.found
+        found[0] = (found[0][0], list(failed.findings)) if failed.results else found[0]
+        return _scenario_run(p, found, False, meshed.notes, meshed.timings)
+    found = [*done.value, *meshed.found]
+    return _scenario_run(p, found, done.rewritten, (*done.notes, *meshed.notes), meshed.timings)
+
+
+async def _mesh(p: _Prepared, opts: LiveOptions) -> MeshRun:
+    """The scenario's mesh cases: through its own mesh (``mesh_runner``); skipped,
+    with the reason, against a cluster."""
+    cases = [c for c in p.cases if c.case.mesh]
+    if not cases:
+        return MeshRun([])
+    if opts.remote is not None:
+        return MeshRun([(_unsent(p, c, skipped=MESH_SKIPPED), []) for c in cases])
+    return await run_mesh_cases(p.scenario.name, p.ctx, cases, opts)
+
+
+def _scenario_run(
+    p: _Prepared,
+    found: list[tuple[CaseResult, list[Finding]]],
+    rewritten: bool,
+    notes: tuple[str, ...],
+    timings: dict[str, float],
+) -> ScenarioRun:
+    """The scenario's results in table order (cases, then witnesses) and findings."""
     order = {c.case.name: i for i, c in enumerate(p.cases)}
     results = [r for r, _ in found]
     results.sort(key=lambda r: (r.kind != CASE, order.get(r.name, 0)))
@@ -285,6 +320,7 @@ async def _run_scenario(
         tuple(f for _, fs in found for f in fs),
         rewritten,
         notes,
+        timings,
     )
 
 
@@ -302,10 +338,16 @@ def _not_run(p: _Prepared, exc: Exception) -> ScenarioRun:
 def _unsent(
     p: _Prepared, c: LiveCase, *, problems: tuple[str, ...] = (), skipped: str = ""
 ) -> CaseResult:
+    return unsent(p.scenario.name, c, problems=problems, skipped=skipped)
+
+
+def unsent(
+    scenario: str, c: LiveCase, *, problems: tuple[str, ...] = (), skipped: str = ""
+) -> CaseResult:
     """A case that was never sent: failed with ``problems`` (no data plane), or
     ``skipped`` with the reason (one this kind of target cannot judge)."""
     return CaseResult(
-        p.scenario.name,
+        scenario,
         c.case.name,
         CASE,
         False,
@@ -577,23 +619,37 @@ def _findings(
     file, line = where.file, where.line
     if not file and w.note in ctx.case_locations:
         file, line = ctx.case_locations[w.note]
-    return [
-        new(
-            CODES[verdict.odd_one_out],
-            RULE,
-            file=file,
-            line=line,
-            resource=where.resource,
-            xds_path=where.xds_path,
-            request=w.request.to_json(),
-            expected=spec.outcome.to_json(),
-            actual=live.to_json(),
-            note=w.note or w.feature,
-            spec=brief(spec.outcome),
-            envoy=brief(envoy.outcome),
-            live=brief(live),
-        )
-    ]
+    odd, note = verdict.odd_one_out, w.note or w.feature
+    at = (file, line, where.resource, where.xds_path)
+    return [disagreement(odd, at, w.request, spec, envoy, live, note)]
+
+
+def disagreement(
+    odd: str,
+    at: tuple[str, int, str, str],
+    request: Request,
+    spec: Evaluation,
+    envoy: Evaluation,
+    live: Outcome,
+    note: str,
+) -> Finding:
+    """The finding of a three-way disagreement whose odd one out is ``odd``, at (file,
+    line, resource, xDS path); the mesh's too (``mesh_runner``)."""
+    return new(
+        CODES[odd],
+        RULE,
+        file=at[0],
+        line=at[1],
+        resource=at[2],
+        xds_path=at[3],
+        request=request.to_json(),
+        expected=spec.outcome.to_json(),
+        actual=live.to_json(),
+        note=note,
+        spec=brief(spec.outcome),
+        envoy=brief(envoy.outcome),
+        live=brief(live),
+    )
 
 
 def _failed_case(

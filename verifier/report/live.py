@@ -22,6 +22,13 @@ def render_json(report: LiveReport) -> str:
         "consistency": report.consistency,
         "summary": report.summary(),
     }
+    mesh = {
+        s.name: {"notes": list(s.notes), "start_seconds": s.timings}
+        for s in report.scenarios
+        if s.timings
+    }
+    if mesh:  # the scenarios whose mesh cases ran through sidecars: how, and what it cost
+        doc["mesh"] = mesh
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
