@@ -28,7 +28,9 @@ from verifier.cli import main
 from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.echo_model import echo_reply
 from verifier.live.envoy_process import envoy_available
+from verifier.live.results import CaseResult, LiveReport, ScenarioRun
 from verifier.report import live
+from verifier.report.conformance import Implementation, conformance_report
 from verifier.semantics.request import Request
 
 
@@ -104,7 +106,8 @@ def _all_cases(scenarios: list[Path]) -> int:
 def test_run_passes_every_case_of_every_fixture(fixtures_run: SuiteRun) -> None:
     """`edge-verify run fixtures/`, the README's first command: check clean, every case
     passes live (3 in a row each), with Envoy running exactly the checked xDS in a
-    network namespace of its own (`rewritten: false`). The session's one run
+    network namespace of its own (`rewritten: false`), the mesh cases from their
+    client pods through their sidecars, served unrewritten too. The session's one run
     (tests/live_suite.py), whose cases tests/test_live_fixtures.py asserts one by one;
     its report as `--format json` writes it."""
     r = fixtures_run
@@ -304,6 +307,38 @@ def test_the_conformance_check_catches_what_the_type_forbids() -> None:
     bad["profiles"][0]["core"]["result"] = "passed"
     bad["profiles"][0]["core"]["statistics"]["passed"] = 1
     assert len(report_problems(bad)) == 3
+
+
+def _scenario(name: str, passed: bool, mesh: bool) -> ScenarioRun:
+    result = CaseResult(name, "c", "case", passed, 1, "GET /", {}, {}, True, True, "")
+    return ScenarioRun(name, (result,), rewritten=False, mesh=mesh)
+
+
+def test_mesh_scenarios_are_the_mesh_http_profile() -> None:
+    """Scenarios of mesh cases are MESH-HTTP tests, apart from GATEWAY-HTTP's, their
+    extended features read from their names (mesh-rewrite-path:
+    MeshHTTPRouteRewritePath; mesh-consumer-route: MeshConsumerRoute)."""
+    runs = [
+        _scenario("httproute-query-param-matching", True, mesh=False),
+        _scenario("mesh-basic", True, mesh=True),
+        _scenario("mesh-rewrite-path", True, mesh=True),
+        _scenario("mesh-consumer-route", False, mesh=True),
+    ]
+    doc = conformance_report(LiveReport(runs), Implementation())
+    assert report_problems(doc) == []
+    gateway, mesh = doc["profiles"]
+    assert (gateway["name"], mesh["name"]) == ("GATEWAY-HTTP", "MESH-HTTP")
+    assert gateway["extended"]["supportedFeatures"] == ["HTTPRouteQueryParamMatching"]
+    assert mesh["core"]["statistics"] == {"Passed": 1, "Failed": 0, "Skipped": 0}
+    assert mesh["extended"]["result"] == "failure"
+    assert mesh["extended"]["failedTests"] == ["MeshConsumerRoute"]
+    assert mesh["extended"]["supportedFeatures"] == [
+        "MeshConsumerRoute",
+        "MeshHTTPRouteRewritePath",
+    ]
+    assert "MeshHTTPRouteRedirectPort" in mesh["extended"]["unsupportedFeatures"]
+    only_mesh = conformance_report(LiveReport(runs[1:]), Implementation())
+    assert [p["name"] for p in only_mesh["profiles"]] == ["MESH-HTTP"]
 
 
 @pytest.mark.live

@@ -81,6 +81,8 @@ class ScenarioRun:
     notes: tuple[str, ...] = ()
     # What the scenario's live mesh cost to start, in seconds (empty: no mesh ran).
     timings: dict[str, float] = field(default_factory=dict)
+    # Every case is a mesh case: a test of the MESH-HTTP profile, not GATEWAY-HTTP's.
+    mesh: bool = False
 
     @property
     def passed(self) -> bool:

@@ -321,6 +321,7 @@ def _scenario_run(
         rewritten,
         notes,
         timings,
+        mesh=bool(p.cases) and all(c.case.mesh for c in p.cases),
     )
 
 

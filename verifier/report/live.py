@@ -56,6 +56,8 @@ def render_text(report: LiveReport, *, summary: bool = True) -> str:
             out.append(f"{r.scenario}: {r.name}: FAILED after {r.tries}")
             out.append(f"    request: {r.request}")
             out += [f"    {p}" for p in r.problems]
+            if r.attribution:  # which route served the answer (the proxy's access log)
+                out.append(f"    served by: {r.attribution}")
     for f in report.findings:
         out.extend(finding_lines(f))
     if report.rewritten:
