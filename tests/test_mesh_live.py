@@ -9,11 +9,12 @@ through no route, or another one, than the HTTPRoute rule the spec model chose i
 **passed by coincidence** (EV820): a failure.
 
 One scenario (an HTTPRoute on the Service echo-v1, one version) and one case, run
-twice at once, each in a mesh of its own: with the client's sidecar served its
-``translate --proxy`` xDS (the case passes, attributed to the route), and with that
-xDS lacking the Service's filter chain and routes (the request passes through, the
-right pod answers, the case fails as passed by coincidence, and the Envoy model,
-reading the same served xDS, agrees that no route served it).
+three times at once, each in a mesh of its own: with the client's sidecar served its
+``translate --proxy`` xDS (the case passes, attributed to the route); with that xDS
+lacking the Service's filter chain and routes (the request passes through, the right
+pod answers, the case fails as passed by coincidence, and the Envoy model, reading
+the same served xDS, agrees that no route served it); and with an xDS the sidecar
+refuses (the case fails, EV806: no mesh could answer it).
 
 Without root or nft a mesh run says why and exits 2 (no silent fallback), checked
 before anything starts.
@@ -32,8 +33,16 @@ from verifier import pipeline
 from verifier.errors import InputErrors
 from verifier.live import mesh_live
 from verifier.live.envoy_process import envoy_available
-from verifier.live.mesh_runner import COINCIDENCE, MeshRun, run_mesh_cases
+from verifier.live.mesh_live import Served
+from verifier.live.mesh_runner import (
+    ATTRIBUTION,
+    COINCIDENCE,
+    MeshRun,
+    _attribution,
+    run_mesh_cases,
+)
 from verifier.live.runner import LiveOptions, prepare_all, run_live
+from verifier.semantics.request import Evaluation, Outcome, RouteRef
 from verifier.xds.snapshot import Snapshot
 
 CLIENT = ("mesh-apps", "client")
@@ -73,6 +82,17 @@ def scenario(tmp_path: Path) -> list[str]:
     return [rel(BASE), str(folder)]
 
 
+def refused(snap: Snapshot) -> Snapshot:
+    """The sidecar's xDS with the Service's filter chain twice (another name, the same
+    match): Envoy refuses the outbound listener."""
+    listeners = []
+    for li in snap.listeners:
+        chains = [c for c in li.filter_chains if c.name == SERVICE_CHAIN]
+        again = [dataclasses.replace(c, name=f"{c.name}-again") for c in chains]
+        listeners.append(dataclasses.replace(li, filter_chains=[*li.filter_chains, *again]))
+    return dataclasses.replace(snap, listeners=tuple(listeners))
+
+
 def without_the_route(snap: Snapshot) -> Snapshot:
     """The sidecar's xDS with no filter chain (and no route table) for echo-v1:80: the
     connection falls to the default chain, which passes it through."""
@@ -98,14 +118,15 @@ def test_a_pass_kube_proxy_gave_is_passed_by_coincidence(scenario: list[str]) ->
     ).values()
     opts = LiveOptions(successes=1)
 
-    async def both() -> tuple[MeshRun, MeshRun]:
+    async def all_three() -> tuple[MeshRun, MeshRun, MeshRun]:
         routed = run_mesh_cases("routed", ctx, cases, opts)
         dropped = run_mesh_cases(
             "dropped", ctx, cases, opts, sidecars={CLIENT: without_the_route(served)}
         )
-        return await asyncio.gather(routed, dropped)
+        nacked = run_mesh_cases("nacked", ctx, cases, opts, sidecars={CLIENT: refused(served)})
+        return await asyncio.gather(routed, dropped, nacked)
 
-    routed, dropped = asyncio.run(both())
+    routed, dropped, nacked = asyncio.run(all_three())
     ((ok, ok_findings),) = routed.found
     assert ok.passed and ok_findings == [], (ok.problems, ok_findings)
     route = "mesh-apps/echo-v1-mesh/rule/0/match/0"
@@ -124,6 +145,11 @@ def test_a_pass_kube_proxy_gave_is_passed_by_coincidence(scenario: list[str]) ->
     assert findings[0].file.endswith("cases.yaml") and findings[0].line == 1
     assert chance.spec_agrees and chance.envoy_model_agrees  # the models read the served xDS
 
+    # A sidecar that refuses its xDS: no case can run; the scenario says so (EV806).
+    ((never, why),) = nacked.found
+    assert not never.passed and not never.skipped
+    assert [f.code for f in why] == ["EV806"]
+
 
 def test_a_mesh_run_without_root_or_nft_says_why_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, scenario: list[str]
@@ -140,3 +166,17 @@ def test_a_mesh_run_without_root_or_nft_says_why_and_exits_2(
         run_live(scenario, pipeline.CheckOptions(), LiveOptions())
     (other,) = raised.value.errors
     assert other.code == "mesh-unavailable" and other.message != error.message
+
+
+def test_attribution_disagrees_when_the_sidecar_names_another_route(scenario: list[str]) -> None:
+    """The sidecar's log names a route the Envoy model did not choose (or none): EV821,
+    naming both; the same route: nothing."""
+    (prepared,) = prepare_all(scenario, pipeline.CheckOptions())
+    (case,) = prepared.cases
+    model = Evaluation(Outcome(200, route=RouteRef("mesh-apps/echo-v1-mesh/rule/0/match/0")), ())
+    where = ("cases.yaml", 1)
+    same = Served(CLIENT, "mesh-apps/echo-v1-mesh/rule/0/match/0")
+    assert _attribution(prepared.ctx, case, model, [same], where) == []
+    for other in (Served(CLIENT, "mesh-apps/echo-v1/80/default"), Served(None)):
+        (finding,) = _attribution(prepared.ctx, case, model, [same, other], where)
+        assert finding.code == ATTRIBUTION and (finding.file, finding.line) == where

@@ -132,12 +132,23 @@ async def run_mesh_cases(
     """Every mesh case of ``cases`` through the scenario's mesh, started once."""
     from verifier.live.runner import unsent
 
-    setup = _setup(ctx, sidecars)
     skipped = [c for c in cases if looks_for_mirrors(c)]
     sent = [c for c in cases if c not in skipped]
     found: list[tuple[CaseResult, list[Finding]]] = [
         (unsent(scenario, c, skipped=MIRRORS_SKIPPED), []) for c in skipped
     ]
+    if not sent:
+        return MeshRun(found)
+    try:
+        setup = _setup(ctx, sidecars)
+    except ValueError as exc:  # which pod is which (MeshPlanError), an unreadable xDS
+        return MeshRun([*found, *_not_run(scenario, ctx, sent, f"the live mesh: {exc}")])
+    running = {p.client for p in setup.pods}
+    podless = [c for c in sent if _client(c.case.request) not in running]
+    for c in podless:  # a client scaled to zero: nothing could send it
+        why = f"the live mesh: no pod of {'/'.join(_client(c.case.request))} runs (0 replicas)"
+        found += _not_run(scenario, ctx, [c], why)
+    sent = [c for c in sent if c not in podless]
     if not sent:
         return MeshRun(found)
     controls = frozenset(_client(c.case.request) for c in sent)
@@ -169,15 +180,7 @@ async def run_mesh_cases(
     try:
         done = await run_in_namespace(inside, [])
     except (NamespaceRunError, NamespaceUnavailable) as exc:
-        code = "EV806" if "refused its xDS" in str(exc) else "EV807"
-        message = f"the live mesh: {exc}".strip()
-        first = ctx.case_locations.get(sent[0].case.name, ("", 0))
-        finding = new(code, _rule(), file=first[0], line=first[1], message=message)
-        failed: list[tuple[CaseResult, list[Finding]]] = [
-            (unsent(scenario, c, problems=(message,)), []) for c in sent
-        ]
-        failed[0] = (failed[0][0], [finding])
-        return MeshRun([*found, *failed])
+        return MeshRun([*found, *_not_run(scenario, ctx, sent, f"the live mesh: {exc}")])
     finally:
         shutil.rmtree(pki, ignore_errors=True)
     judged, timings = done.value
@@ -189,6 +192,20 @@ async def run_mesh_cases(
         "to the Service's ClusterIP, the Service's name as Host (pods have no cluster DNS)"
     )
     return MeshRun([*found, *judged], (note,), timings)
+
+
+def _not_run(
+    scenario: str, ctx: Context, cases: list[LiveCase], message: str
+) -> list[tuple[CaseResult, list[Finding]]]:
+    """Cases no mesh could answer: each failed with the reason, and one finding (EV806
+    when a sidecar refused its xDS, else EV807) at the first."""
+    from verifier.live.runner import unsent
+
+    code = "EV806" if "refused its xDS" in message else "EV807"
+    first = ctx.case_locations.get(cases[0].case.name, ("", 0))
+    finding = new(code, _rule(), file=first[0], line=first[1], message=message.strip())
+    failed = [unsent(scenario, c, problems=(message,)) for c in cases]
+    return [(failed[0], [finding]), *((r, []) for r in failed[1:])]
 
 
 def _rule() -> str:
