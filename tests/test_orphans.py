@@ -301,9 +301,11 @@ def _comm(pid: int) -> str:
 @pytest.mark.live
 @pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
 @pytest.mark.skipif(os.geteuid() != 0, reason="pod namespaces need root")
-def test_a_sigkilled_live_run_of_mesh_cases_leaves_nothing(tmp_path: Path) -> None:
-    """``edge-verify live`` with mesh cases, killed once its sidecars run: every sidecar
-    Envoy, the run's worker, its namespaces (node and pods) and its directories go."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
+def test_a_stopped_live_run_of_mesh_cases_leaves_nothing(tmp_path: Path, sig: int) -> None:
+    """``edge-verify live`` with mesh cases, killed (or interrupted: Ctrl-C) once its
+    sidecars run: every sidecar Envoy, the run's worker, its namespaces (node and
+    pods) and its directories go."""
     run = subprocess.Popen(
         [sys.executable, "-m", "verifier.cli", "live", "fixtures/base", "fixtures/mesh-basic"],
         cwd=Path(__file__).resolve().parent.parent,
@@ -328,8 +330,12 @@ def test_a_sigkilled_live_run_of_mesh_cases_leaves_nothing(tmp_path: Path) -> No
                 spaces.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
         spaces -= {os.stat("/proc/self/ns/net").st_ino}
         assert spaces and spaces <= namespaces_in_use()
-        os.kill(run.pid, signal.SIGKILL)
-        run.wait(timeout=10)
+        # Ctrl-C reaches the terminal's whole process group: the tool and its helpers.
+        if sig == signal.SIGINT:
+            os.killpg(run.pid, sig)
+        else:
+            os.kill(run.pid, sig)
+        assert run.wait(timeout=20) == (130 if sig == signal.SIGINT else -signal.SIGKILL)
         assert outliving(seen, spaces) == []
         deadline = time.monotonic() + 10
         while list(tmp_path.iterdir()) and time.monotonic() < deadline:

@@ -19,6 +19,11 @@ their own: one request each, passing when the three answers agree.
 Every answer is also judged three ways (``verdict``): one finding per
 disagreement, naming the odd one out.
 
+Mesh cases (sent from a client workload to a Service) go through the scenario's
+own mesh, real sidecars in a namespace per pod, and are judged by the same code,
+with the route that served each answer (``mesh_runner``); a run with mesh cases
+needs root and nft, and says so (exit 2) where they are missing.
+
 With ``LiveOptions.remote`` the cases go to a cluster's Gateway instead
 (``remote.RemoteTarget``, the same interface as the embedded harness), so a
 case is judged by the same code whoever answers it.
