@@ -121,6 +121,13 @@ class MeshTarget:
         }
         self.predicted: dict[Request, tuple[Backend, ...]] = {}
         self._ids = itertools.count(1)
+        self._channels: dict[str, Channel] = {}
+
+    def close(self) -> None:
+        """Close the control channels (before the world stops)."""
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
 
     # --- the runner's interface ---------------------------------------------------------------
 
@@ -150,16 +157,18 @@ class MeshTarget:
             headers=headers,
             timeout_micros=int(timeout * 1e6),
         )
-        channel = Channel(pod.ip, port)
+        channel = self._channels.get(pod.name)
+        if channel is None:  # one HTTP/2 connection per client pod, for all its calls
+            channel = self._channels[pod.name] = Channel(pod.ip, port)
         try:
             reply = await EchoTestServiceStub(channel).forward_echo(call, timeout=timeout + 5)
         except GRPCError as exc:  # the request failed: no HTTP answer (status 0)
             return LiveResponse(request, 0, error=exc.message or str(exc), correlation=tag)
         except (OSError, StreamTerminatedError, TimeoutError) as exc:
             why = f"ForwardEcho to {pod.name}: {type(exc).__name__}: {exc}"
-            return LiveResponse(request, 0, error=why, correlation=tag)
-        finally:
+            self._channels.pop(pod.name, None)
             channel.close()
+            return LiveResponse(request, 0, error=why, correlation=tag)
         return replace(
             parse_output(request, reply.output[0] if reply.output else ""), correlation=tag
         )

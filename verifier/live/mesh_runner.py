@@ -169,9 +169,12 @@ async def run_mesh_cases(
             target = MeshTarget(world, setup.routes)
             with on_stop(target.kill_now):
                 limit = asyncio.Semaphore(PARALLEL_CASES)
-                judged = await asyncio.gather(
-                    *(_judge(target, setup, scenario, c, opts, limit) for c in sent)
-                )
+                try:
+                    judged = await asyncio.gather(
+                        *(_judge(target, setup, scenario, c, opts, limit) for c in sent)
+                    )
+                finally:
+                    target.close()
             timings = dict(world.timings)
             starts = [s.start_seconds for s in world.running.values()]
             timings["sidecar_start_mean"] = sum(starts) / max(len(starts), 1)
