@@ -33,7 +33,6 @@ import signal
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
-from typing import Any
 
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
@@ -47,7 +46,7 @@ from verifier.live.mesh_probe import MeshWorld
 from verifier.live.served import CORRELATION_HEADER
 from verifier.semantics.request import Backend, Outcome, Request
 
-LOG_WAIT_S = 2.0  # for a sidecar to flush a request's line (every 50 ms)
+LOG_WAIT_S = 5.0  # for a sidecar to flush a request's line (every 50 ms)
 NO_ROUTE = "no sidecar route: kube-proxy delivered it"
 
 
@@ -204,16 +203,19 @@ class MeshTarget:
 
     # --- attribution --------------------------------------------------------------------------
 
-    async def attribute(self, responses: Sequence[LiveResponse]) -> list[LiveResponse]:
-        """Each answer with its client sidecar's access-log line, by request id: waited
-        for while a sidecar may still flush it (an answer whose request no sidecar
-        logs has none: it went by no sidecar route)."""
-        wanted: dict[tuple[str, str], set[str]] = {}
+    async def attribute(
+        self, responses: Sequence[LiveResponse], *, logged: bool = True
+    ) -> list[LiveResponse]:
+        """Each answer with its client sidecar's access-log line, by request id (an
+        answer whose request no sidecar logs has none: it went by no sidecar route).
+        ``logged``: a line is expected (an HTTP connection manager takes the request,
+        by the Envoy model), so it is waited for while the sidecar may still flush it;
+        else the lines there are read at once."""
+        wanted: dict[tuple[str, str], set[str]] = {}  # client -> the ids to wait for
         for r in responses:
             client = _client(r.request)
             if r.correlation and self.world.running.get(self.world.pod_of(client).name):
-                wanted.setdefault(client, set()).add(r.correlation)
-        found: dict[tuple[str, str], dict[str, Any]] = {}
+                wanted.setdefault(client, set()).update([r.correlation] if logged else [])
         deadline = asyncio.get_running_loop().time() + LOG_WAIT_S
         while True:
             found = {c: self.world.access_log(c, "id") for c in wanted}

@@ -233,6 +233,13 @@ def _models(setup: _Setup, request: Request) -> tuple[Evaluation, Evaluation, bo
     return spec, envoy, True
 
 
+def _http(setup: _Setup, request: Request) -> bool:
+    """The Envoy model has an HTTP connection manager of the client's sidecar take the
+    request (its access log then has a line with our request id)."""
+    selected = setup.models[_client(request)].connection_of(request, CAPTURED)
+    return selected is not None and selected.chain.tcp is None
+
+
 def _backends(*outcomes: Outcome) -> tuple[Backend, ...]:
     return tuple(b for o in outcomes for b in o.backends if b.weight > 0)
 
@@ -260,7 +267,7 @@ async def _judge(
         attempts, problems = 1, live_unmet(run)
     else:
         run, attempts, problems = await _consistent(target, c, opts, limit)  # type: ignore[arg-type]
-    responses = await target.attribute(run.responses)
+    responses = await target.attribute(run.responses, logged=asked and _http(setup, request))
     served = [target.served(r) for r in responses]
     verdict = _verdict(target, spec.outcome, envoy.outcome, responses, met=not problems)
     findings = _three_way(setup.ctx, c, spec, envoy, run.outcomes[0], verdict)
