@@ -27,7 +27,7 @@ import asyncio
 import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from verifier import pipeline
@@ -270,6 +270,8 @@ async def _judge(
     responses = await target.attribute(run.responses, logged=asked and _http(setup, request))
     served = [target.served(r) for r in responses]
     verdict = _verdict(target, spec.outcome, envoy.outcome, responses, met=not problems)
+    if not asked:  # kube-proxy's answer: no Envoy to be odd; a miss is the case's (EV801)
+        verdict = replace(verdict, odd_one_out=None)
     findings = _three_way(setup.ctx, c, spec, envoy, run.outcomes[0], verdict)
     where = setup.ctx.case_locations.get(c.case.name, ("", 0))
     chosen = spec.outcome.route
