@@ -33,38 +33,15 @@ from verifier.check import Context
 from verifier.findings import Finding
 from verifier.registry import Rule
 from verifier.xds import read
-from verifier.xds.enums import SubjectAltNameMatcherSanType, name_of
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
-    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
-        CertificateValidationContext,
-        CommonTlsContext,
-    )
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import CommonTlsContext
     from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 
 NAME = "aether-mesh-backend"
 COMMON_TLS = "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext"
 CODE = "EV302"
 MESH_PORT = 15008
-
-
-def _sans(common: CommonTlsContext) -> list[tuple[str, StringMatcher]]:
-    """(SAN type, matcher) for every subject-alt-name matcher; type "" for legacy ones."""
-    contexts: list[CertificateValidationContext] = []
-    if common.validation_context is not None:
-        contexts.append(common.validation_context)
-    combined = common.combined_validation_context
-    if combined is not None and combined.default_validation_context is not None:
-        contexts.append(combined.default_validation_context)
-    out: list[tuple[str, StringMatcher]] = []
-    for vc in contexts:
-        out += [
-            (name_of(SubjectAltNameMatcherSanType, s.san_type or 0), s.matcher)
-            for s in vc.match_typed_subject_alt_names
-            if s.matcher is not None
-        ]
-        out += [("", s) for s in vc.match_subject_alt_names]
-    return out
 
 
 def _identity_problem(common: CommonTlsContext, ns: str, accounts: set[str]) -> str | None:
@@ -81,21 +58,15 @@ def _identity_problem(common: CommonTlsContext, ns: str, accounts: set[str]) -> 
             and tail in {f"ns/{ns}/sa/{sa}" for sa in accounts}
         )
 
-    sans = _sans(common)
+    sans = bk.san_matchers(common)
     others = [m for k, m in sans if not good(k, m)]
     if not sans:
         return f"pins no SPIFFE identity, expected {expected}"
     if others:
-        shown = ", ".join(_describe(m) for m in others)
+        shown = ", ".join(bk.describe_matcher(m) for m in others)
         verb = "pins" if len(others) == len(sans) else "also accepts"
         return f"{verb} {shown}, expected only {expected}"
     return None
-
-
-def _describe(matcher: StringMatcher) -> str:
-    which, value = read.one_of(matcher, "match_pattern")
-    text = getattr(value, "regex", value)
-    return f"{which or 'any'} {text!r}"
 
 
 def problems(ctx: Context, found: bk.Dialled, common: CommonTlsContext | None) -> list[str]:
@@ -141,4 +112,5 @@ RULE = Rule(
     spec_ref="docs/translate.md#clusters-the-aether-edges-two-backend-paths",
     doc=(__doc__ or "").strip(),
     check=check,
+    edge_xds=True,
 )

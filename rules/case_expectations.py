@@ -19,9 +19,11 @@ split the case states otherwise, the weight of each of the rule's backendRefs
 Models that miss it differently give an EV701 each.
 
 A mesh case (sent from a client workload to a Service, docs/mesh.md) is judged
-by the spec model alone for now: one it misses is an EV701 (model spec). The
-sidecar's Envoy model does not answer mesh requests yet; check says how many
-mesh cases it judged that way.
+the same way, the Envoy model answering on its client's sidecar xDS (or kube-proxy,
+when no sidecar captures the connection: EV701 names it as the model that misses).
+Where that sidecar's xDS is not there (`check --xds` without `--proxy`, or another
+workload's) or the profile does not claim the mesh, the spec model alone judges it
+(an EV701, model spec, when it misses), and check says how many it judged so.
 
 Example: a case expects `GET /v2` with `Version: two` to reach
 `infra-backend-v2`; the Envoy model sends it to `infra-backend-v1`.
@@ -44,16 +46,18 @@ from verifier.rules.support.case_judge import (
 
 from verifier.check import Context
 from verifier.findings import Finding, Related, new
-from verifier.live.echo_model import spec_client_view
+from verifier.live.echo_model import echo_reply, spec_client_view
+from verifier.mesh_compare import KUBE_PROXY
 from verifier.registry import Rule
-from verifier.semantics.cases import model_unmet
+from verifier.semantics.cases import Case, model_unmet
 from verifier.semantics.request import Evaluation
 
 NAME = "case-expectations"
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    yield from _mesh_cases(ctx)
+    for case in ctx.mesh_cases:
+        yield from _mesh_case(ctx, case)
     for case in ctx.cases:
         judged = judge(ctx, case)
         if judged.doomed:
@@ -62,53 +66,74 @@ def check(ctx: Context) -> Iterable[Finding]:
             problems = "; ".join(dict.fromkeys(judged.spec_problems + judged.envoy_problems))
             yield mistake_finding(ctx, judged, "EV702", NAME, problems)
             continue
-        if judged.same_miss:
-            # Both models miss it alike: the case and the configuration disagree,
-            # whatever the xDS, so one finding with the rule they follow.
-            yield _at_case(
-                ctx,
-                judged,
-                "EV703",
-                judged.envoy,
-                expected=judged.spec.outcome.to_json(),
-                related=rule_related(ctx, judged),
-                problems="; ".join(judged.spec_problems),
-            )
-            continue
-        for model, ev, problems in (
-            ("spec", judged.spec, judged.spec_problems),
-            ("Envoy", judged.envoy, judged.envoy_problems),
-        ):
-            if problems:
-                yield _at_case(
-                    ctx,
-                    judged,
-                    "EV701",
-                    ev if model == "Envoy" else None,
-                    actual_of=ev,
-                    related=related(ctx, judged.mistakes) if model == "spec" else (),
-                    model=model,
-                    problems="; ".join(problems),
-                )
+        yield from _judged(ctx, judged)
 
 
-def _mesh_cases(ctx: Context) -> Iterable[Finding]:
-    """Each mesh case the spec model misses, as it meets the echo backend."""
-    for case in ctx.mesh_cases:
-        raw = ctx.mesh_spec(case.request)
-        spec = replace(raw, outcome=spec_client_view(ctx.res, case.request, raw.outcome))
-        problems = model_unmet(case.expect, spec.outcome, case.request)
+def _judged(ctx: Context, judged: Judged, envoy: str = "Envoy") -> Iterable[Finding]:
+    """A case both models answered: one EV703 when they miss it alike, else an EV701
+    for each model that misses it (``envoy``: who answered in the Envoy model's place)."""
+    if judged.same_miss:
+        # Both models miss it alike: the case and the configuration disagree,
+        # whatever the xDS, so one finding with the rule they follow.
+        yield _at_case(
+            ctx,
+            judged,
+            "EV703",
+            judged.envoy,
+            expected=judged.spec.outcome.to_json(),
+            related=rule_related(ctx, judged),
+            problems="; ".join(judged.spec_problems),
+        )
+        return
+    for model, ev, problems in (
+        ("spec", judged.spec, judged.spec_problems),
+        (envoy, judged.envoy, judged.envoy_problems),
+    ):
         if problems:
-            judged = Judged(case, spec, spec, tuple(problems), (), ())
             yield _at_case(
                 ctx,
                 judged,
                 "EV701",
-                None,
-                actual_of=spec,
-                model="spec",
+                ev if model != "spec" else None,
+                actual_of=ev,
+                related=related(ctx, judged.mistakes) if model == "spec" else (),
+                model=model,
                 problems="; ".join(problems),
             )
+
+
+def _mesh_case(ctx: Context, case: Case) -> Iterable[Finding]:
+    """A mesh case, as both answers meet the echo backend: the spec model's, and its
+    client's sidecar's (the Envoy model on that sidecar's xDS) or kube-proxy's; the
+    spec model's alone when check has neither (docs/mesh.md)."""
+    raw = ctx.mesh_spec(case.request)
+    spec = replace(raw, outcome=spec_client_view(ctx.res, case.request, raw.outcome))
+    spec_problems = tuple(model_unmet(case.expect, spec.outcome, case.request))
+    answered = (
+        ctx.mesh_answer(case.request, echo_reply(case.request), trace=False)
+        if ctx.mesh_judges(case.request)
+        else None
+    )
+    if answered is not None and answered.evaluation is not None:
+        other = answered.evaluation
+        missed = (
+            () if other.outcome.unjudged else model_unmet(case.expect, other.outcome, case.request)
+        )
+        envoy = "kube-proxy" if answered.by == KUBE_PROXY else "Envoy"
+        judged = Judged(case, spec, other, spec_problems, tuple(missed), ())
+        yield from _judged(ctx, judged, envoy)
+        return
+    if spec_problems:
+        judged = Judged(case, spec, spec, spec_problems, (), ())
+        yield _at_case(
+            ctx,
+            judged,
+            "EV701",
+            None,
+            actual_of=spec,
+            model="spec",
+            problems="; ".join(spec_problems),
+        )
 
 
 def _at_case(

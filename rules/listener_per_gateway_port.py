@@ -71,4 +71,5 @@ RULE = Rule(
     spec_ref="https://gateway-api.sigs.k8s.io/reference/spec/#listener",
     doc=(__doc__ or "").strip(),
     check=check,
+    edge_xds=True,
 )

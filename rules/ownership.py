@@ -9,8 +9,13 @@ rule owns falls to `whole-config-equivalence`.
 
 from __future__ import annotations
 
+from verifier.rules.support import mesh
+
 from verifier.check import Comparison, Context, connection_level
+from verifier.mesh_compare import CAPTURED, KUBE_PROXY
 from verifier.semantics import witness as wt
+from verifier.semantics.spec.mesh import applicable_routes, selects_port, service_parent
+from verifier.semantics.witness_mesh import CLUSTER_IP
 
 REDIRECT_FIELDS = {"redirect", "redirect.scheme", "redirect.host", "redirect.port", "redirect.path"}
 ROUTING_FIELDS = {
@@ -43,6 +48,10 @@ BASE_NOTES = {"exact", "prefix itself", "root", "regex sample"}
 # When several witnesses of one HTTPRoute match disagree, the most specific
 # owner reports it (the order of this tuple); the generic rules come last.
 OWNER_PRIORITY = (
+    mesh.MTLS,
+    mesh.IDENTITY,
+    "mesh-consumer-route",
+    "mesh-cluster-ip-matching",
     "httproute-header-matching",
     "httproute-query-param-matching",
     "httproute-method-matching",
@@ -68,9 +77,14 @@ OWNER_PRIORITY = (
     "httproute-path-matching",
     "httproute-precedence",
     "httproute-hostnames",
+    "mesh-no-route-kube-proxy",
     "no-route-default-404",
     "whole-config-equivalence",
 )
+# What a disagreement is about, when it is not the witness's HTTPRoute match
+# (check._culprit): an HTTPRoute match ((namespace, name), rule, match), or a Service
+# frontend ((namespace, name), port, what).
+Culprit = tuple[object, ...]
 
 
 def _same_route(c: Comparison) -> bool:
@@ -129,6 +143,92 @@ def _listener_set_port(c: Comparison, ctx: Context) -> bool:
 
 
 def owner(c: Comparison, ctx: Context) -> str:
+    return attribute(c, ctx)[0]
+
+
+def attribute(c: Comparison, ctx: Context) -> tuple[str, Culprit | None]:
+    """The owning rule of a disagreement, and what it is about when that is not the
+    witness's own match (one finding for every request one mistake breaks)."""
+    if c.request.source is not None:
+        found = _mesh(c, ctx)
+        if found is not None:
+            return found
+    return _owner(c, ctx), None
+
+
+def _mesh(c: Comparison, ctx: Context) -> tuple[str, Culprit | None] | None:
+    """A mesh request's owner: kube-proxy's answer; a cluster dialling a mesh workload
+    wrongly (rules/support/mesh.py); the route table the client's sidecar routes the
+    request over, against the mesh routes the spec applies to that client and frontend
+    (a route of another Service, another namespace's consumer route, a port its
+    parentRef leaves out, a producer route where a consumer route takes precedence);
+    a Service no route applies to."""
+    assert c.request.source is not None
+    if c.answered_by == KUBE_PROXY:
+        return "mesh-no-route-kube-proxy", (c.witness.gateway, c.request.port, KUBE_PROXY)
+    broken = mesh.broken_by(ctx, c)
+    for rule in (mesh.MTLS, mesh.IDENTITY):
+        if rule in broken:
+            return rule, None
+    svc = ctx.res.services.get(c.witness.gateway)
+    port = next((p for p in svc.ports if p.port == c.request.port), None) if svc else None
+    if svc is None or port is None:
+        return None
+    client = c.request.source.namespace
+    applicable = applicable_routes(ctx.res, svc, port, client)
+    found = _route_table(c, ctx)
+    if found is None:  # no route table routes the frontend's traffic
+        if applicable:  # the routes that apply are not applied: at the first of them
+            return "mesh-cluster-ip-matching", (applicable[0].meta.key, None, None)
+        return "mesh-no-route-kube-proxy", (svc.meta.key, port.port, "default")
+    wanted = {r.meta.key for r in applicable}
+    consumers = [r for r in applicable if r.meta.namespace != svc.meta.namespace]
+    for key, rule, match in found:
+        if key in wanted or key not in ctx.res.httproutes:
+            continue
+        route = ctx.res.httproutes[key]
+        parents = [
+            p
+            for p in route.parent_refs
+            if service_parent(p) and (p.namespace, p.name) == svc.meta.key
+        ]
+        if not parents:
+            return "mesh-cluster-ip-matching", (key, rule, match)
+        if route.meta.namespace not in (svc.meta.namespace, client):
+            return "mesh-consumer-route", (key, rule, match)
+        if not any(selects_port(p, port) for p in parents):
+            return "httproute-parent-ref-port", (key, rule, match)
+        if consumers:  # a producer route where the client's consumer routes take precedence
+            return "mesh-consumer-route", (consumers[0].meta.key, None, None)
+    present = {key for key, _rule, _match in found}
+    if consumers and not present & {r.meta.key for r in consumers}:
+        return "mesh-consumer-route", (consumers[0].meta.key, None, None)
+    if not applicable and c.spec.outcome.route is None:
+        return "mesh-no-route-kube-proxy", (svc.meta.key, port.port, "default")
+    if c.witness.feature == CLUSTER_IP:
+        return "mesh-cluster-ip-matching", None
+    return None
+
+
+def _route_table(
+    c: Comparison, ctx: Context
+) -> list[tuple[tuple[str, str], int | None, int | None]] | None:
+    """The HTTPRoute matches the routes of the client's route table for this request
+    were made from (where the xDS says), in order; None when no route table routes it."""
+    assert c.request.source is not None
+    model = ctx.mesh_plane.model(c.request.source)
+    refs = model.routes_for(c.request, CAPTURED) if model is not None else None
+    if refs is None:
+        return None
+    out = []
+    for ref in refs:
+        if ref.httproute and "/" in ref.httproute:
+            ns, name = ref.httproute.split("/", 1)
+            out.append(((ns, name), ref.rule, ref.match))
+    return out
+
+
+def _owner(c: Comparison, ctx: Context) -> str:
     if connection_level(c) and c.witness.feature != wt.FRONTEND and _listener_set_port(c, ctx):
         return "listener-set"
     diffs = set(c.diffs)
@@ -138,10 +238,18 @@ def owner(c: Comparison, ctx: Context) -> str:
     w = c.witness
     if w.feature in FEATURE_OWNERS:
         return FEATURE_OWNERS[w.feature]
+    mesh_request = c.request.source is not None
     if w.route is None:
-        return "no-route-default-404" if c.spec.outcome.status == 404 else "httproute-hostnames"
+        if c.spec.outcome.status == 404:
+            return "no-route-default-404"
+        return "mesh-no-route-kube-proxy" if mesh_request else "httproute-hostnames"
     route = ctx.route(w.route)
-    if route is not None and any(p.port is not None for p in route.parent_refs):
+    # A mesh route's parentRef.port is judged on its client's route table (_mesh).
+    if (
+        not mesh_request
+        and route is not None
+        and any(p.port is not None for p in route.parent_refs)
+    ):
         return "httproute-parent-ref-port"
     if w.feature == wt.PATH:
         if w.note in BASE_NOTES and c.envoy.outcome.status == 404:

@@ -109,4 +109,5 @@ RULE = Rule(
     spec_ref="https://gateway-api.sigs.k8s.io/concepts/hostnames/",
     doc=(__doc__ or "").strip(),
     check=check,
+    edge_xds=True,
 )

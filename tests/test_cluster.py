@@ -436,6 +436,17 @@ def test_live_sends_every_case_to_the_clusters_gateway(
         assert all(r["passed"] and not r["skipped"] for r in results), results
         assert report["findings"] == []
         assert report["summary"]["rewritten"] is False
+        # No access log of ours there: which route answered is not known, and said so
+        # (the models' choice is never reported as the route that served it).
+        assert report["summary"]["unattributed"] == sum(
+            1 for r in results if r["observed"].get("status")
+        )
+        assert all(r["xds_route"] == "" for r in results)
+        assert all(
+            (r["attribution"]["state"], r["attribution"]["route"]) == ("unattributed", None)
+            for r in results
+            if r["observed"].get("status")
+        )
     assert {method for method, _, _ in standin.requests} == {"GET"}
     # A case both models predict to fail is still retried here: a cluster's Gateway may
     # still be taking its configuration in (our own data plane sends it once).

@@ -83,7 +83,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verifier.gatewayapi.addresses import Addressing, gateway_addresses
-from verifier.gatewayapi.resources import load_resources
+from verifier.gatewayapi.resources import Resources, load_resources
 from verifier.live.echo_model import echo_reply
 from verifier.semantics.cases import Case, parse_cases, unmet
 from verifier.semantics.directory import (
@@ -752,6 +752,53 @@ def test_directory_maps_dns_cluster_ip_and_mesh() -> None:
     assert mesh.target is not None and (mesh.target.service, mesh.target.port) == ("cart", 80)
     assert d.resolve([("10.244.0.9", 15008)], dns=False, identity_namespace="other").target is None
     assert d.resolve([("1.2.3.4", 80)], dns=False).target is None
+
+
+def test_the_mesh_tunnel_sni_names_the_service_port() -> None:
+    """docs/mesh.md: every port of a Service arrives on :15008, so the SNI says which:
+    ``<svc>.<ns>.svc.cluster.local`` for one port, ``<port>.<svc>.<ns>...`` for several.
+    Pods behind two Services (echo and echo-v1) are either: the SNI picks one."""
+    two = (PortSpec(80, "3000", "http"), PortSpec(8080, "3000", "http-alt"))
+    d = BackendDirectory.build(
+        [ServiceSpec("m", "echo", "10.96.0.1", two), ServiceSpec("m", "echo-v1", "10.96.0.2", two)],
+        [
+            SliceSpec("m", "echo", ("10.244.0.1",), (("http", 3000), ("http-alt", 3000))),
+            SliceSpec("m", "echo-v1", ("10.244.0.1",), (("http", 3000), ("http-alt", 3000))),
+        ],
+    )
+
+    def at(sni: str) -> tuple[str, int] | None:
+        found = d.resolve([("10.244.0.1", 15008)], dns=False, sni=sni)
+        return None if found.target is None else (found.target.service, found.target.port)
+
+    assert at("8080.echo-v1.m.svc.cluster.local") == ("echo-v1", 8080)
+    assert at("80.echo.m.svc.cluster.local") == ("echo", 80)
+    # The one-port form names no port of a two-port Service: not guessed from it.
+    assert at("echo-v1.m.svc.cluster.local") == ("echo", 80)
+
+
+def test_a_derived_slice_gives_each_pod_its_own_identity() -> None:
+    """A Service selecting the pods of two workloads with their own ServiceAccounts:
+    each pod presents its own SPIFFE identity, not the first workload's."""
+    d = BackendDirectory.build(
+        [ServiceSpec("m", "echo", "10.96.0.1", (PortSpec(80, "3000", "http"),))],
+        [
+            SliceSpec(
+                "m", "echo", ("10.244.0.1", "10.244.0.2"), (("http", 3000),), ("v1", "v2"), True
+            )
+        ],
+    )
+    assert d.identity("10.244.0.2") == "spiffe://cluster.local/ns/m/sa/v2"
+    res = _mesh_apps()
+    derived = backend_directory_from(res)
+    echo = next(s for s in res.endpoint_slices.values() if s.service_name == "echo")
+    ids = {derived.identity(a) for a in echo.addresses}
+    assert ids == {f"spiffe://cluster.local/ns/mesh-apps/sa/echo-v{n}" for n in (1, 2)}
+
+
+def _mesh_apps() -> Resources:
+    """The mesh's workloads and Services (fixtures/base/mesh.yaml), with namespaces."""
+    return load_resources([str(BASE / "namespaces.yaml"), str(BASE / "mesh.yaml")])
 
 
 def test_an_unnamed_port_with_a_named_target_port_is_found_by_its_endpoints() -> None:

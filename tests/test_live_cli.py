@@ -70,13 +70,15 @@ def scenario_args(name: str) -> list[str]:
 # The JSON report's contract (issue 13): these keys, no others.
 CASE_KEYS = {"name", "passed", "attempts", "expected", "observed", "spec_agrees"}
 CASE_KEYS |= {"envoy_model_agrees", "xds_route", "scenario", "kind", "skipped", "request"}
-CASE_KEYS |= {"odd_one_out", "problems"}
-SUMMARY_KEYS = {"passed", "failed", "skipped", "seconds", "rewritten", "remote"}
+CASE_KEYS |= {"odd_one_out", "problems", "attribution"}
+SUMMARY_KEYS = {"passed", "failed", "skipped", "seconds", "rewritten", "remote", "unattributed"}
+ATTRIBUTION_KEYS = {"state", "route", "cluster", "routes", "model_route", "spec_route"}
+ATTRIBUTION_KEYS |= {"verdict", "why"}
 
 
 def assert_report_shape(doc: dict[str, Any]) -> None:
     # "mesh": how each scenario's mesh ran, when its mesh cases were sent through sidecars
-    assert set(doc) - {"mesh"} == {"cases", "findings", "consistency", "summary"}
+    assert set(doc) - {"mesh"} == {"cases", "findings", "additions", "consistency", "summary"}
     assert set(doc["summary"]) == SUMMARY_KEYS
     assert doc["consistency"] == {
         "successes": 3,
@@ -84,13 +86,14 @@ def assert_report_shape(doc: dict[str, Any]) -> None:
         "request_timeout_seconds": 10.0,
     }
     for case in doc["cases"]:
-        # A mesh case sent through sidecars says which route served it ("attribution").
-        assert set(case) - {"attribution"} == CASE_KEYS, case["name"]
+        assert set(case) == CASE_KEYS, case["name"]
         assert isinstance(case["passed"], bool)
         assert isinstance(case["attempts"], int)
         assert case["spec_agrees"] in (True, False, None)
         assert case["envoy_model_agrees"] in (True, False, None)
         assert isinstance(case["xds_route"], str)
+        if not case["skipped"]:
+            assert set(case["attribution"]) == ATTRIBUTION_KEYS, case["name"]
 
 
 def _all_cases(scenarios: list[Path]) -> int:
@@ -134,7 +137,29 @@ def test_run_passes_every_case_of_every_fixture(fixtures_run: SuiteRun) -> None:
     mesh = [c for c in cases if c["scenario"] in meshed]
     assert all(c["spec_agrees"] and c["envoy_model_agrees"] in (True, None) for c in mesh)
     assert set(doc["mesh"]) == {c["scenario"] for c in mesh}
+    # Every answer is attributed, from Envoy's (or the client sidecar's) access log, to
+    # the route the Envoy model chose (a 404 to none, a refused handshake to none: no
+    # route ran; a mesh request no sidecar routed: kube-proxy delivered it), and the
+    # reported xds_route is the logged one; the log is listed as the one addition.
+    assert doc["summary"]["unattributed"] == 0
+    stray = [f"{c['scenario']}::{c['name']}: {c['attribution']}" for c in cases]
+    odd = [s for c, s in zip(cases, stray, strict=True) if not _attributed(c, c in mesh)]
+    assert odd == []
+    assert set(doc["additions"]) == {c["scenario"] for c in cases}
+    assert all("access log added" in a for adds in doc["additions"].values() for a in adds)
     assert "edge-verify check: " in r.err and "edge-verify live: " in r.err
+
+
+def _attributed(case: dict[str, Any], mesh: bool) -> bool:
+    """The case's answers came through the route the Envoy model chose, says the log
+    (a mesh case's ``xds_route``: the sidecar's route by name)."""
+    a = case["attribution"]
+    if a["verdict"] != "agrees" or a["route"] != a["model_route"]:
+        return False
+    if a["state"] == "no-route":
+        return case["xds_route"] == "" and a["route"] is None
+    logged = case["xds_route"] == a["route"] if mesh else case["xds_route"].startswith("routes[")
+    return a["state"] == "attributed" and logged
 
 
 def _mutated_prefix(tmp_path: Path, cli: CLI) -> Path:

@@ -28,8 +28,8 @@ from conftest import edge_scenarios, load_scenario, mesh_scenarios
 from live_suite import SuiteRun, attempts_without_a_failure
 
 from verifier.live.envoy_process import envoy_available
-from verifier.live.mesh_live import NO_ROUTE
 from verifier.live.mesh_pods import mesh_pods
+from verifier.live.mesh_runner import KUBE_PROXY
 
 pytestmark = [
     pytest.mark.live,
@@ -97,11 +97,14 @@ def test_live_mesh_case(scenario: Path, case_name: str, fixtures_run: SuiteRun) 
     case = fixtures_run.case(scenario.name, case_name)
     client = case["request"].removeprefix("from ").split(":")[0]
     pods = mesh_pods(load_scenario(scenario)[0])
+    a = case["attribution"]
+    assert a["verdict"] == "agrees" and a["route"] == a["model_route"], a
     if not next(p for p in pods if "/".join(p.client) == client).sidecar:
-        assert case["attribution"] == NO_ROUTE and case["envoy_model_agrees"] is None
+        assert (a["state"], a["why"]) == ("no-route", KUBE_PROXY), a
+        assert case["envoy_model_agrees"] is None
     else:
         # its route, or none of its routes matched (a 404 is the sidecar's own answer)
-        assert case["attribution"].startswith(f"sidecar of {client}: "), case["attribution"]
+        assert a["state"] in ("attributed", "no-route") and a["why"] is None, a
         assert case["envoy_model_agrees"] is True
     assert case["spec_agrees"] is True
 

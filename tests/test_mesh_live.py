@@ -6,7 +6,7 @@ the Service has one version, that pod is the expected one, and the answer is rig
 for the wrong reason. ``edge-verify live`` attributes each mesh answer to the sidecar
 route that served it (the sidecar's access log, by our request id), and a case met
 through no route, or another one, than the HTTPRoute rule the spec model chose is
-**passed by coincidence** (EV820): a failure.
+**passed by coincidence** (EV811, as on the edge: docs/live.md): a failure.
 
 One scenario (an HTTPRoute on the Service echo-v1, one version) and one case, run
 three times at once, each in a mesh of its own: with the client's sidecar served its
@@ -31,17 +31,22 @@ from conftest import BASE, rel
 
 from verifier import pipeline
 from verifier.errors import InputErrors
+from verifier.live import attribution as attr
 from verifier.live import mesh_live
+from verifier.live.client import AccessEntry, LiveResponse
 from verifier.live.envoy_process import envoy_available
-from verifier.live.mesh_live import Served
-from verifier.live.mesh_runner import (
-    ATTRIBUTION,
+from verifier.live.mesh_runner import KUBE_PROXY, MeshRun, _at, _attribution, run_mesh_cases
+from verifier.live.results import (
+    AGREES,
+    ATTRIBUTED,
     COINCIDENCE,
-    MeshRun,
-    _attribution,
-    run_mesh_cases,
+    DISAGREES,
+    NO_ROUTE,
+    UNATTRIBUTED,
 )
-from verifier.live.runner import LiveOptions, prepare_all, run_live
+from verifier.live.runner import Answer, LiveOptions, prepare_all, routed, run_live
+from verifier.live.verdict import three_way
+from verifier.semantics import witness as wt
 from verifier.semantics.request import Evaluation, Outcome, RouteRef
 from verifier.xds.snapshot import Snapshot
 
@@ -131,16 +136,19 @@ def test_a_pass_kube_proxy_gave_is_passed_by_coincidence(scenario: list[str]) ->
     assert ok.passed and ok_findings == [], (ok.problems, ok_findings)
     route = "mesh-apps/echo-v1-mesh/rule/0/match/0"
     assert ok.xds_route == route
-    assert ok.attribution == (
-        f"sidecar of mesh-apps/client: route {route} (HTTPRoute mesh-apps/echo-v1-mesh rule 0)"
-    )
+    assert ok.attribution is not None
+    assert (ok.attribution.state, ok.attribution.route) == (ATTRIBUTED, route)
+    assert (ok.attribution.model_route, ok.attribution.verdict) == (route, AGREES)
+    assert ok.attribution.spec_route == "mesh-apps/echo-v1-mesh rule 0"
 
     ((chance, findings),) = dropped.found
     assert chance.observed["status"] == 200  # the expected pod answered ...
     assert [b["name"] for b in chance.observed["backends"]] == ["echo-v1"]
     assert not chance.passed  # ... but by kube-proxy, not by the route: a failure
-    assert chance.attribution == mesh_live.NO_ROUTE
-    assert [f.code for f in findings] == [COINCIDENCE]
+    a = chance.attribution
+    assert a is not None and (a.state, a.route, a.why) == (NO_ROUTE, "", KUBE_PROXY)
+    assert a.verdict == COINCIDENCE and chance.failure_kind == "attribution-coincidence"
+    assert [f.code for f in findings] == [attr.COINCIDENCE_CODE]
     assert findings[0].resource == "HTTPRoute mesh-apps/echo-v1-mesh"
     assert findings[0].file.endswith("cases.yaml") and findings[0].line == 1
     assert chance.spec_agrees and chance.envoy_model_agrees  # the models read the served xDS
@@ -169,14 +177,38 @@ def test_a_mesh_run_without_root_or_nft_says_why_and_exits_2(
 
 
 def test_attribution_disagrees_when_the_sidecar_names_another_route(scenario: list[str]) -> None:
-    """The sidecar's log names a route the Envoy model did not choose (or none): EV821,
-    naming both; the same route: nothing."""
+    """The sidecar's log names a route the Envoy model did not choose: EV810, an error
+    that fails the case, at the case (the edge's verdict and code); the same route:
+    nothing. No line where the Envoy model has no HTTP connection manager take the
+    request is kube-proxy's delivery (no route); where it has one, it is unattributed."""
     (prepared,) = prepare_all(scenario, pipeline.CheckOptions())
     (case,) = prepared.cases
-    model = Evaluation(Outcome(200, route=RouteRef("mesh-apps/echo-v1-mesh/rule/0/match/0")), ())
-    where = ("cases.yaml", 1)
-    same = Served(CLIENT, "mesh-apps/echo-v1-mesh/rule/0/match/0")
-    assert _attribution(prepared.ctx, case, model, [same], where) == []
-    for other in (Served(CLIENT, "mesh-apps/echo-v1/80/default"), Served(None)):
-        (finding,) = _attribution(prepared.ctx, case, model, [same, other], where)
-        assert finding.code == ATTRIBUTION and (finding.file, finding.line) == where
+    ctx, request = prepared.ctx, case.case.request
+    chosen = "mesh-apps/echo-v1-mesh/rule/0/match/0"
+    ref = RouteRef(chosen, httproute="mesh-apps/echo-v1-mesh", rule=0, match=0)
+    model = Evaluation(Outcome(200, route=ref), ())
+
+    def answer(route: str | None) -> LiveResponse:
+        logged = None if route is None else AccessEntry(route, "outbound|80||echo-v1", 200, "-")
+        return LiveResponse(request, 200, correlation="id-1", access=logged)
+
+    same = _attribution([answer(chosen)], model, logged=True)
+    assert (same.state, same.route, same.verdict) == (ATTRIBUTED, chosen, AGREES)
+    other = _attribution(
+        [answer(chosen), answer("mesh-apps/echo-v1/80/default")], model, logged=True
+    )
+    assert (other.state, other.verdict) == (ATTRIBUTED, DISAGREES)
+    assert _attribution([answer(None)], model, logged=True).state == UNATTRIBUTED
+    none = _attribution([answer(None)], model, logged=False)
+    assert (none.state, none.why, none.verdict) == (NO_ROUTE, KUBE_PROXY, DISAGREES)
+
+    verdict = three_way(model.outcome, model.outcome, model.outcome, live_meets_case=True)
+    w = wt.Witness(case.case.parent_key, request, wt.CASE, note=case.case.name)
+    at = _at(ctx, case, model)
+    a = Answer(ctx, w, model, model, model.outcome, verdict, at=at)
+    assert routed(a, same, met=True).findings == []
+    judged = routed(a, other, met=True)
+    (finding,) = judged.findings
+    assert finding.code == attr.CODE and (finding.file, finding.line) == (at.file, at.line)
+    assert finding.resource == "HTTPRoute mesh-apps/echo-v1-mesh"
+    assert judged.problems and judged.attribution.verdict == DISAGREES

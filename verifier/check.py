@@ -17,16 +17,17 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from verifier.destinations import Destinations
-from verifier.features import DEFAULT_PROFILE
+from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding, new
 from verifier.forked import map_forked
 from verifier.gatewayapi import addresses as addr
 from verifier.gatewayapi import model as m
+from verifier.gatewayapi import workloads
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import Case, possible_statuses
 from verifier.semantics.directory import DEFAULT_TRUST_DOMAIN, backend_directory_from
-from verifier.semantics.envoy.model import EnvoyModel, ModelError
+from verifier.semantics.envoy.model import BackendReply, EnvoyModel, ModelError
 from verifier.semantics.request import (
     Backend,
     Caveat,
@@ -35,12 +36,14 @@ from verifier.semantics.request import (
     Outcome,
     Request,
     RouteRef,
+    Source,
     apply_response_ops,
     evolve,
 )
 from verifier.semantics.shares import INVALID_STATUS, UNAVAILABLE_STATUS, status_shares
 from verifier.semantics.spec.mesh import spec_evaluate_mesh
 from verifier.semantics.spec.model import spec_evaluate
+from verifier.semantics.witness_mesh import MESH
 from verifier.xds.snapshot import Snapshot
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
@@ -48,9 +51,13 @@ if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
 
 if TYPE_CHECKING:
     from verifier.baseline import Baseline, Digests
+    from verifier.mesh_compare import MeshAnswer, MeshJudgement, MeshPlane, SidecarXds
     from verifier.rules.support.other_routes import Unjudged
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
+# The spec_cache's key for mesh answers (a mesh request has no Gateway; it carries
+# its client as ``source``).
+MESH_KEY = ("", "mesh")
 
 
 def outcome_diff(spec: Outcome, envoy: Outcome) -> tuple[str, ...]:
@@ -189,6 +196,9 @@ class Comparison:
     # Set when Envoy's likelier answer agrees but a route with a runtime_fraction
     # passes the rest of such requests on: ``envoy`` is then what they get.
     fraction_of: RouteRef | None = None
+    # Who answered in ``envoy``'s place: "" the edge's Envoy; for a mesh request, the
+    # client's sidecar ("sidecar NS/WORKLOAD") or kube-proxy (verifier.mesh_compare).
+    answered_by: str = ""
 
     @property
     def request(self) -> Request:
@@ -272,9 +282,16 @@ class Context:
     extra_witnesses: list[wt.Witness] = field(default_factory=list)
     cases: list[Case] = field(default_factory=list)
     # The mesh cases among ``cases`` (sent from a client workload to a Service): moved
-    # here as the context is made, so that no edge rule or model is asked about them.
-    # The sidecar's Envoy model does not answer them yet (docs/mesh.md).
+    # here as the context is made, so that no edge rule or model is asked about them;
+    # their client's sidecar (or kube-proxy) answers them (``mesh``).
     mesh_cases: list[Case] = field(default_factory=list)
+    # Where each mesh client's sidecar xDS comes from (verifier.mesh_compare.SidecarXds,
+    # made by the pipeline); None: none is judged, mesh requests captured by a sidecar
+    # are left unjudged.
+    sidecars: SidecarXds | None = None
+    # False when ``snapshot`` is a sidecar's (check --xds FILE --proxy NS/WORKLOAD): the
+    # edge's xDS is not there, so no edge request or case is judged.
+    edge_xds: bool = True
     # Services on the mesh path besides labelled namespaces (--mesh-registry).
     mesh_registry: frozenset[tuple[str, str]] = frozenset()
     # The SPIFFE trust domain mesh workloads' certificates name (--trust-domain).
@@ -299,6 +316,10 @@ class Context:
     # ... and those whose Envoy answer rests on an assumption (Outcome.caveats):
     # neither agreeing nor disagreeing, so not judged.
     assumed: list[Assumed] = field(default_factory=list, init=False, repr=False)
+    # The edge cases not judged because the xDS is a sidecar's (``edge_xds`` False).
+    edge_cases_unjudged: list[Case] = field(default_factory=list, init=False, repr=False)
+    # What rules work out once per context and share (rules/support), by their key.
+    rule_cache: dict[str, object] = field(default_factory=dict, init=False, repr=False)
     _digests: Digests | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -310,6 +331,8 @@ class Context:
         ]
         self.cases = [c for c in cases if not c.mesh]
         self.mesh_cases = [*self.mesh_cases, *(c for c in cases if c.mesh)]
+        if not self.edge_xds:
+            self.edge_cases_unjudged, self.cases = self.cases, []
 
     @cached_property
     def destinations(self) -> Destinations:
@@ -384,11 +407,85 @@ class Context:
 
     def mesh_spec(self, request: Request, *, trace: bool = True) -> Evaluation:
         """The spec's answer to a mesh request (``request.source`` set), with this
-        context's mesh registry. The sidecar's Envoy model does not answer yet."""
-        return spec_evaluate_mesh(self.res, request, registry=self.mesh_registry, trace=trace)
+        context's mesh registry; with ``trace=False`` it may come from ``spec_cache``."""
+        if trace or self.spec_cache is None:
+            return spec_evaluate_mesh(self.res, request, registry=self.mesh_registry, trace=trace)
+        key = (MESH_KEY, request)
+        found = self.spec_cache.get(key)
+        if found is None:
+            found = spec_evaluate_mesh(self.res, request, registry=self.mesh_registry, trace=False)
+            self.spec_cache[key] = found
+        return found
+
+    @property
+    def mesh_claimed(self) -> bool:
+        """Whether the profile claims the mesh (MESH-HTTP's core feature): without it,
+        mesh requests are not compared, and mesh cases are judged by the spec alone."""
+        return "Mesh" in PROFILES[self.profile]
+
+    @cached_property
+    def mesh_plane(self) -> MeshPlane:
+        """The mesh's deployment facts, directory and sidecars (verifier.mesh_compare)."""
+        from verifier.mesh_compare import MeshPlane
+
+        return MeshPlane(self.res, self.sidecars, self.mesh_registry, self.trust_domain)
+
+    def mesh_answer(
+        self, request: Request, reply: BackendReply | None = None, *, trace: bool = True
+    ) -> MeshAnswer:
+        """What the client's sidecar (the Envoy model on its xDS) or kube-proxy does with
+        a mesh request, or why check has no such answer (``MeshAnswer.evaluation``)."""
+        return self.mesh_plane.answer(request, reply, trace=trace)
+
+    def mesh_judges(self, request: Request) -> bool:
+        """Whether check holds the spec's answer to this mesh request to another: the
+        profile claims the mesh, and kube-proxy answers it or its client's sidecar xDS
+        is there to answer it."""
+        if not self.mesh_claimed:
+            return False
+        plane = self.mesh_plane
+        return (
+            not plane.deployment.captured(request)
+            or request.source is None
+            or plane.snapshot(request.source) is not None
+        )
+
+    @cached_property
+    def mesh_requests(self) -> list[wt.Witness]:
+        """What the mesh is asked: the mesh witnesses, the mesh cases, and a request to
+        every other Service frontend from each client whose sidecar is judged. None
+        when the input has neither a mesh route nor a mesh case, and no sidecar xDS
+        was given: the edge's check is then as it was."""
+        from verifier.semantics.witness_mesh import frontend_witnesses
+
+        cases = [wt.Witness(c.parent_key, c.request, wt.CASE, note=c.name) for c in self.mesh_cases]
+        given = sorted(self.sidecars.given) if self.sidecars is not None else []
+        found = self.mesh_witnesses + cases
+        if not found and not given:
+            return []
+        clients = given or sorted(
+            {
+                Source(ns, name)
+                for (_kind, ns, name), w in self.res.workloads.items()
+                if workloads.has_sidecar(self.res, w)
+            }
+        )
+        return found + frontend_witnesses(self.res, clients, sent=self.sent)
+
+    @cached_property
+    def mesh(self) -> MeshJudgement:
+        """Every mesh request compared (verifier.mesh_compare): its answer, on its
+        client's sidecar xDS or kube-proxy's, against the spec model's."""
+        from verifier.mesh_compare import MeshJudgement
+
+        if not self.mesh_claimed:
+            return MeshJudgement()
+        return self.mesh_plane.judge(self.mesh_requests, lambda r: self.mesh_spec(r, trace=False))
 
     @cached_property
     def witnesses(self) -> list[wt.Witness]:
+        if not self.edge_xds:
+            return []  # the xDS is a sidecar's: the edge's requests are not judged
         from_cases = [wt.Witness(c.parent_key, c.request, wt.CASE, note=c.name) for c in self.cases]
         generated = wt.witnesses(self.res, self.controller_name, sent=self.sent)
         extra = [self._sent(w) for w in self.extra_witnesses]
@@ -497,22 +594,7 @@ class Context:
         """The disagreement on one witness; ``Assumed`` when Envoy's answer rests on
         what the model assumes (check.Assumed), None when the models agree."""
         e = self.envoy.evaluate(w.request, trace=False)
-        if e.outcome.unjudged:
-            decisive = tuple(c for c in e.outcome.all_caveats() if c.decides)
-            route = e.outcome.route
-            return Assumed(w, decisive, route.xds_path or "" if route is not None else "")
-        s = self.spec(w.gateway, w.request, trace=False)
-        diffs = outcome_diff(s.outcome, e.outcome)
-        if diffs:
-            return Comparison(_attributed(w, s, e), s, e, diffs)
-        if e.outcome.otherwise is None:
-            return None
-        for other in e.outcome.possibilities()[1:]:  # a runtime_fraction passes it on
-            diffs = outcome_diff(s.outcome, other)
-            if diffs:
-                shown = dataclasses.replace(other, notes=e.outcome.notes)
-                return Comparison(w, s, Evaluation(shown, e.trace), diffs, e.outcome.route)
-        return None
+        return verdict(w, e, lambda: self.spec(w.gateway, w.request, trace=False))
 
     @cached_property
     def disagreements(self) -> dict[str, list[Comparison]]:
@@ -523,15 +605,17 @@ class Context:
         match is reported once, by the most specific rule that owns any of
         them, so one wrong behaviour is one finding.
         """
-        from verifier.rules.ownership import OWNER_PRIORITY, owner
+        from verifier.rules.ownership import OWNER_PRIORITY, attribute
 
         best: dict[tuple[object, ...], tuple[int, str, Comparison]] = {}
-        for c in self.comparisons:
+        for c in [*self.comparisons, *self.mesh.found]:
             if self._unjudged_answer(c):
                 continue
-            rule = owner(c, self)
+            rule, about = attribute(c, self)
             rank = OWNER_PRIORITY.index(rule) if rule in OWNER_PRIORITY else len(OWNER_PRIORITY)
-            key = _culprit(c) or (rule, c.witness.gateway, c.diffs, c.witness.note)
+            if about is not None:
+                c = self._about(c, about)
+            key = about or _culprit(c) or (rule, c.witness.gateway, c.diffs, c.witness.note)
             found = best.get(key)
             if found is None or rank < found[0]:
                 best[key] = (rank, rule, c)
@@ -539,6 +623,18 @@ class Context:
         for _rank, rule, c in best.values():
             by_rule.setdefault(rule, []).append(c)
         return by_rule
+
+    def _about(self, c: Comparison, about: tuple[object, ...]) -> Comparison:
+        """``c`` pointed at what it is about: an HTTPRoute match (a consumer route that
+        leaked into a client's route table, not the match whose request showed it), or,
+        for a mesh request, a Service frontend (no route is to blame)."""
+        key = about[0]
+        if isinstance(key, tuple) and key in self.res.httproutes:
+            rule, match = (x if isinstance(x, int) else None for x in about[1:3])
+            return replace(c, witness=evolve(c.witness, route=key, rule=rule, match=match))
+        if c.request.source is not None and key in self.res.services:
+            return replace(c, witness=evolve(c.witness, route=None, rule=None, match=None))
+        return c
 
     def _unjudged_answer(self, c: Comparison) -> bool:
         """Envoy answers with a route serving a kind the edge does not read (a GRPCRoute's
@@ -578,27 +674,34 @@ class Context:
                             return route_path(rc, vh, i, r)
         return ""
 
+    def where(self, w: wt.Witness, field_path: str = "") -> tuple[str, int, str]:
+        """(file, line, resource) of what witness ``w`` exercises: its HTTPRoute match
+        (or ``field_path`` of it); else its parent, a Gateway's listeners or, for a mesh
+        request, the Service it is sent to."""
+        route = self.route(w.route)
+        if route is not None:
+            path = field_path or (
+                f"spec.rules[{w.rule}].matches[{w.match}]" if w.rule is not None else ""
+            )
+            where = route.meta.where(path)
+            return where.file, where.line, f"HTTPRoute {route.meta.namespace}/{route.meta.name}"
+        if w.request.source is not None:
+            svc = self.res.services.get(w.gateway)
+            if svc is not None:
+                where = svc.meta.where(field_path)
+                return where.file, where.line, f"Service {svc.meta.namespace}/{svc.meta.name}"
+            return "", 0, ""
+        gw = self.res.gateways.get(w.gateway)
+        if gw is not None:
+            where = gw.meta.where(field_path or "spec.listeners")
+            return where.file, where.line, f"Gateway {gw.meta.namespace}/{gw.meta.name}"
+        return "", 0, ""
+
     def comparison_finding(
         self, code: str, rule: str, c: Comparison, field_path: str = ""
     ) -> Finding:
         """A semantic finding located at the witness's HTTPRoute match (or filter)."""
-        route = self.route(c.witness.route)
-        file, line, resource = "", 0, ""
-        if route is not None:
-            path = field_path or (
-                f"spec.rules[{c.witness.rule}].matches[{c.witness.match}]"
-                if c.witness.rule is not None
-                else ""
-            )
-            where = route.meta.where(path)
-            file, line = where.file, where.line
-            resource = f"HTTPRoute {route.meta.namespace}/{route.meta.name}"
-        else:
-            gw = self.res.gateways.get(c.witness.gateway)
-            if gw is not None:
-                where = gw.meta.where(field_path or "spec.listeners")
-                file, line = where.file, where.line
-                resource = f"Gateway {gw.meta.namespace}/{gw.meta.name}"
+        file, line, resource = self.where(c.witness, field_path)
         return new(
             code,
             rule,
@@ -614,6 +717,31 @@ class Context:
             diff=c.describe(),
             note=c.witness.note or c.witness.feature,
         )
+
+
+def verdict(
+    w: wt.Witness, e: Evaluation, spec: Callable[[], Evaluation], answered_by: str = ""
+) -> Comparison | Assumed | None:
+    """How the answer ``e`` to witness ``w`` compares with the spec's (asked only when
+    ``e`` is judged): the disagreement, ``Assumed`` when ``e`` rests on what the model
+    assumes (Assumed), None when they agree. ``answered_by``: Comparison's."""
+    if e.outcome.unjudged:
+        decisive = tuple(c for c in e.outcome.all_caveats() if c.decides)
+        route = e.outcome.route
+        return Assumed(w, decisive, route.xds_path or "" if route is not None else "")
+    s = spec()
+    diffs = outcome_diff(s.outcome, e.outcome)
+    if diffs:
+        return Comparison(_attributed(w, s, e), s, e, diffs, answered_by=answered_by)
+    if e.outcome.otherwise is None:
+        return None
+    for other in e.outcome.possibilities()[1:]:  # a runtime_fraction passes it on
+        diffs = outcome_diff(s.outcome, other)
+        if diffs:
+            shown = dataclasses.replace(other, notes=e.outcome.notes)
+            evaluation = Evaluation(shown, e.trace)
+            return Comparison(w, s, evaluation, diffs, e.outcome.route, answered_by)
+    return None
 
 
 def _culprit(c: Comparison) -> tuple[object, ...] | None:
@@ -643,8 +771,10 @@ def _attributed(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witnes
     """A case names no HTTPRoute match; the one the spec model chose for its request
     (or, where the spec gives it to none, the one the xDS route that took it was made
     from) is what it exercises. So a case's disagreement points at that match, and is
-    the same finding as the generated witnesses' for it, not a second one."""
-    if w.route is not None or w.feature != wt.CASE:
+    the same finding as the generated witnesses' for it, not a second one. The same
+    holds for a mesh witness made for no match (a path none was made for, a Service's
+    frontend): a route that applies may take it."""
+    if w.route is not None or w.feature not in (wt.CASE, MESH):
         return w
     for ref in (spec.outcome.route, envoy.outcome.route):
         if ref is not None and ref.httproute and "/" in ref.httproute:
@@ -697,3 +827,9 @@ def _runs(count: int, workers: int) -> list[range]:
 
 def route_path(rc: RouteConfiguration, vh: VirtualHost, index: int, _route: Route) -> str:
     return f"routes[{rc.name}].virtual_hosts[{vh.name}].routes[{index}]"
+
+
+def at_chosen_match(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witness:
+    """The HTTPRoute match a case's request exercises (``_attributed``), for a live
+    finding about a request both models answer alike (which route served it)."""
+    return _attributed(w, spec, envoy)

@@ -516,6 +516,7 @@ def _check(args: argparse.Namespace) -> int:
         cluster=_cluster_source(args),
         save_baseline=bool(args.save_baseline),
         translator_timeout=args.translator_timeout,
+        proxy=args.proxy,
     )
     before = None
     if args.baseline:
@@ -560,12 +561,7 @@ def _check(args: argparse.Namespace) -> int:
             print(
                 f"warning: {prefix}{n} rule{'s' if n != 1 else ''} not run: {why}", file=sys.stderr
             )
-        if r.mesh_cases:
-            print(
-                f"mesh: {prefix}{r.mesh_cases} mesh case{'s' if r.mesh_cases != 1 else ''} "
-                "judged by the spec model only: the sidecar's xDS is not checked yet",
-                file=sys.stderr,
-            )
+        _mesh_lines(r, prefix)
         for file, line, case, fields in r.left_to_live:
             where = f"{file}:{line}" if file else prefix.rstrip(": ")
             print(
@@ -588,6 +584,37 @@ def _check(args: argparse.Namespace) -> int:
         summary = pipeline.summary(results, baseline=before is not None)
         print(f"{text.summary_line(summary)} (report: {args.output})", file=sys.stderr)
     return EXIT_FINDINGS if _fails(findings, args.fail_on) else EXIT_OK
+
+
+def _mesh_lines(r: ScenarioResult, prefix: str) -> None:
+    """What check did not judge of the mesh (and, with --proxy, of the edge), on stderr:
+    said, never silently passed."""
+
+    def plural(n: int, what: str) -> str:
+        return f"{n} {what}{'s' if n != 1 else ''}"
+
+    if r.proxy:
+        print(
+            f"edge: {prefix}not judged: --xds is the sidecar of {r.proxy} (--proxy)"
+            + (
+                f"; {plural(r.edge_cases_unjudged, 'edge case')} left"
+                if r.edge_cases_unjudged
+                else ""
+            ),
+            file=sys.stderr,
+        )
+    if r.mesh_unjudged:
+        print(
+            f"mesh: {prefix}{plural(r.mesh_unjudged, 'mesh request')} not judged: "
+            f"{r.mesh_unjudged_why}",
+            file=sys.stderr,
+        )
+    if r.mesh_cases:
+        print(
+            f"mesh: {prefix}{plural(r.mesh_cases, 'mesh case')} judged by the spec model only: "
+            "no sidecar xDS of their client is judged here",
+            file=sys.stderr,
+        )
 
 
 def _fails(findings: Iterable[Finding], fail_on: str) -> bool:
@@ -867,23 +894,27 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.source and args.cases:
         message = "--from goes with --request (a mesh case names its client with from:)"
         raise InputErrors([InputError("--from", 0, "", "not-applicable", message)])
+    if args.proxy and not args.source:
+        message = "--proxy says whose sidecar --xds is: it goes with --from (a mesh request)"
+        raise InputErrors([InputError("--proxy", 0, "", "not-applicable", message)])
     opts = pipeline.CheckOptions(
         xds=args.xds,
         controller_name=args.controller_name,
         trust_domain=args.trust_domain,
         addressing=_addressing(args),
+        proxy=args.proxy,
     )
     res, _where = _load(args)
     _warn(res)
     empty = nothing_to_check(res, args.controller_name, "explain")
-    if empty is not None:
+    if empty is not None and not args.proxy:
         raise InputErrors([empty])
     if args.xds:
         snapshot, notes = pipeline.file_snapshot(args.xds, records=True)
         _note(notes)
     else:
         snapshot = pipeline.reference_snapshot(res, opts, args.mesh_registry)
-    problems = pipeline.addressing_problems(res, opts, snapshot)
+    problems = [] if args.proxy else pipeline.addressing_problems(res, opts, snapshot)
     if problems:
         raise InputErrors(problems)
     registry = load_mesh_registry(args.mesh_registry) if args.mesh_registry else frozenset()
@@ -894,6 +925,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         addressing=opts.addressing,
         mesh_registry=registry,
         trust_domain=args.trust_domain,
+        sidecars=pipeline.sidecar_xds(res, opts, registry, snapshot),
+        edge_xds=not args.proxy,
     )
     if ctx.models_problem is not None:
         where = args.xds or "the reference translation"
@@ -941,9 +974,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _explain_mesh(args: argparse.Namespace, ctx: Any, request: Any) -> int:
     """``explain --from NS/WORKLOAD``: the request is a mesh request to the Service its
-    URL names; the spec model answers (the sidecar's Envoy model does not yet)."""
+    URL names; the spec model answers, and the client's sidecar (the Envoy model on its
+    xDS) or kube-proxy, as check asks them."""
     import json
     from dataclasses import replace
+
+    from rich.console import Console
 
     from verifier import explain
 
@@ -962,8 +998,12 @@ def _explain_mesh(args: argparse.Namespace, ctx: Any, request: Any) -> int:
     result = explain.explain_mesh_request(ctx, service, replace(request, source=source))
     if args.format == "json":
         _write(json.dumps(result.to_json(), indent=2, sort_keys=True), None)
-    else:
+    elif isinstance(result, explain.MeshExplanation):
         _write(explain.render_mesh_text(result), None)
+    elif sys.stdout.isatty():
+        explain.print_side_by_side(result, Console())
+    else:
+        _write(explain.render_text(result), None)
     return EXIT_OK
 
 
@@ -1197,6 +1237,16 @@ def _limits_of(args: argparse.Namespace) -> Limits:
     return Limits(**{field: getattr(args, field) for field in LIMIT_FLAGS})
 
 
+def _add_proxy(p: argparse.ArgumentParser) -> None:
+    """--proxy: whose sidecar --xds is (check, explain; translate has its own)."""
+    p.add_argument(
+        "--proxy",
+        metavar="NS/WORKLOAD",
+        help="--xds is the sidecar xDS of this workload (as translate --proxy names it): "
+        "its mesh requests are judged, and the edge is not",
+    )
+
+
 def _add_mesh(p: argparse.ArgumentParser) -> None:
     """The options that say how mesh backends are dialled (translate, check, explain)."""
     p.add_argument(
@@ -1328,6 +1378,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write FILE for a later --baseline run: digests of the requests the models "
         "agree on (no configuration, no secrets)",
     )
+    _add_proxy(ck)
     _add_mesh(ck)
     ck.set_defaults(run=cmd_check)
 
@@ -1374,6 +1425,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("text", "json"),
         help="text: both traces side by side (default); json: outcomes and traces",
     )
+    _add_proxy(ex)
     _add_mesh(ex)
     ex.set_defaults(run=cmd_explain)
 

@@ -22,6 +22,7 @@ from verifier.gatewayapi import workloads
 from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
 from verifier.inputs import read_text
+from verifier.mesh_compare import KUBE_PROXY
 from verifier.semantics.cases import Case, model_unmet
 from verifier.semantics.directory import dns_service_keys
 from verifier.semantics.pem import fingerprints
@@ -177,6 +178,19 @@ class Explanation:
     spec_meets: bool | None
     envoy_meets: bool | None
     problems: tuple[str, ...] = ()
+    # A mesh request's: who answered in the Envoy model's place, the client's sidecar
+    # ("sidecar NS/WORKLOAD": the Envoy model on its xDS) or "kube-proxy" (no sidecar
+    # sees the connection); "" for a request to a Gateway.
+    answered_by: str = ""
+
+    @property
+    def envoy_side(self) -> str:
+        """How the text names the answer held to the spec model's."""
+        if self.answered_by == KUBE_PROXY:
+            return "kube-proxy (the Envoy model is not asked)"
+        if self.answered_by:
+            return f"Envoy model ({self.answered_by})"
+        return "Envoy model"
 
     @property
     def diffs(self) -> tuple[str, ...]:
@@ -201,6 +215,7 @@ class Explanation:
             "differs_in": list(self.diffs),
             "caveats": [c.to_json() for c in self.envoy.outcome.all_caveats()],
             "notes": {"spec": _notes(self.spec), "envoy": _notes(self.envoy)},
+            **({"answered_by": self.answered_by} if self.answered_by else {}),
         }
 
 
@@ -239,9 +254,10 @@ def render_text(ex: Explanation) -> str:
     lines = [f"case: {ex.name}"] if ex.spec_meets is not None else []
     lines += [f"request: {ex.request.line()}", "", "spec model:"]
     lines += [f"  {step}" for step in ex.spec.trace]
-    lines += ["", "Envoy model:"]
+    lines += ["", f"{ex.envoy_side}:"]
     lines += [f"  {step}" for step in ex.envoy.trace]
-    lines += ["", f"spec outcome:  {_short(ex.spec)}", f"Envoy outcome: {_short(ex.envoy)}"]
+    who = "kube-proxy" if ex.answered_by == KUBE_PROXY else "Envoy"
+    lines += ["", f"spec outcome:  {_short(ex.spec)}", f"{who} outcome: {_short(ex.envoy)}"]
     lines += [f"  {c.line()}" for c in ex.envoy.outcome.all_caveats()]
     lines.append(_verdict(ex))
     for who, ev in (("spec", ex.spec), ("Envoy", ex.envoy)):
@@ -259,7 +275,7 @@ def print_side_by_side(ex: Explanation, console: Console) -> None:
     """On a terminal: the two traces in two columns, so each step lines up."""
     table = Table(title=ex.name, show_lines=False, expand=True)
     table.add_column("spec model", ratio=1, overflow="fold")
-    table.add_column("Envoy model", ratio=1, overflow="fold")
+    table.add_column(ex.envoy_side, ratio=1, overflow="fold")
     for left, right in zip_longest(ex.spec.trace, ex.envoy.trace, fillvalue=""):
         table.add_row(left, right)
     table.add_row(f"[bold]{_short(ex.spec)}", f"[bold]{_short(ex.envoy)}")
@@ -302,12 +318,6 @@ def _short(ev: Evaluation) -> str:
 
 
 # ---------------------------------------------------------------- mesh requests
-
-# What explain says in the Envoy model's place for a mesh request, rather than pretend.
-ENVOY_NOT_YET = (
-    "the sidecar's Envoy model does not answer mesh requests yet: only the spec model's "
-    "answer is shown (docs/mesh.md)"
-)
 
 
 def parse_source(res: Resources, text: str) -> Source:
@@ -356,13 +366,15 @@ def pick_service(res: Resources, request: Request) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class MeshExplanation:
-    """The spec model's answer to a mesh request; the Envoy model's is not there yet."""
+    """The spec model's answer to a mesh request that check has no other answer to:
+    its client's sidecar captures it and that sidecar's xDS is not here (``why``)."""
 
     name: str
     request: Request
     spec: Evaluation
     spec_meets: bool | None = None
     problems: tuple[str, ...] = ()
+    why: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -370,7 +382,7 @@ class MeshExplanation:
             "request": self.request.to_json(),
             "spec": self.spec.outcome.to_json(),
             "envoy": None,
-            "envoy_model": ENVOY_NOT_YET,
+            "envoy_model": self.why,
             "spec_meets_expectation": self.spec_meets,
             "envoy_meets_expectation": None,
             "judged": False,
@@ -383,28 +395,60 @@ class MeshExplanation:
 
 def explain_mesh_request(
     ctx: Context, service: tuple[str, str], request: Request
-) -> MeshExplanation:
-    """Sent as check sends a mesh case (``Destinations.sent``: the Service's ClusterIP)."""
+) -> Explanation | MeshExplanation:
+    """Sent as check sends a mesh case (``Destinations.sent``: the Service's ClusterIP),
+    and answered as check answers it: by the spec model, and by the client's sidecar
+    (the Envoy model on its xDS, the connection redirected to it) or kube-proxy."""
     request = ctx.sent(service, request)
-    return MeshExplanation(request.line(), request, ctx.mesh_spec(request))
+    spec = ctx.mesh_spec(request)
+    answered = ctx.mesh_answer(request)
+    if answered.evaluation is None:
+        return MeshExplanation(request.line(), request, spec, why=_unanswered(answered.why))
+    return Explanation(
+        request.line(), request, spec, answered.evaluation, None, None, answered_by=answered.by
+    )
 
 
-def explain_mesh_case(ctx: Context, case: Case) -> MeshExplanation:
-    """A mesh case, judged as check judges it: the spec model's answer meets echo first."""
-    from verifier.live.echo_model import spec_client_view
+def explain_mesh_case(ctx: Context, case: Case) -> Explanation | MeshExplanation:
+    """A mesh case, judged as check judges it: both answers meet echo first."""
+    from verifier.live.echo_model import echo_reply, spec_client_view
 
     request = ctx.sent(case.parent_key, case.request)
     spec = ctx.mesh_spec(request)
     spec = replace(spec, outcome=spec_client_view(ctx.res, request, spec.outcome))
-    problems = tuple(f"spec: {p}" for p in model_unmet(case.expect, spec.outcome, request))
-    return MeshExplanation(case.name, request, spec, not problems, problems)
+    spec_problems = model_unmet(case.expect, spec.outcome, request)
+    answered = ctx.mesh_answer(request, echo_reply(request))
+    if answered.evaluation is None:
+        problems = tuple(f"spec: {p}" for p in spec_problems)
+        why = _unanswered(answered.why)
+        return MeshExplanation(case.name, request, spec, not problems, problems, why)
+    other = answered.evaluation
+    other_problems = model_unmet(case.expect, other.outcome, request)
+    who = "kube-proxy" if answered.by == KUBE_PROXY else "Envoy"
+    problems = tuple(f"spec: {p}" for p in spec_problems) + tuple(
+        f"{who}: {p}" for p in other_problems
+    )
+    return Explanation(
+        case.name,
+        request,
+        spec,
+        other,
+        not spec_problems,
+        not other_problems,
+        problems,
+        answered.by,
+    )
+
+
+def _unanswered(why: str) -> str:
+    return f"not asked: {why}: only the spec model's answer is shown (docs/mesh.md)"
 
 
 def render_mesh_text(ex: MeshExplanation) -> str:
     lines = [f"case: {ex.name}"] if ex.spec_meets is not None else []
     lines += [f"request: {ex.request.line()}", "", "spec model:"]
     lines += [f"  {step}" for step in ex.spec.trace]
-    lines += ["", f"Envoy model: not asked: {ENVOY_NOT_YET}"]
+    lines += ["", f"Envoy model: {ex.why}"]
     lines += ["", f"spec outcome:  {_short(ex.spec)}", "NOT JUDGED: one model's answer only"]
     lines += [f"spec model note: {n}" for n in _notes(ex.spec)]
     if ex.spec_meets is not None:

@@ -44,6 +44,7 @@ from verifier.report.scenario import ScenarioReport
 from verifier.semantics.cases import Case, CaseError, parse_case
 from verifier.semantics.envoy.binding import WILDCARDS, reaches, sockets
 from verifier.semantics.envoy.model import precompile
+from verifier.semantics.request import Source
 from verifier.suggest import closest
 from verifier.xds import validation
 from verifier.xds.layout import XdsLoadError, label
@@ -51,6 +52,7 @@ from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
 
 if TYPE_CHECKING:
     from verifier.baseline import Baseline
+    from verifier.mesh_compare import SidecarXds
 
 
 # How long one run of an external translator may take (--translator-timeout).
@@ -75,6 +77,8 @@ class CheckOptions:
     save_baseline: bool = False
     # --translator-timeout: how long one run of --translator may take.
     translator_timeout: float = TRANSLATOR_TIMEOUT
+    # --proxy NS/WORKLOAD: --xds is that workload's sidecar's xDS (docs/mesh.md).
+    proxy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,9 +119,19 @@ class ScenarioResult:
     # Cases stating expectations no model can show (cases.LIVE_ONLY), which only
     # the live pass judges: (file, line, case, those expectations).
     left_to_live: list[tuple[str, int, str, tuple[str, ...]]] = field(default_factory=list)
-    # Mesh cases, judged by the spec model only: the sidecar's Envoy model does not
-    # answer mesh requests yet (docs/mesh.md).
+    # Mesh cases judged by the spec model only: their client's sidecar xDS is not
+    # there (check --xds without --proxy, or another workload's), or the profile does
+    # not claim the mesh.
     mesh_cases: int = 0
+    # Mesh requests compared (on their client's sidecar, or kube-proxy's answer), and
+    # those not judged because their client's sidecar xDS is not there, with why.
+    mesh_requests: int = 0
+    mesh_unjudged: int = 0
+    mesh_unjudged_why: str = ""
+    # check --xds FILE --proxy NS/WORKLOAD: the sidecar judged; the edge's cases,
+    # which nothing judges then (its xDS was not given).
+    proxy: str = ""
+    edge_cases_unjudged: int = 0
     # How many requests were not judged: their Envoy answer rests on an assumption.
     unjudged: int = 0
     # The findings reported as the scenario's expected-findings.yaml declares them.
@@ -394,6 +408,84 @@ def _service_port(res: Resources, c: Case, path: str, line: int) -> Case:
 
 
 # ---------------------------------------------------------------- xDS sources
+
+ORIGINAL_DST = "envoy.extensions.filters.listener.original_dst.v3.OriginalDst"
+
+
+def sidecar_listeners(snapshot: Snapshot) -> list[str]:
+    """The listeners that restore a redirected connection's original destination (the
+    ``original_dst`` listener filter): a sidecar's, which an edge does not have."""
+    return [
+        lst.name
+        for lst in snapshot.listeners
+        if any(
+            f.name == "envoy.filters.listener.original_dst"
+            or getattr(f.typed_config, "type_url", "").endswith(ORIGINAL_DST)
+            for f in lst.listener_filters
+        )
+    ]
+
+
+def sidecar_xds(
+    res: Resources,
+    opts: CheckOptions,
+    registry: frozenset[tuple[str, str]],
+    snapshot: Snapshot,
+) -> SidecarXds | None:
+    """Where each mesh client's sidecar xDS comes from: ``--xds FILE --proxy NS/WORKLOAD``
+    (that workload's only), else the reference translator's per workload when the edge's
+    xDS is ours too; None with ``--xds`` or ``--translator`` alone, whose xDS is the
+    edge's: no sidecar is judged then, and its requests are said to be unjudged. A dump
+    whose listeners are a sidecar's, given without --proxy, is bad input: it would be
+    judged as an edge that serves no Gateway. With --proxy the xDS is judged as that
+    sidecar's, whatever it holds (an edge's would fail every mesh request: findings)."""
+    from verifier.mesh_compare import SidecarXds
+
+    def error(field: str, code: str, message: str) -> InputErrors:
+        return InputErrors([InputError(field, 0, "", code, message)])
+
+    if opts.proxy and not opts.xds:
+        why = "--proxy says whose sidecar --xds is; without --xds every sidecar is translated"
+        raise error("--proxy", "not-applicable", why)
+    listeners = sidecar_listeners(snapshot) if opts.xds or opts.translator else []
+    if opts.proxy:
+        from verifier.gatewayapi.mesh_attach import sidecar_workload
+
+        found = sidecar_workload(res, opts.proxy)
+        return SidecarXds(given={Source(found.meta.namespace, found.meta.name): snapshot})
+    if listeners:
+        source = opts.xds or f"--translator {opts.translator}"
+        why = (
+            f"{label(source)} is a sidecar's xDS (listener {listeners[0]} restores original "
+            "destinations): name its workload with --proxy NAMESPACE/WORKLOAD"
+        )
+        raise error("--xds" if opts.xds else "--translator", "sidecar-xds", why)
+    if opts.xds or opts.translator:
+        return None
+    return SidecarXds(translate=ReferenceSidecars(res, opts, registry))
+
+
+@dataclass
+class ReferenceSidecars:
+    """The reference translator's xDS for each client's sidecar (``translate --proxy``),
+    from the controller's mesh decisions, made once for all of them."""
+
+    res: Resources
+    opts: CheckOptions
+    registry: frozenset[tuple[str, str]]
+    _graph: Any = None
+
+    def __call__(self, source: Source) -> Snapshot:
+        from verifier.gatewayapi import mesh_attach
+        from verifier.translate import TranslateOptions
+        from verifier.translate.sidecar import translate_sidecar
+
+        if self._graph is None:
+            self._graph = mesh_attach.build_mesh(self.res)
+        workload = workloads.workload(self.res, source.namespace, source.workload)
+        assert workload is not None  # the client of one of the input's requests
+        topts = TranslateOptions(trust_domain=self.opts.trust_domain, mesh_registry=self.registry)
+        return translate_sidecar(self.res, self._graph, workload, topts)
 
 
 def reference_snapshot(res: Resources, opts: CheckOptions, registry_file: str | None) -> Snapshot:
@@ -676,7 +768,7 @@ def prepare(
             loading.close()
     warnings = list(res.warnings)
     empty = nothing_to_check(res, opts.controller_name, " ".join(scn.paths) or scn.name)
-    if empty is not None:
+    if empty is not None and not opts.proxy:  # with --proxy, a sidecar is what is checked
         return None, ScenarioResult(scn, input_errors=[empty], warnings=warnings)
     try:
         cases: list[Case] = []
@@ -705,10 +797,11 @@ def prepare(
             source = opts.xds or f"--translator {opts.translator}"
             warnings.append(f"{label(source)}: no listener and no cluster in the xDS read")
         registry = load_mesh_registry(scn.mesh_registry) if scn.mesh_registry else frozenset()
+        sidecars = sidecar_xds(res, opts, registry, snapshot)
     except InputErrors as exc:
         return None, ScenarioResult(scn, input_errors=exc.errors, warnings=warnings)
     try:
-        problems = addressing_problems(res, opts, snapshot)
+        problems = [] if opts.proxy else addressing_problems(res, opts, snapshot)
     except InputErrors as exc:
         problems = exc.errors
     if problems:
@@ -726,6 +819,8 @@ def prepare(
         addressing=opts.addressing,
         baseline=opts.baseline,
         record_agreement=opts.save_baseline,
+        sidecars=sidecars,
+        edge_xds=not opts.proxy,
     )
     return ctx, ScenarioResult(scn, warnings=_with_unjudged(warnings, ctx), cases=tuple(tables))
 
@@ -814,7 +909,13 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
     with loaded_objects_frozen():
         ran = run(rules, ctx)
     result.findings, result.ran, result.skipped = ran.findings, ran.rules_run, ran.rules_skipped
-    result.mesh_cases = len(ctx.mesh_cases)
+    result.mesh_cases = sum(1 for c in ctx.mesh_cases if not ctx.mesh_judges(c.request))
+    if "mesh" in ctx.__dict__:  # the mesh was asked (cached_property)
+        result.mesh_requests, result.mesh_unjudged = ctx.mesh.asked, len(ctx.mesh.unjudged)
+        result.mesh_unjudged_why = ctx.mesh.why
+        result.warnings += [f"not judged: {p}" for p in ctx.mesh.problems]
+    result.proxy = opts.proxy or ""
+    result.edge_cases_unjudged = len(ctx.edge_cases_unjudged)
     result.left_to_live = [
         (*ctx.case_locations.get(c.name, ("", 0)), c.name, c.live_only)
         for c in ctx.cases
@@ -938,9 +1039,18 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
     left = sum(len(r.left_to_live) for r in results)
     if left:  # said, never silently dropped: these cases are judged in part only
         out["left_to_live"] = left
+    asked = sum(r.mesh_requests for r in results)
+    if asked:  # the mesh requests compared, on their client's sidecar or kube-proxy's
+        out["mesh_requests"] = asked
     mesh = sum(r.mesh_cases for r in results)
     if mesh:  # said, never silently passed: judged by one model, not two
         out["mesh_cases_spec_only"] = mesh
+    mesh_unjudged = sum(r.mesh_unjudged for r in results)
+    if mesh_unjudged:  # their client's sidecar xDS is not there: said, never dropped
+        out["mesh_unjudged"] = mesh_unjudged
+    edge = sum(r.edge_cases_unjudged for r in results)
+    if edge:  # check --xds --proxy: the edge's xDS was not given
+        out["edge_cases_unjudged"] = edge
     unjudged = sum(r.unjudged for r in results)
     if unjudged:  # requests whose Envoy answer rests on an assumption (EV110)
         out["unjudged"] = unjudged

@@ -44,9 +44,16 @@ class Rule:
     # Such a rule is reported skipped with that reason: a run must not look as if
     # it checked what it could not.
     unavailable: Callable[[], str | None] | None = field(default=None, compare=False)
+    # True when the rule judges an edge's xDS (a listener per Gateway port, virtual
+    # hosts per hostname, the edge's mesh clusters): skipped when the xDS checked is a
+    # sidecar's (check --xds FILE --proxy NS/WORKLOAD), which the mesh rules judge.
+    edge_xds: bool = field(default=False, compare=False)
 
     def claimed_by(self, profile: str) -> bool:
         return all(f in PROFILES[profile] for f in self.features)
+
+
+SIDECAR_ONLY = "the xDS is a sidecar's (--proxy), and this rule judges an edge's"
 
 
 @dataclass
@@ -67,6 +74,8 @@ def run(rules: Iterable[Rule], ctx: Context) -> RunResult:
             )
             continue
         why = rule.unavailable() if rule.unavailable is not None else None
+        if why is None and rule.edge_xds and not ctx.edge_xds:
+            why = SIDECAR_ONLY
         if why is not None:
             skipped.append((rule.name, why))
             continue

@@ -18,13 +18,23 @@ from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.xds import read
-from verifier.xds.enums import ClusterClusterProtocolSelection, ClusterDiscoveryType, name_of
+from verifier.xds.enums import (
+    ClusterClusterProtocolSelection,
+    ClusterDiscoveryType,
+    SubjectAltNameMatcherSanType,
+    name_of,
+)
 from verifier.xds.snapshot import Snapshot
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
     from envoy_data_plane.envoy.config.cluster.v3 import Cluster
     from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment
-    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
+    from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
+        CertificateValidationContext,
+        CommonTlsContext,
+        UpstreamTlsContext,
+    )
+    from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 
 HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 UPSTREAM_TLS = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -116,6 +126,31 @@ def http_protocol(cluster: Cluster) -> str:
     return "h1"
 
 
+def san_matchers(common: CommonTlsContext) -> list[tuple[str, StringMatcher]]:
+    """(SAN type, matcher) for every subject-alt-name matcher; type "" for legacy ones."""
+    contexts: list[CertificateValidationContext] = []
+    if common.validation_context is not None:
+        contexts.append(common.validation_context)
+    combined = common.combined_validation_context
+    if combined is not None and combined.default_validation_context is not None:
+        contexts.append(combined.default_validation_context)
+    out: list[tuple[str, StringMatcher]] = []
+    for vc in contexts:
+        out += [
+            (name_of(SubjectAltNameMatcherSanType, s.san_type or 0), s.matcher)
+            for s in vc.match_typed_subject_alt_names
+            if s.matcher is not None
+        ]
+        out += [("", s) for s in vc.match_subject_alt_names]
+    return out
+
+
+def describe_matcher(matcher: StringMatcher) -> str:
+    which, value = read.one_of(matcher, "match_pattern")
+    text = getattr(value, "regex", value)
+    return f"{which or 'any'} {text!r}"
+
+
 class Directory:
     """Services by DNS name, clusterIP and EndpointSlice address."""
 
@@ -177,13 +212,13 @@ def dialled(cluster: Cluster, snap: Snapshot, directory: Directory) -> Dialled |
     tls = upstream_tls(cluster)
     probes = ts
     if not probes and tls is not None and tls.sni:
-        probes = ((tls.sni, 0),)
+        probes = ((_sni_name(tls.sni), 0),)
     keys: set[tuple[str, str]] | None = None
     for host, port_number in probes:
         found = directory.services(host, port_number)
         keys = found if keys is None else keys & found
     if keys and len(keys) > 1 and tls is not None and tls.sni:
-        keys &= directory.services(tls.sni)  # pods behind several Services: SNI says which
+        keys &= directory.services(_sni_name(tls.sni))  # pods behind several Services
     if not keys:
         return None
     first, *others = sorted(keys)
@@ -196,6 +231,13 @@ def dialled(cluster: Cluster, snap: Snapshot, directory: Directory) -> Dialled |
         (directory.res.services[k], p) for k in sorted(keys) for p in directory.fits(k, ts)
     )
     return Dialled(svc, port, ts, tuple(directory.res.services[k] for k in others), readings)
+
+
+def _sni_name(sni: str) -> str:
+    """The Service name a mesh tunnel's SNI carries: ``<port>.<svc>.<ns>...`` names one
+    port of a Service with several (docs/mesh.md), ``<svc>.<ns>...`` a Service."""
+    head, dot, rest = sni.partition(".")
+    return rest if dot and head.isdigit() else sni
 
 
 def routed_clusters(snap: Snapshot) -> dict[str, list[walk.RouteRef]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
+from verifier.gatewayapi import workloads
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.spec.frontend import port_trust
 from verifier.semantics.spec.listenersets import merged_gateway
@@ -271,11 +272,4 @@ def is_mesh(res: Resources, ns: str, name: str, registry: frozenset[tuple[str, s
 
 def service_accounts(res: Resources, svc: m.Service) -> set[str]:
     """The ServiceAccounts of the workloads whose pods the Service selects; else default."""
-    found = {
-        wl.service_account
-        for (_kind, ns, _name), wl in res.workloads.items()
-        if ns == svc.meta.namespace
-        and svc.selector
-        and all(dict(wl.pod_labels).get(k) == v for k, v in svc.selector)
-    }
-    return found or {"default"}
+    return set(workloads.service_accounts(res, *svc.meta.key))

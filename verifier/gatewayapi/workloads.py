@@ -77,6 +77,9 @@ MESH_LABEL = ("aether.io/managed", "true")
 # A pod-template annotation: with "true", the sidecar captures all outbound TCP;
 # without it, only connections to the ClusterIP of a mesh-registered Service.
 REDIRECT_ALL = "capture.aether.io/redirect-all"
+# Where the capture sends a sidecar's outbound TCP: the proxy's port 15001 on the pod's
+# loopback (nftables REDIRECT; docs/mesh.md, "Which traffic the sidecar sees").
+CAPTURE_PORT = 15001
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 # Past this many derived pods the input is refused (exit 2) rather than read for
 # minutes: `replicas` is a number anyone can make large.
@@ -138,14 +141,17 @@ def target_port(port: m.ServicePort, wl: m.Workload) -> int | None:
 
 
 def _slice(
-    svc: m.Service, suffix: str, addresses: tuple[str, ...], ports: tuple[tuple[str, int], ...]
+    svc: m.Service,
+    suffix: str,
+    addresses: Iterable[str],
+    ports: tuple[tuple[str, int], ...],
 ) -> m.EndpointSlice:
     ns, name = svc.meta.key
     labels = tuple(sorted(((SERVICE_NAME_LABEL, name), MANAGED_BY)))
     # The Service's own YAML stands for the slice: a finding about these endpoints
     # points at the object a person would edit.
     meta = m.Meta("EndpointSlice", ns, f"{name}-{suffix}", labels, "", svc.meta.raw)
-    return m.EndpointSlice(meta, name, addresses, ports)
+    return m.EndpointSlice(meta, name, tuple(addresses), ports)
 
 
 class PodAddresses:
@@ -220,8 +226,8 @@ def derive_for(
         )
         return [_slice(svc, _encode(f"{ns}/{name}", 5), (), ())], note
     slices = [
-        _slice(svc, _encode(f"{ns}/{name}/{i}", 5), tuple(addresses), ports)
-        for i, (ports, addresses) in enumerate(sorted(groups.items()))
+        _slice(svc, _encode(f"{ns}/{name}/{i}", 5), pods_of, ports)
+        for i, (ports, pods_of) in enumerate(sorted(groups.items()))
     ]
     note = (
         f"{where}: Service {ns}/{name} has no EndpointSlice: derived {count} ready "
@@ -292,6 +298,37 @@ def address_owners(res: Resources) -> dict[str, set[tuple[str, str, str]]]:
 
 
 # ---------------------------------------------------------------- the mesh's deployment facts
+
+
+def selected_workloads(res: Resources, namespace: str, service: str) -> list[m.Workload]:
+    """The workloads whose pods the Service selects, by (kind, namespace, name): the
+    translator, both models' directory and the live pods must name the same identities,
+    so this is the one place that says which pods a Service's identity comes from."""
+    svc = res.services.get((namespace, service))
+    if svc is None or not svc.selector:
+        return []
+    return [
+        wl
+        for key, wl in sorted(res.workloads.items())
+        if key[1] == namespace and selects(svc.selector, dict(wl.pod_labels))
+    ]
+
+
+def service_accounts(res: Resources, namespace: str, service: str) -> list[str]:
+    """Every identity the Service's pods may present (a Service over two Deployments may
+    run as two ServiceAccounts): what an mTLS client must accept; ``default`` when no
+    workload of the input is selected, as Kubernetes assigns."""
+    return sorted({wl.service_account for wl in selected_workloads(res, namespace, service)}) or [
+        "default"
+    ]
+
+
+def service_account(res: Resources, namespace: str, service: str) -> str:
+    """The one identity that stands for a Service's pods where the pod itself is not
+    known (a given EndpointSlice does not say whose pod an address is): the first
+    selected workload's, else ``default``."""
+    found = selected_workloads(res, namespace, service)
+    return found[0].service_account if found else "default"
 
 
 def mesh_namespace(res: Resources, namespace: str) -> bool:

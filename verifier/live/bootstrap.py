@@ -119,17 +119,6 @@ def socket_addresses(assignment: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def service_account(res: Resources, namespace: str, service: str) -> str:
-    """The identity the Service's pods run as: the SA of the workload its selector picks."""
-    svc = res.services.get((namespace, service))
-    selector = dict(svc.selector) if svc else {}
-    for (_kind, ns, _name), wl in sorted(res.workloads.items()):
-        labels = dict(wl.pod_labels)
-        if ns == namespace and selector and all(labels.get(k) == v for k, v in selector.items()):
-            return wl.service_account
-    return "default"
-
-
 # --- planning ---------------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from verifier.destinations import Destinations
 from verifier.gatewayapi.addresses import Addressing
 from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
 from verifier.gatewayapi.resources import Resources
+from verifier.gatewayapi.workloads import service_account
 from verifier.live.bootstrap import (
     BackendPlan,
     EndpointMapping,
@@ -35,7 +36,6 @@ from verifier.live.bootstrap import (
     local_bootstrap,
     plan_backends,
     sds_secrets,
-    service_account,
 )
 from verifier.live.client import LiveResponse, send
 from verifier.live.dns import DnsServer

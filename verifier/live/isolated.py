@@ -36,6 +36,7 @@ from verifier.forked import on_stop
 from verifier.gatewayapi.addresses import Addressing, gateway_addresses
 from verifier.gatewayapi.attach import DEFAULT_CONTROLLER
 from verifier.gatewayapi.resources import Resources
+from verifier.live.access_log import AccessLogReader
 from verifier.live.bootstrap import (
     BackendPlan,
     BootstrapError,
@@ -61,7 +62,6 @@ from verifier.live.served import (
     ads_bootstrap,
     mesh_secrets,
     namespace_addresses,
-    read_access_log,
     with_access_log,
 )
 from verifier.orphans import private_dir
@@ -72,6 +72,7 @@ from verifier.xds.snapshot import WILDCARD_ADDRESSES, Snapshot, bound_addresses
 
 ACK_WAIT_S = 30.0  # hard bound on Envoy's answer to each served type
 ACCESS_LOG_WAIT_S = 5.0  # hard bound on Envoy flushing the access-log lines of a batch
+ACCESS_LOG_POLL_S = 0.025  # half Envoy's flush interval (served.FLUSH_ARGS)
 _KINDS = dict(zip(TYPES, ("clusters", "endpoints", "listeners", "routes", "secrets"), strict=True))
 
 
@@ -142,6 +143,8 @@ class NamespaceHarness(EmbeddedHarness):
         self.ads: AdsServer | None = None
         self.additions: list[str] = []
         self.access_log: Path | None = None
+        self._log: AccessLogReader | None = None
+        self._tick: asyncio.Future[None] | None = None
         self.timings: dict[str, float] = {}
         self._ids = itertools.count(1)
         self._claimed: set[tuple[str, int]] = set()
@@ -168,6 +171,7 @@ class NamespaceHarness(EmbeddedHarness):
         await self._dns_answers()
         extra = await self._mesh_secrets(pki)
         served, self.access_log = prepared.served, prepared.access_log
+        self._log = AccessLogReader(prepared.access_log)
         self.additions = list(prepared.additions)
         self.ads = AdsServer(served, extra_secrets=extra, on_answer=self._answered)
         ads_at = await self.ads.start("127.0.0.1", 0)
@@ -285,24 +289,41 @@ class NamespaceHarness(EmbeddedHarness):
         backend reports, absent from ``resp.request``); raises once Envoy has ended."""
         await self.alive()
         tag = f"{os.getpid()}-{next(self._ids)}"
+        if self._log is not None:
+            self._log.expect(tag)
         pairs = [(k, v) for k, vs in req.headers for v in vs] + [(CORRELATION_HEADER, tag)]
         resp = await send(replace(req, headers=normalize_headers(pairs)), target, **how)
         return replace(resp, request=req, correlation=tag)
 
     async def attribute(self, responses: Sequence[LiveResponse]) -> list[LiveResponse]:
-        """Each answer with Envoy's access-log line for it (route, cluster, flags)."""
+        """Each answer with Envoy's access-log line for it (route, cluster, flags); an
+        answer whose line did not come within ``ACCESS_LOG_WAIT_S`` keeps ``access``
+        None (unattributed), and an answer that never reached Envoy's HTTP layer
+        (status 0) has none to wait for."""
         await self.alive()
-        assert self.access_log is not None
+        log = self._log
+        assert log is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ACCESS_LOG_WAIT_S
         wanted = {r.correlation for r in responses if r.correlation and r.status}
-        while True:
-            logged = read_access_log(self.access_log)
-            if wanted <= logged.keys() or loop.time() > deadline:
-                break
-            await asyncio.sleep(0.05)
+        log.poll()
+        while not log.has(wanted) and loop.time() < deadline:
+            await self._next_poll()
         await self.alive()
+        logged = log.claim({r.correlation for r in responses if r.correlation})
         return [replace(r, access=logged.get(r.correlation)) for r in responses]
+
+    async def _next_poll(self) -> None:
+        """Return after the log's next read: one read per tick for every waiter (cases
+        waiting each on its own read cost a loaded machine more than the wait)."""
+        if self._tick is None or self._tick.done():
+            self._tick = asyncio.ensure_future(self._poll_later())
+        await asyncio.shield(self._tick)
+
+    async def _poll_later(self) -> None:
+        await asyncio.sleep(ACCESS_LOG_POLL_S)
+        if self._log is not None:
+            self._log.poll()
 
     async def alive(self) -> None:
         """Raise if Envoy has ended: answers after that are not Envoy's."""

@@ -18,9 +18,11 @@ case is judged by the same code as an edge case.
   address is what the client dials either way.
 - **Which route served it.** Each request carries our request id
   (``served.CORRELATION_HEADER``); the client's sidecar logs it with the filter
-  chain, route and cluster it chose (the one addition to the served xDS). A request
+  chain, route and cluster it chose (the one addition to the served xDS), read as
+  the edge's log is (``access_log.AccessLogReader``, one per sidecar). A request
   with no line of its own went by no sidecar route: not captured, or passed through
-  (``tcp_proxy`` has no request to log), so kube-proxy delivered it (``Served``).
+  (``tcp_proxy`` has no request to log), so kube-proxy delivered it
+  (``mesh_runner``: ``no-route``).
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ import itertools
 import os
 import shutil
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from verifier.gatewayapi.resources import Resources
+from verifier.live.access_log import AccessLogReader
 from verifier.live.client import AccessEntry, LiveResponse
 from verifier.live.echoproto.proto import EchoTestServiceStub, ForwardEchoRequest, Header
 from verifier.live.harness import answer_outcome
@@ -47,7 +50,6 @@ from verifier.live.served import CORRELATION_HEADER
 from verifier.semantics.request import Backend, Outcome, Request
 
 LOG_WAIT_S = 5.0  # for a sidecar to flush a request's line (every 50 ms)
-NO_ROUTE = "no sidecar route: kube-proxy delivered it"
 
 
 def mesh_unavailable() -> str | None:
@@ -66,54 +68,17 @@ def mesh_unavailable() -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Served:
-    """Which route of which sidecar served an answer, from the sidecar's access log.
-
-    ``sidecar``: the client workload whose sidecar logged it (None: no line, the
-    request went by no sidecar route); ``route`` the xDS route's name ("" when the
-    sidecar matched none); ``httproute``/``rule``/``match`` the route's metadata
-    (the HTTPRoute rule it was translated from; None for a route to the Service
-    itself)."""
-
-    sidecar: tuple[str, str] | None
-    route: str = ""
-    cluster: str = ""
-    httproute: str | None = None
-    rule: int | None = None
-    match: int | None = None
-
-    @property
-    def key(self) -> tuple[str, int | None, int | None] | None:
-        """The HTTPRoute rule and match that served it, or None (none did)."""
-        return None if self.httproute is None else (self.httproute, self.rule, self.match)
-
-    def describe(self) -> str:
-        if self.sidecar is None:
-            return NO_ROUTE
-        who = "/".join(self.sidecar)
-        if not self.route:
-            return f"sidecar of {who}: no route matched"
-        rule = f" (HTTPRoute {self.httproute} rule {self.rule})" if self.httproute else ""
-        return f"sidecar of {who}: route {self.route}{rule}"
-
-
 class MeshTarget:
     """A started ``MeshWorld`` as the live runner's target (module docstring).
 
-    ``routes``: each client's xDS route name -> (HTTPRoute, rule, match) of its
-    metadata, for ``served``. ``predicted``: the backends the models allow for a
+    ``predicted``: the backends the models allow for a
     request, so the pod that answered is named by the Service the models named (a
     pod behind two Services is the same pod to both)."""
 
-    def __init__(
-        self,
-        world: MeshWorld,
-        routes: Mapping[tuple[str, str], Mapping[str, tuple[str | None, int | None, int | None]]],
-    ) -> None:
+    def __init__(self, world: MeshWorld) -> None:
         self.world = world
         self.res: Resources = world.res
-        self.routes = routes
+        self._logs: dict[tuple[str, str], AccessLogReader] = {}  # per client sidecar
         self.endpoints = service_endpoints(world.res)
         self.by_name: dict[tuple[str, str], MeshPod] = {
             (p.namespace, p.name): p for p in world.pods
@@ -146,6 +111,9 @@ class MeshTarget:
         pod = self.world.pod_of((request.source.namespace, request.source.workload))
         port = self.world.control_ports[pod.name]
         tag = f"mesh-{os.getpid()}-{next(self._ids)}"
+        log = self._log(pod.client)
+        if log is not None:  # before any read that may pass its line
+            log.expect(tag)
         headers = [Header("Host", request.host)] if request.host else []
         headers += [Header(k, v) for k, vs in request.headers for v in vs if k.lower() != "host"]
         headers.append(Header(CORRELATION_HEADER, tag))
@@ -203,6 +171,14 @@ class MeshTarget:
 
     # --- attribution --------------------------------------------------------------------------
 
+    def _log(self, client: tuple[str, str]) -> AccessLogReader | None:
+        """The reader of the client's sidecar's access log (None: no sidecar runs)."""
+        log = self._logs.get(client)
+        sidecar = self.world.running.get(self.world.pod_of(client).name)
+        if log is None and sidecar is not None:
+            log = self._logs[client] = AccessLogReader(sidecar.log)
+        return log
+
     async def attribute(
         self, responses: Sequence[LiveResponse], *, logged: bool = True
     ) -> list[LiveResponse]:
@@ -211,35 +187,27 @@ class MeshTarget:
         ``logged``: a line is expected (an HTTP connection manager takes the request,
         by the Envoy model), so it is waited for while the sidecar may still flush it;
         else the lines there are read at once."""
-        wanted: dict[tuple[str, str], set[str]] = {}  # client -> the ids to wait for
+        wanted: dict[AccessLogReader, set[str]] = {}  # the ids to claim, per sidecar log
         for r in responses:
-            client = _client(r.request)
-            if r.correlation and self.world.running.get(self.world.pod_of(client).name):
-                wanted.setdefault(client, set()).update([r.correlation] if logged else [])
-        deadline = asyncio.get_running_loop().time() + LOG_WAIT_S
+            log = self._log(_client(r.request)) if r.correlation else None
+            if log is not None:
+                wanted.setdefault(log, set()).add(r.correlation)
+        waited = {
+            log: {r.correlation for r in responses if r.correlation in ids and r.status}
+            for log, ids in wanted.items()
+        }
+        deadline = asyncio.get_running_loop().time() + (LOG_WAIT_S if logged else 0.0)
         while True:
-            found = {c: self.world.access_log(c, "id") for c in wanted}
-            done = all(ids <= found[c].keys() for c, ids in wanted.items())
+            for log in wanted:
+                log.poll()
+            done = all(log.has(ids) for log, ids in waited.items())
             if done or asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(0.05)
-        out = []
-        for r in responses:
-            line = found.get(_client(r.request), {}).get(r.correlation)
-            entry = None
-            if line is not None:
-                entry = AccessEntry(line.route, line.cluster, line.code, line.flags or "-")
-            out.append(replace(r, access=entry))
-        return out
-
-    def served(self, resp: LiveResponse) -> Served:
-        """Which sidecar route served ``resp`` (after ``attribute``)."""
-        if resp.access is None:
-            return Served(None)
-        client = _client(resp.request)
-        route = resp.access.route
-        httproute, rule, match = self.routes.get(client, {}).get(route, (None, None, None))
-        return Served(client, route, resp.access.cluster, httproute, rule, match)
+        found: dict[str, AccessEntry] = {}
+        for log, ids in wanted.items():
+            found.update(log.claim(ids))
+        return [replace(r, access=found.get(r.correlation)) for r in responses]
 
     def kill_now(self) -> None:
         """For a stopped run (SIGTERM, Ctrl-C): no event loop to wait on, just end things."""

@@ -155,7 +155,7 @@ class MeshWorld:
     ``controls``: the workloads whose pods' echoes also serve Istio's echo control service
     (``ForwardEcho``: the in-mesh client), on a port of their own (``control_ports``).
     ``timings``: seconds each stage of ``start`` took (pods, kube-proxy and DNS, echoes,
-    sidecars).
+    sidecars). ``additions``: what was added to each sidecar's xDS (its access log).
     """
 
     res: Resources
@@ -167,6 +167,7 @@ class MeshWorld:
     pods: list[MeshPod] = field(default_factory=list)
     control_ports: dict[str, int] = field(default_factory=dict)  # pod name -> its control port
     timings: dict[str, float] = field(default_factory=dict)
+    additions: dict[str, list[str]] = field(default_factory=dict)  # pod name -> its lines
     node: Node | None = None
     nets: dict[str, Pod] = field(default_factory=dict)  # pod name -> its namespace
     running: dict[str, Sidecar] = field(default_factory=dict)  # pod name -> its sidecar
@@ -238,7 +239,8 @@ class MeshWorld:
         workdir = self.workdir / f"sidecar-{pod.name}"
         workdir.mkdir()
         log = workdir / "access.log"
-        served, _ = with_access_log(snap, log, fields=LOG_FIELDS, filters=(HCM, TCP_PROXY))
+        served, added = with_access_log(snap, log, fields=LOG_FIELDS, filters=(HCM, TCP_PROXY))
+        self.additions[pod.name] = added
         identity = pod.identity(self.trust_domain)
         if identity not in self.identities.issued:
             raise MeshWorldError(f"no certificate for {identity} (pod {pod.name})")

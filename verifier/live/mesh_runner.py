@@ -11,11 +11,15 @@ its client pod through ``ForwardEcho``, and each judged as an edge case is
   it does not capture (a client without a sidecar, a destination its capture scope
   leaves out) is kube-proxy's alone: no Envoy decides it, the Envoy model is not
   asked (``envoy_model_agrees`` None) and the spec model's answer stands for both;
-- **which route served it** (``mesh_live.Served``, from the sidecar's access log):
-  a case met live through another route than the HTTPRoute rule the spec model
-  chose, or through none (kube-proxy delivered it), is **passed by coincidence**
-  (EV820, a failure); a route other than the one the Envoy model names is
-  **attribution disagrees** (EV821).
+- **which route served it**, from the client sidecar's access log, judged as the
+  edge's answers are (``attribution``, ``runner.routed``, docs/live.md): a route
+  other than the one the Envoy model names is **attribution disagrees** (EV810);
+  a case met live through a route of another HTTPRoute rule than the spec model
+  chose, or through none, is **passed by coincidence** (EV811). What differs on the
+  mesh: a request with no line in its sidecar's log went by no sidecar route
+  (``no-route``, kube-proxy delivered it) where the Envoy model has no HTTP
+  connection manager take it (not captured, or passed through); where it has
+  one, a missing line is ``unattributed``, as on the edge.
 
 Each sidecar is served its workload's ``translate --proxy`` xDS (``sidecars`` may
 give others: a test serving a mistaken one), unrewritten but for the access log.
@@ -33,21 +37,22 @@ from typing import TYPE_CHECKING
 from verifier import pipeline
 from verifier.findings import Finding, new
 from verifier.forked import on_stop
+from verifier.live import attribution as attr
 from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply, spec_client_view
-from verifier.live.mesh_live import MeshTarget, Served
+from verifier.live.mesh_live import MeshTarget
 from verifier.live.mesh_pods import MeshPod, captured, mesh_pods
 from verifier.live.mesh_probe import LOG_FIELDS, Identities, MeshWorld
 from verifier.live.netns import NamespaceRunError, NamespaceUnavailable, run_in_namespace
 from verifier.live.podnet import CAPTURE_PORT
 from verifier.live.replay import LiveCase, live_unmet, looks_for_mirrors, observed
-from verifier.live.results import CASE, CaseResult
+from verifier.live.results import AGREES, CASE, DISAGREES, NO_ROUTE, Attribution, CaseResult
 from verifier.live.verdict import Verdict, live_mismatches, verdict_of
 from verifier.orphans import private_dir
+from verifier.semantics import witness as wt
 from verifier.semantics.cases import model_unmet
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy.model import EnvoyModel, Redirect
-from verifier.semantics.envoy.routes import route_ref
 from verifier.semantics.request import Backend, Evaluation, Outcome, Request
 from verifier.xds.snapshot import Snapshot
 
@@ -56,11 +61,9 @@ if TYPE_CHECKING:
     from verifier.live.runner import LiveOptions
 
 CAPTURED = Redirect(CAPTURE_PORT)
-COINCIDENCE, ATTRIBUTION = "EV820", "EV821"
+KUBE_PROXY = "no sidecar log line: kube-proxy delivered it"
 MIRRORS_SKIPPED = "a mesh case with mirrors: the live mesh does not observe mirrored copies"
 PARALLEL_CASES = 16
-
-Routes = dict[str, tuple[str | None, int | None, int | None]]
 
 
 @dataclass
@@ -70,18 +73,7 @@ class MeshRun:
     found: list[tuple[CaseResult, list[Finding]]]
     notes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
-
-
-def route_names(snap: Snapshot) -> Routes:
-    """Each xDS route's name -> the HTTPRoute, rule and match of its metadata."""
-    out: Routes = {}
-    for rc in snap.routes:
-        for vh in rc.virtual_hosts:
-            for route in vh.routes:
-                if route.name:
-                    ref = route_ref(route)
-                    out.setdefault(route.name, (ref.httproute, ref.rule, ref.match))
-    return out
+    additions: tuple[str, ...] = ()  # what was added to the sidecars' xDS (access logs)
 
 
 def _client(request: Request) -> tuple[str, str]:
@@ -97,7 +89,6 @@ class _Setup:
     pods: list[MeshPod]
     sidecars: Mapping[tuple[str, str], Snapshot]
     models: Mapping[tuple[str, str], EnvoyModel]
-    routes: Mapping[tuple[str, str], Routes]
 
     def pod(self, client: tuple[str, str]) -> MeshPod:
         return next(p for p in self.pods if p.client == client)
@@ -117,8 +108,7 @@ def _setup(ctx: Context, given: Mapping[tuple[str, str], Snapshot] | None) -> _S
         ctx.res, trust_domain=ctx.trust_domain, registry=ctx.mesh_registry
     )
     models = {c: EnvoyModel(s, directory) for c, s in sidecars.items()}
-    routes = {c: route_names(s) for c, s in sidecars.items()}
-    return _Setup(ctx, pods, sidecars, models, routes)
+    return _Setup(ctx, pods, sidecars, models)
 
 
 async def run_mesh_cases(
@@ -155,7 +145,9 @@ async def run_mesh_cases(
     identities = {p.identity(ctx.trust_domain) for p in setup.pods if p.sidecar}
     pki = private_dir("edge-verify-mesh-pki-")
 
-    async def inside() -> tuple[list[tuple[CaseResult, list[Finding]]], dict[str, float]]:
+    Inside = tuple[list[tuple[CaseResult, list[Finding]]], dict[str, float], tuple[str, ...]]
+
+    async def inside() -> Inside:
         issued = await Identities.issue(pki, identities)
         world = MeshWorld(
             ctx.res,
@@ -166,7 +158,7 @@ async def run_mesh_cases(
             controls=controls,
         )
         async with world:
-            target = MeshTarget(world, setup.routes)
+            target = MeshTarget(world)
             with on_stop(target.kill_now):
                 limit = asyncio.Semaphore(PARALLEL_CASES)
                 try:
@@ -178,7 +170,12 @@ async def run_mesh_cases(
             timings = dict(world.timings)
             starts = [s.start_seconds for s in world.running.values()]
             timings["sidecar_start_mean"] = sum(starts) / max(len(starts), 1)
-        return list(judged), timings
+            added = tuple(
+                f"sidecar of pod {pod}: {line}"
+                for pod, lines in sorted(world.additions.items())
+                for line in lines
+            )
+        return list(judged), timings, added
 
     try:
         done = await run_in_namespace(inside, [])
@@ -186,7 +183,7 @@ async def run_mesh_cases(
         return MeshRun([*found, *_not_run(scenario, ctx, sent, f"the live mesh: {exc}")])
     finally:
         shutil.rmtree(pki, ignore_errors=True)
-    judged, timings = done.value
+    judged, timings, additions = done.value
     timings["namespace_setup"] = done.setup_seconds
     note = (
         f"mesh: {len(setup.sidecars)} sidecars fed their translate --proxy xDS over ADS, "
@@ -194,7 +191,7 @@ async def run_mesh_cases(
         f"({', '.join(LOG_FIELDS)}); each case sent by its client pod's echo (ForwardEcho) "
         "to the Service's ClusterIP, the Service's name as Host (pods have no cluster DNS)"
     )
-    return MeshRun([*found, *judged], (note,), timings)
+    return MeshRun([*found, *judged], (note,), timings, additions)
 
 
 def _not_run(
@@ -252,7 +249,7 @@ async def _judge(
     opts: LiveOptions,
     limit: asyncio.Semaphore,
 ) -> tuple[CaseResult, list[Finding]]:
-    from verifier.live.runner import _attempt, _consistent
+    from verifier.live.runner import Answer, _attempt, _consistent, routed, three_way_findings
 
     started = time.monotonic()
     request = c.case.request
@@ -267,47 +264,40 @@ async def _judge(
         attempts, problems = 1, live_unmet(run)
     else:
         run, attempts, problems = await _consistent(target, c, opts, limit)  # type: ignore[arg-type]
-    responses = await target.attribute(run.responses, logged=asked and _http(setup, request))
-    served = [target.served(r) for r in responses]
+    logged = asked and _http(setup, request)
+    responses = await target.attribute(run.responses, logged=logged)
     verdict = _verdict(target, spec.outcome, envoy.outcome, responses, met=not problems)
     if not asked:  # kube-proxy's answer: no Envoy to be odd; a miss is the case's (EV801)
         verdict = replace(verdict, odd_one_out=None)
-    findings = _three_way(setup.ctx, c, spec, envoy, run.outcomes[0], verdict)
-    where = setup.ctx.case_locations.get(c.case.name, ("", 0))
-    chosen = spec.outcome.route
-    expected = (chosen.httproute, chosen.rule) if chosen and chosen.httproute else None
-    by_chance = [s for s in served if (s.key[:2] if s.key else None) != expected]
-    if not problems and by_chance:
-        wanted, how = _rule_text(expected), by_chance[0].describe()
-        problems = [f"passed by coincidence: the spec model chose {wanted}; served by {how}"]
-        findings.append(
-            new(
-                COINCIDENCE,
-                _rule(),
-                file=where[0],
-                line=where[1],
-                resource=f"HTTPRoute {expected[0]}" if expected else "",
-                request=request.to_json(),
-                case=c.case.name,
-                chosen=wanted,
-                served=how,
-            )
-        )
-    elif problems and not findings:
+    answer = Answer(
+        setup.ctx,
+        wt.Witness(c.case.parent_key, request, wt.CASE, note=c.case.name),
+        spec,
+        envoy,
+        run.outcomes[0],
+        verdict,
+        at=_at(setup.ctx, c, spec),
+        ruleless=True,
+    )
+    findings = three_way_findings(answer)
+    found = _attribution(responses, envoy, logged=logged)
+    judged = routed(answer, found, met=not (problems or findings))
+    if problems and not findings:
+        where = answer.where(answer.w)
         findings.append(
             new(
                 "EV801",
                 _rule(),
-                file=where[0],
-                line=where[1],
+                file=where.file,
+                line=where.line,
                 request=request.to_json(),
                 case=c.case.name,
                 attempts=attempts,
                 problems="; ".join(problems),
             )
         )
-    if asked:
-        findings += _attribution(setup.ctx, c, envoy, served, where)
+    findings += judged.findings
+    problems = [*problems, *judged.problems]
     result = CaseResult(
         scenario=scenario,
         name=c.case.name,
@@ -319,13 +309,37 @@ async def _judge(
         observed=observed(run),
         spec_agrees=verdict.spec_agrees,
         envoy_model_agrees=verdict.envoy_model_agrees if asked else None,
-        xds_route=served[0].route if served else "",
+        xds_route=judged.attribution.route,
         problems=tuple(problems),
         odd_one_out=verdict.odd_one_out,
         seconds=time.monotonic() - started,
-        attribution="; ".join(dict.fromkeys(s.describe() for s in served)),
+        attribution=judged.attribution,
     )
     return result, findings
+
+
+def _attribution(
+    responses: Sequence[LiveResponse], envoy: Evaluation, *, logged: bool
+) -> Attribution:
+    """The answers' routes from the client sidecar's log (``attribution.judge``), but
+    where no line was expected (``logged``: the Envoy model has an HTTP connection
+    manager of a capturing sidecar take the request) and none came, no sidecar route
+    served it: kube-proxy delivered it (``no-route``). ``envoy``: the Envoy model's
+    answer (the spec model's, naming no xDS route, where no sidecar captures it)."""
+    found = attr.judge(responses, envoy, logged=True)
+    if logged or found.why == attr.NO_HTTP or any(r.access is not None for r in responses):
+        return found
+    verdict = DISAGREES if found.model_route else AGREES
+    return Attribution(NO_ROUTE, model_route=found.model_route, verdict=verdict, why=KUBE_PROXY)
+
+
+def _at(ctx: Context, c: LiveCase, spec: Evaluation) -> Finding:
+    """Where a mesh case's findings go: at the case, the HTTPRoute the spec model chose
+    as its resource (a location only: no message of its own)."""
+    file, line = ctx.case_locations.get(c.case.name, ("", 0))
+    route = spec.outcome.route
+    resource = f"HTTPRoute {route.httproute}" if route and route.httproute else ""
+    return Finding(file, line, "", _rule(), "", "", resource=resource)
 
 
 def _verdict(
@@ -357,50 +371,3 @@ def _expected(c: LiveCase) -> dict[str, object]:
     from verifier.live.runner import _expected as expected
 
     return expected(c)
-
-
-def _rule_text(key: tuple[str | None, int | None] | None) -> str:
-    return "no route (kube-proxy's path)" if key is None else f"HTTPRoute {key[0]} rule {key[1]}"
-
-
-def _attribution(
-    ctx: Context, c: LiveCase, envoy: Evaluation, served: list[Served], where: tuple[str, int]
-) -> list[Finding]:
-    """EV821 when the sidecar's log names another route than the Envoy model does."""
-    model = envoy.outcome.route.xds_name if envoy.outcome.route else None
-    other = [s for s in served if (s.route or None) != (model or None)]
-    if not other:
-        return []
-    return [
-        new(
-            ATTRIBUTION,
-            _rule(),
-            file=where[0],
-            line=where[1],
-            request=c.case.request.to_json(),
-            note=c.case.name,
-            served=other[0].describe(),
-            model=f"route {model}" if model else "no route",
-        )
-    ]
-
-
-def _three_way(
-    ctx: Context,
-    c: LiveCase,
-    spec: Evaluation,
-    envoy: Evaluation,
-    live: Outcome,
-    verdict: Verdict,
-) -> list[Finding]:
-    """One finding for a three-way disagreement, at the case, the HTTPRoute the spec
-    model chose as its resource (the edge's codes)."""
-    from verifier.live.runner import disagreement
-
-    if verdict.odd_one_out is None:
-        return []
-    file, line = ctx.case_locations.get(c.case.name, ("", 0))
-    route = spec.outcome.route
-    resource = f"HTTPRoute {route.httproute}" if route and route.httproute else ""
-    at = (file, line, resource, "")
-    return [disagreement(verdict.odd_one_out, at, c.case.request, spec, envoy, live, c.case.name)]

@@ -15,6 +15,52 @@ from verifier.findings import Finding
 CASE = "case"
 WITNESS = "witness"
 
+# Attribution.state: how a live answer's xDS route is known (from Envoy's access log).
+ATTRIBUTED = "attributed"  # the log names the route that served it
+NO_ROUTE = "no-route"  # the log has the request, and Envoy matched no route
+UNATTRIBUTED = "unattributed"  # not in the log, or no log to read (``why`` says which)
+# Attribution.verdict: the logged route against a model's choice for the same request.
+AGREES = "agrees"
+DISAGREES = "disagrees"  # live and the Envoy model chose different routes
+# The answer is right, but the route that served it was made from another rule than
+# the spec model chose (on the mesh also: no route, kube-proxy delivered it).
+COINCIDENCE = "coincidence"
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Which xDS route served a live answer, read from Envoy's access log (never a
+    model's guess), and how that compares with the Envoy model's route.
+
+    ``route``/``cluster``: Envoy's %ROUTE_NAME% and %UPSTREAM_CLUSTER% for the
+    first logged answer (``routes``: every distinct route over a case's samples);
+    ``model_route``: the Envoy model's route name for the same request ("" for
+    none); ``spec_route``: the HTTPRoute rule the spec model chose ("" for none);
+    ``verdict``: ``AGREES``, ``DISAGREES``, ``COINCIDENCE``, or "" when nothing
+    could be judged (``why``).
+    """
+
+    state: str
+    route: str = ""
+    cluster: str = ""
+    routes: tuple[str, ...] = ()
+    model_route: str = ""
+    spec_route: str = ""
+    verdict: str = ""
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "route": self.route or None,
+            "cluster": self.cluster or None,
+            "routes": list(self.routes),
+            "model_route": self.model_route or None,
+            "spec_route": self.spec_route or None,
+            "verdict": self.verdict or None,
+            "why": self.why or None,
+        }
+
 
 @dataclass(frozen=True)
 class CaseResult:
@@ -43,7 +89,17 @@ class CaseResult:
     odd_one_out: str | None = None
     skipped: str = ""
     seconds: float = 0.0
-    attribution: str = ""
+    attribution: Attribution | None = None  # None: never sent
+
+    @property
+    def failure_kind(self) -> str:
+        """What a report calls this failure: the odd one out, else an attribution
+        verdict that fails the case, else an unmet expectation."""
+        if self.odd_one_out:
+            return self.odd_one_out
+        if self.attribution is not None and self.attribution.verdict in (DISAGREES, COINCIDENCE):
+            return f"attribution-{self.attribution.verdict}"
+        return "unmet"
 
     @property
     def tries(self) -> str:
@@ -65,8 +121,8 @@ class CaseResult:
             "envoy_model_agrees": self.envoy_model_agrees,
             "odd_one_out": self.odd_one_out,
             "xds_route": self.xds_route,
+            "attribution": None if self.attribution is None else self.attribution.to_json(),
             "problems": list(self.problems),
-            **({"attribution": self.attribution} if self.attribution else {}),
         }
 
 
@@ -83,10 +139,20 @@ class ScenarioRun:
     timings: dict[str, float] = field(default_factory=dict)
     # Every case is a mesh case: a test of the MESH-HTTP profile, not GATEWAY-HTTP's.
     mesh: bool = False
+    additions: tuple[str, ...] = ()  # what was added to the served xDS (the access log)
 
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.results if not r.skipped)
+
+    @property
+    def unattributed(self) -> list[CaseResult]:
+        """Sent cases whose answers are not all attributed to a route by Envoy's log."""
+        return [
+            r
+            for r in self.results
+            if r.attribution is not None and r.attribution.state == UNATTRIBUTED
+        ]
 
 
 @dataclass
@@ -121,6 +187,16 @@ class LiveReport:
                     return note.removeprefix("remote: ")
         return None
 
+    @property
+    def unattributed(self) -> list[CaseResult]:
+        """Sent cases whose answers are not all attributed to a route by Envoy's log."""
+        return [r for s in self.scenarios for r in s.unattributed]
+
+    @property
+    def additions(self) -> dict[str, list[str]]:
+        """Scenario -> what was added to the xDS served to its Envoy (the access log)."""
+        return {s.name: list(s.additions) for s in self.scenarios if s.additions}
+
     def summary(self) -> dict[str, Any]:
         results = self.results
         return {
@@ -128,6 +204,7 @@ class LiveReport:
             "passed": sum(1 for r in results if r.passed and not r.skipped),
             "failed": sum(1 for r in results if not r.passed and not r.skipped),
             "skipped": sum(1 for r in results if r.skipped),
+            "unattributed": len(self.unattributed),
             "seconds": round(self.seconds, 2),
             "rewritten": self.rewritten,
         }

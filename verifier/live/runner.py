@@ -34,14 +34,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from verifier import pipeline
-from verifier.check import Comparison, Context, brief
+from verifier.check import Comparison, Context, at_chosen_match, brief
 from verifier.errors import InputError, InputErrors
 from verifier.findings import Finding, new
 from verifier.inputs import load_yaml_file
+from verifier.live import attribution as attr
 from verifier.live.bootstrap import BootstrapError
 from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply, spec_client_view
@@ -60,7 +61,16 @@ from verifier.live.replay import (
     parse_live,
     statistical,
 )
-from verifier.live.results import CASE, WITNESS, CaseResult, LiveReport, ScenarioRun
+from verifier.live.results import (
+    CASE,
+    COINCIDENCE,
+    DISAGREES,
+    WITNESS,
+    Attribution,
+    CaseResult,
+    LiveReport,
+    ScenarioRun,
+)
 from verifier.live.verdict import ODD_ENVOY, ODD_LIVE, ODD_SPEC, ODD_XDS, Verdict, three_way
 from verifier.rules.support.case_judge import (
     Judged,
@@ -83,11 +93,10 @@ PARALLEL_REQUESTS = 16
 CODES = {ODD_LIVE: "EV802", ODD_XDS: "EV803", ODD_SPEC: "EV804", ODD_ENVOY: "EV805"}
 FAILED_CASE = "EV801"
 MISTAKE_CONFIRMED, MISTAKE_UNCONFIRMED = "EV808", "EV809"
-# The last two are the mesh's attribution verdicts (``mesh_runner``): passed by
-# coincidence, attribution disagrees.
 LIVE_CODES = (
     *("EV801", "EV802", "EV803", "EV804", "EV805", "EV806", "EV807", "EV808", "EV809"),
-    *("EV820", "EV821"),
+    attr.CODE,
+    attr.COINCIDENCE_CODE,
 )
 
 
@@ -244,7 +253,9 @@ async def _run_scenario(
 
         async def judged(c: LiveCase) -> tuple[CaseResult, list[Finding]]:
             async with under_way:
-                return await _judge_case(h, ctx, p.scenario.name, c, opts, requests)
+                sent = await _send_case(h, ctx, c, opts, requests)
+            # Waiting for Envoy's access-log lines holds no slot: other cases send meanwhile.
+            return await _judge_case(h, ctx, p.scenario.name, c, sent)
 
         for batch in (plain, mirrored):
             found += await asyncio.gather(*(judged(c) for c in batch))
@@ -266,7 +277,7 @@ async def _run_scenario(
     edge = [c for c in p.cases if not c.case.mesh]
     meshed = await _mesh(p, opts)
     if not edge and not opts.witnesses:  # no edge Envoy is started for nothing
-        return _scenario_run(p, meshed.found, False, meshed.notes, meshed.timings)
+        return _scenario_run(p, meshed.found, False, meshed.notes, meshed.timings, meshed.additions)
     # Envoy runs exactly the checked xDS, in a network namespace of the run's own
     # (or, where none can be made, a rewritten copy on loopback, and the report says so);
     # or, against a cluster, the cluster's Gateway answers and nothing is started here.
@@ -292,9 +303,10 @@ async def _run_scenario(
         found: list[tuple[CaseResult, list[Finding]]] = [(r, []) for r in failed.results]
         found += meshed.found
         found[0] = (found[0][0], list(failed.findings)) if failed.results else found[0]
-        return _scenario_run(p, found, False, meshed.notes, meshed.timings)
+        return _scenario_run(p, found, False, meshed.notes, meshed.timings, meshed.additions)
     found = [*done.value, *meshed.found]
-    return _scenario_run(p, found, done.rewritten, (*done.notes, *meshed.notes), meshed.timings)
+    notes, additions = (*done.notes, *meshed.notes), (*done.additions, *meshed.additions)
+    return _scenario_run(p, found, done.rewritten, notes, meshed.timings, additions)
 
 
 async def _mesh(p: _Prepared, opts: LiveOptions) -> MeshRun:
@@ -314,6 +326,7 @@ def _scenario_run(
     rewritten: bool,
     notes: tuple[str, ...],
     timings: dict[str, float],
+    additions: tuple[str, ...],
 ) -> ScenarioRun:
     """The scenario's results in table order (cases, then witnesses) and findings."""
     order = {c.case.name: i for i, c in enumerate(p.cases)}
@@ -325,8 +338,9 @@ def _scenario_run(
         tuple(f for _, fs in found for f in fs),
         rewritten,
         notes,
-        timings,
+        timings=timings,
         mesh=bool(p.cases) and all(c.case.mesh for c in p.cases),
+        additions=additions,
     )
 
 
@@ -448,14 +462,21 @@ def _verdict(spec: Outcome, envoy: Outcome, lives: Sequence[Outcome], met: bool)
     return first
 
 
-async def _judge_case(
-    h: EmbeddedHarness,
-    ctx: Context,
-    scenario: str,
-    c: LiveCase,
-    opts: LiveOptions,
-    limit: asyncio.Semaphore,
-) -> tuple[CaseResult, list[Finding]]:
+@dataclass(frozen=True)
+class _Sent:
+    """A case's attempts, done: its last run and what it left unmet."""
+
+    predicted: Judged
+    once: bool
+    run: CaseRun
+    attempts: int
+    problems: list[str]
+    started: float
+
+
+async def _send_case(
+    h: EmbeddedHarness, ctx: Context, c: LiveCase, opts: LiveOptions, limit: asyncio.Semaphore
+) -> _Sent:
     started = time.monotonic()
     predicted = judge(ctx, c.case)
     once = sent_once(predicted, opts)
@@ -464,15 +485,27 @@ async def _judge_case(
         attempts, problems = 1, live_unmet(run)
     else:
         run, attempts, problems = await _consistent(h, c, opts, limit)
+    return _Sent(predicted, once, run, attempts, problems, started)
+
+
+async def _judge_case(
+    h: EmbeddedHarness, ctx: Context, scenario: str, c: LiveCase, done: _Sent
+) -> tuple[CaseResult, list[Finding]]:
+    predicted, once, run, attempts = done.predicted, done.once, done.run, done.attempts
+    problems, started = done.problems, done.started
+    responses = await h.attribute(run.responses)  # the answers judged: the last attempt's
     sent = run.responses[0].request
     spec, envoy = _models(ctx, c.case.parent_key, sent)
     verdict = _verdict(spec.outcome, envoy.outcome, run.outcomes, met=not problems)
     w = wt.Witness(c.case.parent_key, sent, wt.CASE, note=c.case.name)
-    findings = _findings(ctx, w, spec, envoy, run.outcomes[0], verdict)
+    answer = Answer(ctx, w, spec, envoy, run.outcomes[0], verdict)
+    findings = three_way_findings(answer)
+    routed = _attributed(answer, responses, met=not (problems or once or findings))
     if once:
         findings, problems = _judged_once(ctx, c, predicted, verdict, findings, problems)
     elif problems and not findings:
         findings = [_failed_case(ctx, c, predicted, attempts, problems)]
+    findings, problems = findings + routed.findings, problems + routed.problems
     result = CaseResult(
         scenario=scenario,
         name=c.case.name,
@@ -484,10 +517,11 @@ async def _judge_case(
         observed=observed(run),
         spec_agrees=verdict.spec_agrees,
         envoy_model_agrees=verdict.envoy_model_agrees,
-        xds_route=_xds_route(ctx, envoy),
+        xds_route=attr.xds_route(ctx, routed.attribution),
         problems=tuple(problems),
         odd_one_out=verdict.odd_one_out,
         seconds=time.monotonic() - started,
+        attribution=routed.attribution,
     )
     return result, findings
 
@@ -521,26 +555,31 @@ async def _judge_witness(
             skipped=str(exc),
         )
         return skipped, []
+    (resp,) = await h.attribute([resp])
     live = h.to_outcome(resp)
     spec, envoy = _models(ctx, w.gateway, resp.request)
     verdict = three_way(spec.outcome, envoy.outcome, live, live_meets_case=False)
-    findings = _findings(ctx, evolve(w, request=resp.request), spec, envoy, live, verdict)
+    answer = Answer(ctx, evolve(w, request=resp.request), spec, envoy, live, verdict)
+    findings = three_way_findings(answer)
+    routed = _attributed(answer, [resp], met=not findings)
+    problems = verdict.spec_problems + verdict.envoy_problems + tuple(routed.problems)
     result = CaseResult(
         scenario=scenario,
         name=name,
         kind=WITNESS,
-        passed=verdict.odd_one_out is None,
+        passed=not problems,
         attempts=1,
         request=resp.request.line(),
         expected=spec.outcome.to_json(),
         observed=live.to_json(),
         spec_agrees=verdict.spec_agrees,
         envoy_model_agrees=verdict.envoy_model_agrees,
-        xds_route=_xds_route(ctx, envoy),
-        problems=verdict.spec_problems + verdict.envoy_problems,
+        xds_route=attr.xds_route(ctx, routed.attribution),
+        problems=problems,
         odd_one_out=verdict.odd_one_out,
+        attribution=routed.attribution,
     )
-    return result, findings
+    return result, [*findings, *routed.findings]
 
 
 def sent_once(predicted: Judged, opts: LiveOptions) -> bool:
@@ -588,15 +627,6 @@ def _why(judged: Judged) -> str:
     return f"{first.describe()} ({reason(first)})"
 
 
-def _xds_route(ctx: Context, envoy: Evaluation) -> str:
-    """The xDS route the Envoy model says answered: today's harness logs no route name,
-    so the live answer is attributed through the model that agrees with it."""
-    ref = envoy.outcome.route
-    if ref is None:
-        return ""
-    return ctx.xds_path_of_route(ref) or ref.xds_name or ""
-
-
 def _expected(c: LiveCase) -> dict[str, Any]:
     """The case's expectation as written, live-only fields (ratios, mirrors) included."""
     expect = {k: v for k, v in asdict(c.case.expect).items() if v not in ((), None)}
@@ -608,54 +638,105 @@ def _expected(c: LiveCase) -> dict[str, Any]:
     return {**expect, **live}
 
 
-def _findings(
-    ctx: Context,
-    w: wt.Witness,
-    spec: Evaluation,
-    envoy: Evaluation,
-    live: Outcome,
-    verdict: Verdict,
-) -> list[Finding]:
+@dataclass(frozen=True)
+class Answer:
+    """One request's live answer and everything it is judged against.
+
+    ``at``: where every finding about it goes, when that is fixed (a mesh case: at
+    the case, the HTTPRoute the spec model chose as its resource, no edge xDS path);
+    else each finding is placed as ``check`` places the models' disagreements.
+    ``ruleless``: a served route without a rule in its metadata was made from no
+    HTTPRoute rule (``attribution.by_coincidence``: a sidecar's xDS is ours)."""
+
+    ctx: Context
+    w: wt.Witness
+    spec: Evaluation
+    envoy: Evaluation
+    live: Outcome
+    verdict: Verdict
+    at: Finding | None = None
+    ruleless: bool = False
+
+    def where(self, w: wt.Witness) -> Finding:
+        """Where a live finding about ``w`` goes: ``at``, else located as check locates
+        the models' disagreements (its message is not used); else at the case."""
+        if self.at is not None:
+            return self.at
+        spec, envoy, ctx = self.spec, self.envoy, self.ctx
+        comparison = ctx.compare(w) or Comparison(w, spec, envoy, self.verdict.models_differ)
+        where = ctx.comparison_finding("EV501", RULE, comparison)
+        if not where.file and w.note in ctx.case_locations:
+            file, line = ctx.case_locations[w.note]
+            where = replace(where, file=file, line=line)
+        return where
+
+    def finding(self, code: str, where: Finding, expected: Outcome, **params: Any) -> Finding:
+        """A live finding at ``where`` about this request (``params``: its message's own)."""
+        w, live = self.w, self.live
+        return new(
+            code,
+            RULE,
+            file=where.file,
+            line=where.line,
+            resource=where.resource,
+            xds_path=params.pop("xds_path", where.xds_path),
+            request=w.request.to_json(),
+            expected=expected.to_json(),
+            actual=live.to_json(),
+            note=w.note or w.feature,
+            live=brief(live),
+            **params,
+        )
+
+
+def three_way_findings(a: Answer) -> list[Finding]:
     """One finding for a three-way disagreement, at the HTTPRoute match it is about."""
-    if verdict.odd_one_out is None:
+    odd = a.verdict.odd_one_out
+    if odd is None:
         return []
-    comparison = ctx.compare(w) or Comparison(w, spec, envoy, verdict.models_differ)
-    # Located as check locates the models' disagreements (its message is not used).
-    where = ctx.comparison_finding("EV501", RULE, comparison)
-    file, line = where.file, where.line
-    if not file and w.note in ctx.case_locations:
-        file, line = ctx.case_locations[w.note]
-    odd, note = verdict.odd_one_out, w.note or w.feature
-    at = (file, line, where.resource, where.xds_path)
-    return [disagreement(odd, at, w.request, spec, envoy, live, note)]
+    spec, envoy = brief(a.spec.outcome), brief(a.envoy.outcome)
+    return [a.finding(CODES[odd], a.where(a.w), a.spec.outcome, spec=spec, envoy=envoy)]
 
 
-def disagreement(
-    odd: str,
-    at: tuple[str, int, str, str],
-    request: Request,
-    spec: Evaluation,
-    envoy: Evaluation,
-    live: Outcome,
-    note: str,
-) -> Finding:
-    """The finding of a three-way disagreement whose odd one out is ``odd``, at (file,
-    line, resource, xDS path); the mesh's too (``mesh_runner``)."""
-    return new(
-        CODES[odd],
-        RULE,
-        file=at[0],
-        line=at[1],
-        resource=at[2],
-        xds_path=at[3],
-        request=request.to_json(),
-        expected=spec.outcome.to_json(),
-        actual=live.to_json(),
-        note=note,
-        spec=brief(spec.outcome),
-        envoy=brief(envoy.outcome),
-        live=brief(live),
-    )
+@dataclass(frozen=True)
+class Routed:
+    attribution: Attribution
+    problems: list[str]
+    findings: list[Finding]
+
+
+def _attributed(a: Answer, responses: Sequence[LiveResponse], *, met: bool) -> Routed:
+    """The answers' routes from Envoy's access log (``attribution``), judged (``routed``)."""
+    logged = any(r.correlation for r in responses)  # only our namespace's Envoy logs
+    return routed(a, attr.judge(responses, a.envoy, logged=logged), met=met)
+
+
+def routed(a: Answer, found: Attribution, *, met: bool) -> Routed:
+    """``found`` judged: a problem and a finding where live and the Envoy model chose
+    different routes (``EV810``), or where a right answer (``met``: as the case and all
+    three say) came through a route of another HTTPRoute rule than the spec model
+    chose, or through none (``EV811``). The mesh's too (``mesh_runner``)."""
+    found = attr.by_coincidence(found, a.spec, a.envoy, met=met, ruleless=a.ruleless)
+    if found.verdict not in (DISAGREES, COINCIDENCE):
+        return Routed(found, [], [])
+    # At the HTTPRoute match the spec model chose for it (the models agree on the answer).
+    where = a.where(at_chosen_match(a.w, a.spec, a.envoy))
+    served = attr.served(found)
+    if found.verdict == COINCIDENCE:
+        rule = attr.rule_of(a.envoy.outcome.route) if found.route else ""
+        code = attr.COINCIDENCE_CODE
+        params = {"served": f"{served}, made from {rule}" if rule else served}
+        params["spec_rule"] = found.spec_route
+    else:
+        params = {
+            "served": served,
+            "cluster": found.cluster or "none",
+            "model_route": found.model_route or "no route",
+        }
+        code = attr.CODE
+    xds_path = attr.xds_route(a.ctx, found) if a.at is None else a.at.xds_path
+    finding = a.finding(code, where, a.envoy.outcome, xds_path=xds_path, **params)
+    return Routed(found, [attr.problem(found)], [finding])
 
 
 def _failed_case(

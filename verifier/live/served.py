@@ -5,7 +5,8 @@ purpose and reported: an access log on every HTTP connection manager, so that
 each live answer names the xDS route and cluster Envoy chose (an answer alone
 cannot tell "the route the case meant" from "a broader one reaching the same
 Service"). The log is a file in the run's private directory, one JSON object
-per request, carrying the correlation header the harness sets on each request.
+per request, carrying the correlation header the harness sets on each request
+(read back, bounded, by ``access_log``).
 Access logs act after the response; they change no routing decision.
 
 Envoy itself gets only a bootstrap naming the ADS server (``verifier.xds.ads``)
@@ -16,7 +17,6 @@ name resolves exactly as written or not at all.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,6 @@ from verifier.live.bootstrap import (
     socket_addresses,
     walk,
 )
-from verifier.live.client import AccessEntry
 from verifier.xds import ads
 from verifier.xds.codec import from_json_dict, to_json_dict
 from verifier.xds.snapshot import Snapshot, bound_addresses
@@ -98,30 +97,6 @@ def with_access_log(
             listeners.append(li)
     changed = Snapshot(snap.clusters, snap.endpoints, tuple(listeners), snap.routes, snap.secrets)
     return changed, additions
-
-
-def read_access_log(path: Path) -> dict[str, AccessEntry]:
-    """Correlation id -> Envoy's line for it (lines without our header are skipped)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue  # a line still being written
-        rid = doc.get("id")
-        if isinstance(rid, str) and rid and rid != "-":
-            code = doc.get("code")
-            out[rid] = AccessEntry(
-                route=str(doc.get("route") or ""),
-                cluster=str(doc.get("cluster") or ""),
-                code=int(code) if str(code).isdigit() else 0,
-                flags=str(doc.get("flags") or "-"),
-            )
-    return out
 
 
 def ads_bootstrap(server: tuple[str, int], dns: tuple[str, int]) -> dict[str, Any]:

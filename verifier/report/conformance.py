@@ -11,7 +11,9 @@ A scenario is one conformance test, named as upstream names its tests
 passes when every case passes. A scenario whose name spells an extended
 feature of ``verifier.features`` counts for that feature under ``extended``;
 the rest count as core. Extended features no scenario tested are listed as
-unsupported: nothing here says they work.
+unsupported: nothing here says they work. A case whose answer came through
+another xDS route than the Envoy model's fails its test (``EV810``), and each
+profile's summary counts the tests with answers no route was attributed to.
 
 Scenarios whose cases are all mesh cases (sent from a client workload to a Service,
 docs/mesh.md) are tests of the MESH-HTTP profile, reported apart from GATEWAY-HTTP's
@@ -122,11 +124,13 @@ def _profile(
         extended["unsupportedFeatures"] = sorted(features - tested)
     core_status = _status(core["passed"], core["failed"], core["skipped"])
     n_failed = len(core["failed"]) + len(ext["failed"])
+    unattributed = sum(1 for s in scenarios if s.unattributed)
     n_run = sum(len(v) for v in (*core.values(), *ext.values()))
     summary = (
         f"Core tests {'failed' if core['failed'] else 'succeeded'}, "
         f"{len(tested)} extended features tested; {n_run - n_failed} of {n_run} tests passed"
         + (" (Envoy ran a rewritten copy of the xDS)" if rewritten else "")
+        + (f" ({unattributed} not attributed to an xDS route)" if unattributed else "")
     )
     return {"name": name, "summary": summary, "core": core_status, "extended": extended}
 

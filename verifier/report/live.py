@@ -2,7 +2,9 @@
 
 Every form says whether the data plane ran a rewritten copy of the xDS
 (``rewritten``): a pass on a rewritten copy confirms a cousin of what was
-checked, and a reader of the report must not have to guess which.
+checked, and a reader of the report must not have to guess which. Likewise
+what was added to the served xDS (the access log that attributes each answer to
+its route: ``additions``), and answers no route could be attributed to.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from verifier.live.results import LiveReport
+from verifier.live.results import UNATTRIBUTED, LiveReport
 from verifier.report.text import finding_lines
 
 
@@ -19,6 +21,7 @@ def render_json(report: LiveReport) -> str:
     doc = {
         "cases": [r.to_json() for r in report.results],
         "findings": [f.to_json() for f in report.findings],
+        "additions": report.additions,
         "consistency": report.consistency,
         "summary": report.summary(),
     }
@@ -45,6 +48,20 @@ def summary_line(summary: dict[str, Any]) -> str:
     )
 
 
+def unattributed_note(report: LiveReport) -> list[str]:
+    """A line when some answers are attributed to no route (none is ever guessed)."""
+    missing = report.unattributed
+    if not missing:
+        return []
+    first = missing[0].attribution
+    why = first.why if first is not None else ""
+    n = len(missing)
+    return [
+        f"note: {n} case{'s' if n != 1 else ''} not attributed to an xDS route "
+        f"(xds_route left empty): {why}"
+    ]
+
+
 def render_text(report: LiveReport, *, summary: bool = True) -> str:
     """Failures and findings only, then one summary line: a clean run is one line.
     ``summary=False``: without it (``run`` writes both passes' summaries to stderr)."""
@@ -56,8 +73,15 @@ def render_text(report: LiveReport, *, summary: bool = True) -> str:
             out.append(f"{r.scenario}: {r.name}: FAILED after {r.tries}")
             out.append(f"    request: {r.request}")
             out += [f"    {p}" for p in r.problems]
-            if r.attribution:  # which route served the answer (the proxy's access log)
-                out.append(f"    served by: {r.attribution}")
+            # Which route served the answer (the proxy's access log), unless a problem says.
+            a = r.attribution
+            if (
+                a is not None
+                and a.state != UNATTRIBUTED
+                and r.failure_kind != f"attribution-{a.verdict}"
+            ):
+                by = f"route {a.route}" if a.route else "no route"
+                out.append(f"    served by: {by}" + (f" ({a.why})" if a.why else ""))
     for f in report.findings:
         out.extend(finding_lines(f))
     if report.rewritten:
@@ -65,6 +89,7 @@ def render_text(report: LiveReport, *, summary: bool = True) -> str:
             "note: Envoy ran a rewritten copy of the xDS (listeners and endpoints moved to "
             "loopback addresses); see docs/live.md"
         )
+    out += unattributed_note(report)
     if summary:
         out.append(summary_line(report.summary()))
     return "".join(f"{line}\n" for line in out)
@@ -89,6 +114,10 @@ def render_junit(report: LiveReport) -> str:
             failures=str(len(failed)),
             skipped=str(sum(1 for r in scn.results if r.skipped)),
         )
+        if scn.additions:
+            props = ET.SubElement(suite, "properties")
+            for i, line in enumerate(scn.additions):
+                ET.SubElement(props, "property", name=f"served-xds-addition-{i}", value=line)
         by_note: dict[str, list[str]] = {}
         for f in scn.findings:
             by_note.setdefault(str((f.request or {}).get("path", "")), []).extend(finding_lines(f))
@@ -100,7 +129,7 @@ def render_junit(report: LiveReport) -> str:
                 ET.SubElement(case, "skipped", message=r.skipped)
             elif not r.passed:
                 el = ET.SubElement(case, "failure", message="; ".join(r.problems)[:500])
-                el.set("type", r.odd_one_out or "unmet")
+                el.set("type", r.failure_kind)
                 el.text = "\n".join([r.request, *r.problems])
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from verifier.gatewayapi.resources import Resources
-from verifier.gatewayapi.workloads import address_owners
+from verifier.gatewayapi.workloads import address_owners, service_account
 
 MESH_PORT = 15008
 CLUSTER_DOMAIN_SUFFIXES = (".svc.cluster.local", ".svc", "")
@@ -250,15 +250,19 @@ class BackendDirectory:
         if refs or port != MESH_PORT:
             return refs
         # The mesh port carries every Service port of the workload; which one is meant
-        # is the tunnel's business, so narrow by the identities the cluster insists on.
+        # is the tunnel's business, so narrow by the identities the cluster insists on,
+        # then by the SNI, which names the Service port (docs/mesh.md: "a mesh client
+        # sends <svc>.<ns>.svc.cluster.local for a Service with one port ... and
+        # <port>.<svc>.<ns>.svc.cluster.local for a Service with several").
         services = {
             s
             for s in self.mesh_services(host)
             if identity_namespace is None or s[0] == identity_namespace
         }
         if sni is not None:
-            named = {s for s in services if self._sni_names(sni, s)}
-            services = named or services
+            named = {ref for s in services for ref in self._sni_ports(sni, s)}
+            if named:
+                return named
         out: set[ServicePortRef] = set()
         for ns, name in services:
             ports = self.services[(ns, name)].ports
@@ -269,10 +273,20 @@ class BackendDirectory:
             out |= {ServicePortRef(ns, name, p.port) for p in ports[:1]}
         return out
 
-    @staticmethod
-    def _sni_names(sni: str, service: tuple[str, str]) -> bool:
-        stem = f"{service[1]}.{service[0]}"
-        return sni.lower().rstrip(".") in {stem + s for s in CLUSTER_DOMAIN_SUFFIXES}
+    def _sni_ports(self, sni: str, service: tuple[str, str]) -> set[ServicePortRef]:
+        """The port of ``service`` a mesh tunnel's SNI names: ``<svc>.<ns>[.svc[.cluster.
+        local]]`` for a Service with one port, ``<port>.<svc>.<ns>...`` for any."""
+        ns, name = service
+        ports = self.services[service].ports
+        stem = f"{name}.{ns}"
+        wanted = sni.lower().rstrip(".")
+        for suffix in CLUSTER_DOMAIN_SUFFIXES:
+            if wanted == stem + suffix and len(ports) == 1:
+                return {ServicePortRef(ns, name, ports[0].port)}
+            head, dot, rest = wanted.partition(".")
+            if dot and rest == stem + suffix and head.isdigit():
+                return {ServicePortRef(ns, name, p.port) for p in ports if p.port == int(head)}
+        return set()
 
 
 def dns_service_keys(host: str) -> list[tuple[str, str]]:
@@ -287,27 +301,6 @@ def dns_service_keys(host: str) -> list[tuple[str, str]]:
         if len(parts) == 2:
             out.append((parts[1], parts[0]))
     return out
-
-
-def _accounts_by_namespace(res: Resources) -> dict[str, list[tuple[dict[str, str], str]]]:
-    """Each namespace's workloads as (pod labels, ServiceAccount), by kind and name."""
-    out: dict[str, list[tuple[dict[str, str], str]]] = {}
-    for (_kind, ns, _name), wl in sorted(res.workloads.items()):
-        out.setdefault(ns, []).append((dict(wl.pod_labels), wl.service_account))
-    return out
-
-
-def _service_account(
-    res: Resources, workloads: dict[str, list[tuple[dict[str, str], str]]], ns: str, svc: str
-) -> str:
-    """The ServiceAccount the Service's pods run as: that of the first workload (by
-    kind, namespace, name) its selector picks; ``default`` when none does."""
-    found = res.services.get((ns, svc))
-    selector = found.selector if found is not None else ()
-    for labels, account in workloads.get(ns, ()):
-        if selector and all(labels.get(k) == v for k, v in selector):
-            return account
-    return "default"
 
 
 def _pod_account(res: Resources, owners: set[tuple[str, str, str]], otherwise: str) -> str:
@@ -339,11 +332,10 @@ def backend_directory_from(
         for s in res.services.values()
     ]
     slices = []
-    workloads = _accounts_by_namespace(res)
     owners = address_owners(res)
     for s in res.endpoint_slices.values():
         ns, svc = s.meta.namespace, s.service_name
-        account = _service_account(res, workloads, ns, svc)
+        account = service_account(res, ns, svc)
         meshed = res.namespace_labels(ns).get(MESH_LABEL[0]) == MESH_LABEL[1] or (
             (ns, svc) in registry
         )

@@ -11,8 +11,9 @@ is probed from its own namespace and from the others, a parentRef.port from its 
 and from the others, and the models say what applies. A witness's ``gateway`` is the
 Service it is sent to (its parent); its request carries the client as ``source``.
 
-Check does not send these to the edge's Envoy model: the sidecar's Envoy model
-answers them once it exists (docs/mesh.md). Pure: no I/O.
+Check does not send these to the edge's Envoy model: each is answered on its
+client's sidecar xDS, or as kube-proxy answers it (verifier.mesh_compare,
+docs/mesh.md). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -103,3 +104,24 @@ def _for_client(
         other = service_host(others[0][0], others[0][1], port)
         note = f"Host of Service {others[0][0]}/{others[0][1]}"
         yield Witness(skey, evolve(base, path="/", host=other), CLUSTER_IP, note=note)
+
+
+def frontend_witnesses(
+    res: Resources, clients: list[Source], sent: Sent | None = None
+) -> list[Witness]:
+    """One ``GET /`` from each of ``clients`` to every TCP port of every Service with a
+    ClusterIP that no mesh route names (those have ``mesh_witnesses``): what a client's
+    sidecar does with a Service nobody routes (to the Service itself, as kube-proxy
+    would) is as much the sidecar's xDS as its routes are."""
+    out = _Kept(sent)
+    routed = mesh_routes(res)
+    for skey in sorted(res.services):
+        svc = res.services[skey]
+        if skey in routed or not svc.cluster_ip or svc.cluster_ip == "None":
+            continue
+        for port in sorted({p.port for p in svc.ports if p.protocol == "TCP"}):
+            host = service_host(skey[0], skey[1], port)
+            for client in clients:
+                request = Request(host=host, port=port, path="/", source=client)
+                out.keep(Witness(skey, request, MESH, note="the Service's frontend, no route"))
+    return list(out.kept.values())

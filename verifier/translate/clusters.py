@@ -52,6 +52,7 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
 from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 from envoy_data_plane.google.protobuf import Any, Struct
 
+from verifier.gatewayapi import workloads
 from verifier.gatewayapi.attach import ResolvedBackend
 from verifier.gatewayapi.mesh_attach import mesh_registered
 from verifier.gatewayapi.resources import Resources
@@ -97,19 +98,10 @@ def fqdn(namespace: str, service: str) -> str:
 
 
 def service_accounts(res: Resources, backend: ResolvedBackend) -> list[str]:
-    """The identities of the pods behind a Service: the ServiceAccount of every workload
-    its selector picks (a Service over two Deployments may run as two), else
-    ``default``."""
-    svc = backend.service
-    found = {
-        wl.service_account
-        for (_kind, ns, _name), wl in res.workloads.items()
-        if svc is not None
-        and svc.selector
-        and ns == backend.namespace
-        and all(dict(wl.pod_labels).get(k) == v for k, v in svc.selector)
-    }
-    return sorted(found) or ["default"]
+    """The identities the pods behind a backend's Service may present."""
+    if backend.service is None:
+        return ["default"]
+    return workloads.service_accounts(res, backend.namespace, backend.service.meta.name)
 
 
 def backend_key(

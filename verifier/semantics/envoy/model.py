@@ -244,6 +244,24 @@ class EnvoyModel:
         _match_host, vhost, _why = self._vhost(rc, host)
         return rc.config, None if vhost is None else vhost.vhost
 
+    def routes_for(
+        self, request: Request, redirect: Redirect | None = None
+    ) -> tuple[RouteRef, ...] | None:
+        """Every route of the virtual host that routes ``request`` (each RouteRef says
+        which HTTPRoute match the xDS made it from, where the xDS says), in order: the
+        routes a client's traffic to that destination is routed over, not only the one
+        it takes. None when no route table routes it (refused, or ``tcp_proxy``)."""
+        selected, _notes = self.listeners.select(_dial(request, redirect), [])
+        hcm = selected.chain.hcm if selected is not None else None
+        if selected is None or hcm is None or hcm.route_config is None:
+            return None
+        rc = self._compiled(hcm.route_config)
+        host = self._host(request, hcm, selected.downstream.port, _Run())
+        _match_host, vhost, _why = self._vhost(rc, host)
+        if vhost is None:
+            return ()
+        return tuple(self._located(rc, vhost, r) for r in vhost.table.routes)
+
     @staticmethod
     def clusters_of(rc: RouteConfiguration, vhost: VirtualHost) -> frozenset[str] | None:
         """Every cluster a request routed by ``vhost`` may reach (forwarded or mirrored

@@ -48,7 +48,14 @@ MESH_HOSTNAME_KEY = (0, 0)
 PRODUCER = "producer"
 CONSUMER = "consumer"
 
-__all__ = ["MeshModel", "mesh_index_for", "service_parent", "spec_evaluate_mesh"]
+__all__ = [
+    "MeshModel",
+    "applicable_routes",
+    "mesh_index_for",
+    "selects_port",
+    "service_parent",
+    "spec_evaluate_mesh",
+]
 
 
 def service_parent(ref: m.ParentRef) -> bool:
@@ -302,6 +309,16 @@ def _applicable(
     if producers and tracing:
         trace.append(f"producer route(s): {', '.join(mr.name for mr in producers)}")
     return producers
+
+
+def applicable_routes(
+    res: Resources, svc: m.Service, port: m.ServicePort, client_namespace: str
+) -> list[m.HTTPRoute]:
+    """The mesh routes that apply to a client of ``client_namespace`` calling ``svc`` on
+    ``port`` (its consumer routes there, else the producer routes; Accepted ones only),
+    as this model reads them: what rules compare a sidecar's route table with."""
+    found = _applicable(mesh_index_for(res), svc, port, client_namespace, [], False)
+    return [mr.route for mr in found]
 
 
 def _candidates(
