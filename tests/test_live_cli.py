@@ -28,7 +28,9 @@ from verifier.cli import main
 from verifier.live.echo import EchoBackend, EchoPort
 from verifier.live.echo_model import echo_reply
 from verifier.live.envoy_process import envoy_available
+from verifier.live.results import CaseResult, LiveReport, ScenarioRun
 from verifier.report import live
+from verifier.report.conformance import Implementation, conformance_report
 from verifier.semantics.request import Request
 
 
@@ -75,7 +77,8 @@ ATTRIBUTION_KEYS |= {"verdict", "why"}
 
 
 def assert_report_shape(doc: dict[str, Any]) -> None:
-    assert set(doc) == {"cases", "findings", "additions", "consistency", "summary"}
+    # "mesh": how each scenario's mesh ran, when its mesh cases were sent through sidecars
+    assert set(doc) - {"mesh"} == {"cases", "findings", "additions", "consistency", "summary"}
     assert set(doc["summary"]) == SUMMARY_KEYS
     assert doc["consistency"] == {
         "successes": 3,
@@ -106,49 +109,57 @@ def _all_cases(scenarios: list[Path]) -> int:
 def test_run_passes_every_case_of_every_fixture(fixtures_run: SuiteRun) -> None:
     """`edge-verify run fixtures/`, the README's first command: check clean, every case
     passes live (3 in a row each), with Envoy running exactly the checked xDS in a
-    network namespace of its own (`rewritten: false`). The session's one run
+    network namespace of its own (`rewritten: false`), the mesh cases from their
+    client pods through their sidecars, served unrewritten too. The session's one run
     (tests/live_suite.py), whose cases tests/test_live_fixtures.py asserts one by one;
     its report as `--format json` writes it."""
     r = fixtures_run
     assert r.code == 0, r.err[-3000:]
-    # Clean: no failure or finding (the summaries are on stderr); only the mesh cases,
-    # each said skipped with its reason, never silently passed.
-    lines = r.out.splitlines()
-    assert len(lines) == _all_cases(mesh_scenarios())
-    assert all(": skipped: a mesh case: the live pass runs no sidecar yet" in ln for ln in lines)
+    # Clean: no failure, no finding, nothing skipped (the summaries are on stderr).
+    assert r.out == ""
     assert r.err.count(live.summary_line(r.report["summary"])) == 1
     doc = r.report
     assert_report_shape(doc)
-    # Mesh cases are not sent (no sidecar runs yet): each is skipped, with the reason.
-    sent = [c for c in doc["cases"] if not c["skipped"]]
-    skipped = [c for c in doc["cases"] if c["skipped"]]
-    assert {c["scenario"] for c in skipped} == {s.name for s in mesh_scenarios()}
-    assert len(skipped) == doc["summary"]["skipped"] == _all_cases(mesh_scenarios())
-    failed = [f"{c['scenario']}::{c['name']}: {c['problems']}" for c in sent if not c["passed"]]
+    cases = doc["cases"]
+    failed = [f"{c['scenario']}::{c['name']}: {c['problems']}" for c in cases if not c["passed"]]
     assert failed == []
-    assert doc["summary"]["passed"] == len(sent) == _all_cases(edge_scenarios())
+    every = _all_cases(edge_scenarios()) + _all_cases(mesh_scenarios())
+    assert doc["summary"]["passed"] == len(cases) == every
+    assert doc["summary"]["skipped"] == 0
     assert doc["summary"]["rewritten"] is False  # Envoy ran exactly the checked xDS
     assert doc["findings"] == []
-    assert all(c["spec_agrees"] and c["envoy_model_agrees"] for c in sent)
-    # Every answer is attributed, from Envoy's access log, to the route the Envoy model
-    # chose (a 404 to none, a refused handshake to none: no route ran), and the
+    meshed = {s.name for s in mesh_scenarios()}
+    assert all(
+        c["spec_agrees"] and c["envoy_model_agrees"] for c in cases if c["scenario"] not in meshed
+    )
+    # Mesh cases went through their client's sidecar (the Envoy model asked: it agrees),
+    # or, from a client outside the mesh, by kube-proxy alone (the Envoy model not asked).
+    mesh = [c for c in cases if c["scenario"] in meshed]
+    assert all(c["spec_agrees"] and c["envoy_model_agrees"] in (True, None) for c in mesh)
+    assert set(doc["mesh"]) == {c["scenario"] for c in mesh}
+    # Every answer is attributed, from Envoy's (or the client sidecar's) access log, to
+    # the route the Envoy model chose (a 404 to none, a refused handshake to none: no
+    # route ran; a mesh request no sidecar routed: kube-proxy delivered it), and the
     # reported xds_route is the logged one; the log is listed as the one addition.
     assert doc["summary"]["unattributed"] == 0
-    stray = [f"{c['scenario']}::{c['name']}: {c['attribution']}" for c in sent]
-    assert [s for c, s in zip(sent, stray, strict=True) if not _attributed(c)] == []
-    assert set(doc["additions"]) == {c["scenario"] for c in sent}
+    stray = [f"{c['scenario']}::{c['name']}: {c['attribution']}" for c in cases]
+    odd = [s for c, s in zip(cases, stray, strict=True) if not _attributed(c, c in mesh)]
+    assert odd == []
+    assert set(doc["additions"]) == {c["scenario"] for c in cases}
     assert all("access log added" in a for adds in doc["additions"].values() for a in adds)
     assert "edge-verify check: " in r.err and "edge-verify live: " in r.err
 
 
-def _attributed(case: dict[str, Any]) -> bool:
-    """The case's answers came through the route the Envoy model chose, says the log."""
+def _attributed(case: dict[str, Any], mesh: bool) -> bool:
+    """The case's answers came through the route the Envoy model chose, says the log
+    (a mesh case's ``xds_route``: the sidecar's route by name)."""
     a = case["attribution"]
     if a["verdict"] != "agrees" or a["route"] != a["model_route"]:
         return False
     if a["state"] == "no-route":
         return case["xds_route"] == "" and a["route"] is None
-    return a["state"] == "attributed" and case["xds_route"].startswith("routes[")
+    logged = case["xds_route"] == a["route"] if mesh else case["xds_route"].startswith("routes[")
+    return a["state"] == "attributed" and logged
 
 
 def _mutated_prefix(tmp_path: Path, cli: CLI) -> Path:
@@ -321,6 +332,38 @@ def test_the_conformance_check_catches_what_the_type_forbids() -> None:
     bad["profiles"][0]["core"]["result"] = "passed"
     bad["profiles"][0]["core"]["statistics"]["passed"] = 1
     assert len(report_problems(bad)) == 3
+
+
+def _scenario(name: str, passed: bool, mesh: bool) -> ScenarioRun:
+    result = CaseResult(name, "c", "case", passed, 1, "GET /", {}, {}, True, True, "")
+    return ScenarioRun(name, (result,), rewritten=False, mesh=mesh)
+
+
+def test_mesh_scenarios_are_the_mesh_http_profile() -> None:
+    """Scenarios of mesh cases are MESH-HTTP tests, apart from GATEWAY-HTTP's, their
+    extended features read from their names (mesh-rewrite-path:
+    MeshHTTPRouteRewritePath; mesh-consumer-route: MeshConsumerRoute)."""
+    runs = [
+        _scenario("httproute-query-param-matching", True, mesh=False),
+        _scenario("mesh-basic", True, mesh=True),
+        _scenario("mesh-rewrite-path", True, mesh=True),
+        _scenario("mesh-consumer-route", False, mesh=True),
+    ]
+    doc = conformance_report(LiveReport(runs), Implementation())
+    assert report_problems(doc) == []
+    gateway, mesh = doc["profiles"]
+    assert (gateway["name"], mesh["name"]) == ("GATEWAY-HTTP", "MESH-HTTP")
+    assert gateway["extended"]["supportedFeatures"] == ["HTTPRouteQueryParamMatching"]
+    assert mesh["core"]["statistics"] == {"Passed": 1, "Failed": 0, "Skipped": 0}
+    assert mesh["extended"]["result"] == "failure"
+    assert mesh["extended"]["failedTests"] == ["MeshConsumerRoute"]
+    assert mesh["extended"]["supportedFeatures"] == [
+        "MeshConsumerRoute",
+        "MeshHTTPRouteRewritePath",
+    ]
+    assert "MeshHTTPRouteRedirectPort" in mesh["extended"]["unsupportedFeatures"]
+    only_mesh = conformance_report(LiveReport(runs[1:]), Implementation())
+    assert [p["name"] for p in only_mesh["profiles"]] == ["MESH-HTTP"]
 
 
 @pytest.mark.live

@@ -24,10 +24,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import edge_scenarios
+from conftest import edge_scenarios, load_scenario, mesh_scenarios
 from live_suite import SuiteRun, attempts_without_a_failure
 
 from verifier.live.envoy_process import envoy_available
+from verifier.live.mesh_pods import mesh_pods
+from verifier.live.mesh_runner import KUBE_PROXY
 
 pytestmark = [
     pytest.mark.live,
@@ -43,9 +45,9 @@ def _case_names(scenario: Path) -> list[str]:
     return [str(item["name"]) for item in data or []]
 
 
-def _params() -> list[object]:
+def _params(scenarios: list[Path] | None = None) -> list[object]:
     params: list[object] = []
-    for scenario in edge_scenarios():
+    for scenario in edge_scenarios() if scenarios is None else scenarios:
         if not (scenario / "cases.yaml").is_file():
             continue
         for name in _case_names(scenario):
@@ -81,3 +83,38 @@ def test_live_case(scenario: Path, case_name: str, fixtures_run: SuiteRun) -> No
             f"{clean} without a failure" + f"\n  last answer: {case['observed']}",
             pytrace=False,
         )
+
+
+@pytest.mark.parametrize(("scenario", "case_name"), _params(mesh_scenarios()))
+def test_live_mesh_case(scenario: Path, case_name: str, fixtures_run: SuiteRun) -> None:
+    """A mesh case, sent from its client pod through ``ForwardEcho`` (the same run),
+    met its expectations on every attempt, and its answer is attributed: to its
+    client's sidecar (the route that served it, or none matched: its 404), or, from a
+    client outside the mesh, to none (kube-proxy delivered it; the Envoy model is not
+    asked). A sidecar's mistake that kube-proxy happens to hide fails as passed by
+    coincidence (tests/test_mesh_live.py)."""
+    test_live_case(scenario, case_name, fixtures_run)
+    case = fixtures_run.case(scenario.name, case_name)
+    client = case["request"].removeprefix("from ").split(":")[0]
+    pods = mesh_pods(load_scenario(scenario)[0])
+    a = case["attribution"]
+    assert a["verdict"] == "agrees" and a["route"] == a["model_route"], a
+    if not next(p for p in pods if "/".join(p.client) == client).sidecar:
+        assert (a["state"], a["why"]) == ("no-route", KUBE_PROXY), a
+        assert case["envoy_model_agrees"] is None
+    else:
+        # its route, or none of its routes matched (a 404 is the sidecar's own answer)
+        assert a["state"] in ("attributed", "no-route") and a["why"] is None, a
+        assert case["envoy_model_agrees"] is True
+    assert case["spec_agrees"] is True
+
+
+def test_every_mesh_ran_unrewritten(fixtures_run: SuiteRun) -> None:
+    """Each mesh scenario's sidecars ran their translate --proxy xDS unrewritten but for the
+    access log, and the run says so, with what its start cost."""
+    mesh = fixtures_run.report["mesh"]
+    with_cases = {s.name for s in mesh_scenarios() if (s / "cases.yaml").is_file()}
+    assert set(mesh) == with_cases
+    for name, run in mesh.items():
+        assert any("unrewritten but for an access log" in n for n in run["notes"]), name
+        assert run["start_seconds"]["sidecars"] > 0, name

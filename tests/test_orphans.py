@@ -9,6 +9,7 @@ with SIGKILL, and the Envoy must be gone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from leftovers import namespaces_in_use, running
+from leftovers import namespaces_in_use, outliving, running
 
 from verifier.live.envoy_process import envoy_available
 
@@ -271,3 +272,74 @@ def test_a_sigkilled_check_leaves_no_directory(tmp_path: Path) -> None:
     while list(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(tmp_path.iterdir()) == []
+
+
+def _descendants(root: int) -> set[int]:
+    """Every process below ``root`` (read from /proc: each process's parent)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[-1].split()[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(os.geteuid() != 0, reason="pod namespaces need root")
+def test_an_interrupted_live_run_of_mesh_cases_leaves_nothing(tmp_path: Path) -> None:
+    """``edge-verify live`` with mesh cases, interrupted (Ctrl-C) once its sidecars run:
+    it exits 130, and every sidecar Envoy, the run's worker, its namespaces (node and
+    pods) and its directories go. (SIGKILL: the mesh SIGKILL test above; the worker
+    and the directory reaper are the same.)"""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "verifier.cli", "live", "fixtures/base", "fixtures/mesh-basic"],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        start_new_session=True,
+    )
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        envoys: set[int] = set()
+        while len(envoys) < 5 and time.monotonic() < deadline and run.poll() is None:
+            seen |= _descendants(run.pid)
+            envoys = {pid for pid in seen if _comm(pid) == "envoy" and running(pid)}
+            time.sleep(0.05)
+        assert len(envoys) == 5, f"sidecars seen: {envoys} (exit {run.poll()})"  # mesh-basic's
+        spaces = set()
+        for pid in seen:
+            with contextlib.suppress(OSError):
+                spaces.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+        spaces -= {os.stat("/proc/self/ns/net").st_ino}
+        assert spaces and spaces <= namespaces_in_use()
+        # Ctrl-C reaches the terminal's whole process group: the tool and its helpers.
+        os.killpg(run.pid, signal.SIGINT)
+        assert run.wait(timeout=20) == 130
+        assert outliving(seen, spaces) == []
+        deadline = time.monotonic() + 10
+        while list(tmp_path.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        run.kill()
+        for pid in seen:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -10,7 +10,7 @@ translator command (``--translator``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -527,6 +527,29 @@ def reference_snapshot(res: Resources, opts: CheckOptions, registry_file: str | 
         graph,
         TranslateOptions(opts.controller_name, opts.trust_domain, registry, opts.addressing),
     )
+
+
+def sidecar_snapshots(
+    res: Resources,
+    clients: Iterable[tuple[str, str]],
+    trust_domain: str,
+    registry: frozenset[tuple[str, str]],
+) -> dict[tuple[str, str], Snapshot]:
+    """Each client workload's sidecar xDS, as ``translate --proxy NS/WORKLOAD`` writes it
+    (the live mesh serves it unrewritten). There is no ``--xds`` for a sidecar yet:
+    the reference translator's is the one served and judged."""
+    from verifier.gatewayapi import mesh_attach
+    from verifier.translate import TranslateOptions
+    from verifier.translate.sidecar import translate_sidecar
+
+    graph = mesh_attach.build_mesh(res)
+    opts = TranslateOptions(trust_domain=trust_domain, mesh_registry=registry)
+    return {
+        (ns, name): translate_sidecar(
+            res, graph, mesh_attach.sidecar_workload(res, f"{ns}/{name}"), opts
+        )
+        for ns, name in sorted(set(clients))
+    }
 
 
 def external_snapshot(

@@ -94,8 +94,8 @@ def _attach(res: Resources, route: m.HTTPRoute, ref: m.ParentRef, graph: MeshGra
     if svc is None:
         refuse("BackendNotFound", f"Service {ref.namespace}/{ref.name} not found")
         return
-    # sectionName is the Service port's name ("Service: Port name"); with port too,
-    # both must match.
+    # "Service: Port name" (sectionName) narrows the parent as ``port`` does; with both,
+    # the port must have that number and that name (docs/mesh.md).
     ports = [
         p
         for p in svc.ports
@@ -103,8 +103,10 @@ def _attach(res: Resources, route: m.HTTPRoute, ref: m.ParentRef, graph: MeshGra
         and (ref.section_name is None or p.name == ref.section_name)
     ]
     if not ports:
-        named = f"port {ref.port}" if ref.section_name is None else f"port {ref.section_name!r}"
-        refuse("NoMatchingParent", f"Service {ref.namespace}/{ref.name} has no {named}")
+        named = [f"port {ref.port}"] if ref.port is not None else []
+        named += [f"port named {ref.section_name}"] if ref.section_name is not None else []
+        message = f"Service {ref.namespace}/{ref.name} has no {' and '.join(named)}"
+        refuse("NoMatchingParent", message)
         return
     problem = unsupported_feature(route)
     if problem is not None:

@@ -92,22 +92,31 @@ def rule_of(ref: RouteRef | None) -> str:
 
 
 def by_coincidence(
-    found: Attribution, spec: Evaluation, envoy: Evaluation, *, met: bool
+    found: Attribution,
+    spec: Evaluation,
+    envoy: Evaluation,
+    *,
+    met: bool,
+    ruleless: bool = False,
 ) -> Attribution:
     """``found`` with the rule the spec model chose (``spec_route``); its verdict is
     ``COINCIDENCE`` when the answer is right (``met``) but the route Envoy logged,
     the Envoy model's, was made from another rule, or no route served it while the
-    spec model chose a rule (what the mesh's kube-proxy does; on the edge a right
-    answer that no route gave is not known to happen)."""
+    spec model chose a rule (what the mesh's kube-proxy does, ``why`` saying so; on
+    the edge a right answer that no route gave is not known to happen).
+    ``ruleless``: a route without a rule in its metadata was made from none (a
+    sidecar's route to the Service itself, in our translator's xDS), not unknown."""
     chosen = rule_of(spec.outcome.route)
     found = replace(found, spec_route=chosen)
     if not met or not chosen or found.verdict != AGREES:
         return found
     if found.state == NO_ROUTE and found.why != NO_HTTP:  # Envoy logged it, routed nowhere
-        return replace(found, verdict=COINCIDENCE, why="served by no route")
+        return replace(found, verdict=COINCIDENCE, why=found.why or "served by no route")
     served = rule_of(envoy.outcome.route)  # the logged route is the model's: its rule
     if found.state == ATTRIBUTED and served and served != chosen:
         return replace(found, verdict=COINCIDENCE, why=f"served by {served}")
+    if found.state == ATTRIBUTED and not served and ruleless:
+        return replace(found, verdict=COINCIDENCE, why="served by a route of no HTTPRoute rule")
     return found
 
 

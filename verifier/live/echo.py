@@ -46,6 +46,7 @@ from aiohttp import WSMsgType, web
 
 from verifier.live.echo_control import EchoControl, serve
 from verifier.live.echo_model import echo_status, go_canonical, parse_go_duration
+from verifier.live.forward import SocketFactory
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,8 @@ class EchoBackend:
     (``EchoTestService``: ``Echo`` and ``ForwardEcho``, ``verifier.live.echo_control``)
     on ``ip``; ``control_port`` is the port bound. Forwarded requests leave from ``ip``.
     ``listen`` makes each listening socket (``bind_listener``; a pod of its own
-    binds in its network namespace: ``verifier.live.podnet.Pod.listen``).
+    binds in its network namespace: ``verifier.live.podnet.Pod.listen``), and
+    ``sockets`` the sockets its forwarded requests connect on (``Pod.socket``).
     """
 
     def __init__(
@@ -156,7 +158,9 @@ class EchoBackend:
         reuse_port: bool = False,
         control: int | None = None,
         listen: Callable[[str, int, bool], socket.socket] = bind_listener,
+        sockets: SocketFactory | None = None,
     ) -> None:
+        self.sockets = sockets
         self.namespace = namespace
         self.service = service
         self.ip = ip
@@ -214,7 +218,7 @@ class EchoBackend:
                 )
                 self._servers.append(server)
         if control is not None:
-            service = EchoControl(self.namespace, self.pod, self.ip)
+            service = EchoControl(self.namespace, self.pod, self.ip, self.sockets)
             self._control = await serve(service, control)
             self.control_port = service.port
         return self

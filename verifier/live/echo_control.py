@@ -25,7 +25,7 @@ from verifier.live.echoproto.proto import (
     ForwardEchoRequest,
     ForwardEchoResponse,
 )
-from verifier.live.forward import Refused, forward, plan
+from verifier.live.forward import Refused, SocketFactory, forward, plan
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,13 @@ class EchoControl:
     """The service of one echo (pod): ``pod`` is its ``Hostname``, ``ip`` the address its
     forwarded requests leave from (None: the kernel's choice)."""
 
-    def __init__(self, namespace: str, pod: str, ip: str | None) -> None:
+    def __init__(
+        self, namespace: str, pod: str, ip: str | None, sockets: SocketFactory | None = None
+    ) -> None:
         self.namespace = namespace
         self.pod = pod
         self.ip = ip
+        self.sockets = sockets  # makes forwarded connections' sockets (a pod's own)
         self.port = 0  # the bound control port, once serving
 
     async def echo(self, stream: grpclib.server.Stream[EchoRequest, EchoResponse]) -> None:
@@ -70,7 +73,7 @@ class EchoControl:
         request = await stream.recv_message()
         assert request is not None
         try:
-            output = await forward(plan(request), self.ip)
+            output = await forward(plan(request), self.ip, self.sockets)
         except Refused as refused:
             log.debug("%s: ForwardEcho %s refused: %s", self.pod, request.url, refused.message)
             raise GRPCError(refused.status, refused.message) from None

@@ -38,7 +38,7 @@ import asyncio
 import json
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,8 @@ _ATTRIBUTE = {
     "serverName": "server_name",
     "proxyProtocolVersion": "proxy_protocol_version",
 }
+# Makes the socket of a connection (aiohttp's ``socket_factory``: a getaddrinfo entry in).
+SocketFactory = Callable[[Any], socket.socket]
 _MESSAGES = {"alpn", "hbone", "double_hbone", "expectedResponse"}
 _FAMILIES = {"": socket.AF_UNSPEC, "tcp4": socket.AF_INET, "tcp6": socket.AF_INET6}
 
@@ -230,11 +232,15 @@ def _check_url(url: str) -> None:
         raise Refused(Status.INVALID_ARGUMENT, f"url: {url!r} names no host")
 
 
-async def forward(fwd: Forward, source: str | None = None) -> list[str]:
-    """Send the requests (from ``source``, the echo's own address, if given) and return
-    one output string per request; ``Refused`` if any failed or the set timed out, as
-    Istio's forwarder fails the whole call."""
+async def forward(
+    fwd: Forward, source: str | None = None, sockets: SocketFactory | None = None
+) -> list[str]:
+    """Send the requests (from ``source``, the echo's own address, if given; on sockets
+    ``sockets`` makes, if given: a pod's own) and return one output string per
+    request; ``Refused`` if any failed or the set timed out, as Istio's forwarder
+    fails the whole call."""
     connector = aiohttp.TCPConnector(
+        socket_factory=sockets,
         local_addr=(source, 0) if source else None,
         force_close=fwd.new_connection,
         use_dns_cache=not fwd.force_dns,

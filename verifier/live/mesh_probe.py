@@ -45,6 +45,7 @@ from verifier.live.mesh_pods import MeshPod, capture_scope, mesh_pods, service_n
 from verifier.live.pki import Pki
 from verifier.live.podnet import GATEWAY, PROXY_GID, Node, Pod
 from verifier.live.served import (
+    CORRELATION_HEADER,
     FLUSH_ARGS,
     HCM,
     TCP_PROXY,
@@ -59,6 +60,7 @@ from verifier.xds.ads import AdsServer
 from verifier.xds.snapshot import Snapshot
 
 LOG_FIELDS = {
+    "id": f"%REQ({CORRELATION_HEADER.upper()})%",  # a request's own id, when it set one
     "source": "%DOWNSTREAM_REMOTE_ADDRESS%",
     "chain": "%FILTER_CHAIN_NAME%",
     "route": "%ROUTE_NAME%",
@@ -68,7 +70,9 @@ LOG_FIELDS = {
 }
 FIRST_SOURCE_PORT = 20000  # a request's source port names it in the access log
 REQUEST_TIMEOUT = 5.0
-READY_TIMEOUT = 20.0
+# A hard bound on a sidecar binding its listeners: reached only when it never does (a
+# loaded 2-core machine starting 40 sidecars at once took 13 s; 20 s was too close).
+READY_TIMEOUT = 60.0
 
 
 class MeshWorldError(RuntimeError):
@@ -102,6 +106,14 @@ class LogLine:
     cluster: str
     code: int
     flags: str
+
+
+def _line(doc: Mapping[str, Any]) -> LogLine:
+    got = {k: "" if doc.get(k) in (None, "-") else str(doc[k]) for k in LOG_FIELDS}
+    code = got["code"]
+    return LogLine(
+        got["chain"], got["route"], got["cluster"], int(code) if code.isdigit() else 0, got["flags"]
+    )
 
 
 @dataclass
@@ -140,6 +152,10 @@ class MeshWorld:
 
     ``sidecars``: each (namespace, workload) with a sidecar -> its xDS; every pod with a
     sidecar needs one. ``identities``: the CA and a certificate for each pod's SPIFFE ID.
+    ``controls``: the workloads whose pods' echoes also serve Istio's echo control service
+    (``ForwardEcho``: the in-mesh client), on a port of their own (``control_ports``).
+    ``timings``: seconds each stage of ``start`` took (pods, kube-proxy and DNS, echoes,
+    sidecars). ``additions``: what was added to each sidecar's xDS (its access log).
     """
 
     res: Resources
@@ -147,7 +163,11 @@ class MeshWorld:
     identities: Identities
     registry: frozenset[tuple[str, str]] = frozenset()
     trust_domain: str = "cluster.local"
+    controls: frozenset[tuple[str, str]] = frozenset()
     pods: list[MeshPod] = field(default_factory=list)
+    control_ports: dict[str, int] = field(default_factory=dict)  # pod name -> its control port
+    timings: dict[str, float] = field(default_factory=dict)
+    additions: dict[str, list[str]] = field(default_factory=dict)  # pod name -> its lines
     node: Node | None = None
     nets: dict[str, Pod] = field(default_factory=dict)  # pod name -> its namespace
     running: dict[str, Sidecar] = field(default_factory=dict)  # pod name -> its sidecar
@@ -178,14 +198,19 @@ class MeshWorld:
         self.workdir = private_dir("edge-verify-mesh-")
         self.node = Node()
         self.spaces.append(self.node.inode())
+        began = time.perf_counter()
         nets = await self.node.add_pods([(p.name, p.ip) for p in self.pods])
         self.spaces += [os.fstat(n.fd).st_ino for n in nets]
         self.nets = {p.name: n for p, n in zip(self.pods, nets, strict=True)}
+        self.timings["pods"] = (at := time.perf_counter()) - began
         await self.node.kube_proxy(service_rules(self.res))
         self.dns = await DnsServer(service_names(self.res), host=GATEWAY).start()
-        await _all(self._echo(p) for p in self.pods if p.ports)
+        self.timings["kube_proxy_dns"] = (began := time.perf_counter()) - at
+        await _all(self._echo(p) for p in self.pods if p.ports or p.client in self.controls)
+        self.timings["echoes"] = (at := time.perf_counter()) - began
         await _all(self._sidecar(p) for p in self.pods if p.sidecar)
         await _all(s.net.capture(self._scope(s.pod)) for s in self.running.values())
+        self.timings["sidecars"] = time.perf_counter() - at
         return self
 
     def _scope(self, pod: MeshPod) -> list[str] | None:
@@ -200,9 +225,13 @@ class MeshWorld:
             [EchoPort(p) for p in pod.ports],
             pod.name,
             listen=net.listen,
+            sockets=net.socket,
+            control=0 if pod.client in self.controls else None,
         )
         self.echoes.append(echo)
         await echo.start()
+        if echo.control_port is not None:
+            self.control_ports[pod.name] = echo.control_port
 
     async def _sidecar(self, pod: MeshPod) -> Sidecar:
         assert self.workdir is not None and self.dns is not None
@@ -210,7 +239,8 @@ class MeshWorld:
         workdir = self.workdir / f"sidecar-{pod.name}"
         workdir.mkdir()
         log = workdir / "access.log"
-        served, _ = with_access_log(snap, log, fields=LOG_FIELDS, filters=(HCM, TCP_PROXY))
+        served, added = with_access_log(snap, log, fields=LOG_FIELDS, filters=(HCM, TCP_PROXY))
+        self.additions[pod.name] = added
         identity = pod.identity(self.trust_domain)
         if identity not in self.identities.issued:
             raise MeshWorldError(f"no certificate for {identity} (pod {pod.name})")
@@ -282,8 +312,10 @@ class MeshWorld:
             writer.close()
         return source, parse_response(request, data)
 
-    def access_log(self, client: tuple[str, str]) -> dict[str, LogLine]:
-        """The client sidecar's lines so far, by source address."""
+    def access_log(self, client: tuple[str, str], key: str = "source") -> dict[str, LogLine]:
+        """The client sidecar's lines so far, by source address (``key`` "id": those
+        that carry a request id, by that id; a connection passed through, ``tcp_proxy``,
+        has none)."""
         sidecar = self.running.get(self.pod_of(client).name)
         if sidecar is None or not sidecar.log.exists():
             return {}
@@ -293,14 +325,8 @@ class MeshWorld:
                 doc = json.loads(text)
             except ValueError:
                 continue  # a line still being written
-            got = {k: "" if doc.get(k) in (None, "-") else str(doc[k]) for k in LOG_FIELDS}
-            out[got["source"]] = LogLine(
-                got["chain"],
-                got["route"],
-                got["cluster"],
-                int(got["code"]) if got["code"].isdigit() else 0,
-                got["flags"],
-            )
+            if doc.get(key) not in (None, "-", ""):
+                out[str(doc[key])] = _line(doc)
         return out
 
     async def logged(

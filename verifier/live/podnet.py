@@ -37,6 +37,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from verifier.live.envoy_process import listening_sockets
 from verifier.live.netns import CLONE_NEWNET, IP, NamespaceRunError, made_here
@@ -131,6 +132,13 @@ class Pod:
 
         with self.entered():
             return bind_listener(ip, port, reuse_port)
+
+    def socket(self, info: tuple[Any, ...]) -> socket.socket:
+        """A socket made in the pod, for ``info`` (a getaddrinfo entry): what the pod's
+        application connects with (aiohttp's ``socket_factory``), so that its
+        connections leave from the pod and the pod's capture sees them."""
+        with self.entered():
+            return socket.socket(info[0], info[1], info[2])
 
     def listening(self, port: int) -> bool:
         """Something listens on the pod's ``port`` (its wildcard or its IP), read from

@@ -69,7 +69,9 @@ class CaseResult:
     ``attempts`` counts sends (a batch of ``samples`` is one attempt);
     ``spec_agrees``/``envoy_model_agrees`` say whether the live answer agrees
     with that model, None when the model could not answer (an xDS the Envoy
-    model cannot read) or the request was not sent (``skipped``).
+    model cannot read; a mesh request no sidecar captures) or the request was not
+    sent (``skipped``). ``attribution``: which route served the answer, from the
+    proxy's access log (a mesh case: its client's sidecar route, or none).
     """
 
     scenario: str
@@ -133,11 +135,24 @@ class ScenarioRun:
     findings: tuple[Finding, ...] = ()
     rewritten: bool = True
     notes: tuple[str, ...] = ()
+    # What the scenario's live mesh cost to start, in seconds (empty: no mesh ran).
+    timings: dict[str, float] = field(default_factory=dict)
+    # Every case is a mesh case: a test of the MESH-HTTP profile, not GATEWAY-HTTP's.
+    mesh: bool = False
     additions: tuple[str, ...] = ()  # what was added to the served xDS (the access log)
 
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.results if not r.skipped)
+
+    @property
+    def unattributed(self) -> list[CaseResult]:
+        """Sent cases whose answers are not all attributed to a route by Envoy's log."""
+        return [
+            r
+            for r in self.results
+            if r.attribution is not None and r.attribution.state == UNATTRIBUTED
+        ]
 
 
 @dataclass
@@ -175,11 +190,7 @@ class LiveReport:
     @property
     def unattributed(self) -> list[CaseResult]:
         """Sent cases whose answers are not all attributed to a route by Envoy's log."""
-        return [
-            r
-            for r in self.results
-            if r.attribution is not None and r.attribution.state == UNATTRIBUTED
-        ]
+        return [r for s in self.scenarios for r in s.unattributed]
 
     @property
     def additions(self) -> dict[str, list[str]]:

@@ -19,6 +19,11 @@ their own: one request each, passing when the three answers agree.
 Every answer is also judged three ways (``verdict``): one finding per
 disagreement, naming the odd one out.
 
+Mesh cases (sent from a client workload to a Service) go through the scenario's
+own mesh, real sidecars in a namespace per pod, and are judged by the same code,
+with the route that served each answer (``mesh_runner``); a run with mesh cases
+needs root and nft, and says so (exit 2) where they are missing.
+
 With ``LiveOptions.remote`` the cases go to a cluster's Gateway instead
 (``remote.RemoteTarget``, the same interface as the embedded harness), so a
 case is judged by the same code whoever answers it.
@@ -44,6 +49,8 @@ from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.live.envoy_process import EnvoyError
 from verifier.live.harness import EmbeddedHarness, HarnessError
 from verifier.live.isolated import Isolated, Rejected, with_isolated_harness
+from verifier.live.mesh_live import mesh_unavailable
+from verifier.live.mesh_runner import MeshRun, run_mesh_cases
 from verifier.live.remote import MIRRORS_SKIPPED, Remote, RemoteTarget
 from verifier.live.replay import (
     CaseRun,
@@ -76,10 +83,10 @@ from verifier.semantics import witness as wt
 from verifier.semantics.request import Evaluation, Outcome, Request, evolve
 
 RULE = "live-three-way"
-# Why a mesh case is not sent: the live pass runs an edge Envoy only (docs/mesh.md).
+# Why a mesh case is not sent against a cluster (docs/mesh.md): only our own mesh runs them.
 MESH_SKIPPED = (
-    "a mesh case: the live pass runs no sidecar yet, so mesh requests are not sent "
-    "(check and explain --from give the spec model's answer)"
+    "a mesh case: against a cluster (--kubeconfig) mesh cases are not sent yet; "
+    "without it they run through the live pass's own sidecars"
 )
 RETRY_DELAY = 1.0  # upstream AwaitConvergence's pause after a failed attempt
 PARALLEL_REQUESTS = 16
@@ -168,15 +175,19 @@ def run_live(
 ) -> LiveReport:
     """Prepare every scenario, refuse to succeed on nothing, then run them all."""
     prepared = prepare_all(paths, check)
-    total = sum(1 for p in prepared for c in p.cases if not c.case.mesh)
+    where = " ".join(paths)
+    mesh = sum(1 for p in prepared for c in p.cases if c.case.mesh)
+    total = sum(len(p.cases) for p in prepared) - (mesh if opts.remote is not None else 0)
     if total == 0 and not opts.witnesses:
-        where = " ".join(paths)
-        mesh = sum(len(p.cases) for p in prepared)
-        also = f" ({mesh} mesh cases, which the live pass does not send yet)" if mesh else ""
+        also = f" ({mesh} mesh cases, which a cluster's run does not send yet)" if mesh else ""
         message = (
             f"no case to run{also}: give a scenario with a cases.yaml, --cases FILE or --witnesses"
         )
         raise InputErrors([InputError(where, 0, "", "nothing-to-run", message)])
+    missing = mesh_unavailable() if mesh and opts.remote is None else None
+    if missing is not None:  # never a silent fallback: a mesh case is sent through sidecars
+        message = f"{mesh} mesh cases to send: {missing}"
+        raise InputErrors([InputError(where, 0, "", "mesh-unavailable", message)])
     started = time.monotonic()
     report = LiveReport(
         consistency={
@@ -221,10 +232,7 @@ async def _run_scenario(
                 h.client_certs[cert.issuer] = (cert.cert_file, cert.key_file)
         # Mirrors are seen in the backends' logs once they are quiet: those cases go
         # last, on their own, so other cases' traffic does not hold the log open.
-        found: list[tuple[CaseResult, list[Finding]]] = [
-            (_unsent(p, c, skipped=MESH_SKIPPED), []) for c in p.cases if c.case.mesh
-        ]
-        edge = [c for c in p.cases if not c.case.mesh]
+        found: list[tuple[CaseResult, list[Finding]]] = []
         plain = [c for c in edge if not looks_for_mirrors(c)]
         mirrored = [c for c in edge if looks_for_mirrors(c)]
         if opts.remote is not None:
@@ -266,10 +274,10 @@ async def _run_scenario(
             )
         return found
 
-    if p.cases and not opts.witnesses and all(c.case.mesh for c in p.cases):
-        # Nothing to send (mesh cases are not sent yet): no data plane is started.
-        skipped = tuple(_unsent(p, c, skipped=MESH_SKIPPED) for c in p.cases)
-        return ScenarioRun(p.scenario.name, skipped, (), False, ())
+    edge = [c for c in p.cases if not c.case.mesh]
+    meshed = await _mesh(p, opts)
+    if not edge and not opts.witnesses:  # no edge Envoy is started for nothing
+        return _scenario_run(p, meshed.found, False, meshed.notes, meshed.timings, meshed.additions)
     # Envoy runs exactly the checked xDS, in a network namespace of the run's own
     # (or, where none can be made, a rewritten copy on loopback, and the report says so);
     # or, against a cluster, the cluster's Gateway answers and nothing is started here.
@@ -290,8 +298,37 @@ async def _run_scenario(
                 addressing=check.addressing,
             )
     except (HarnessError, EnvoyError, BootstrapError) as exc:
-        return _not_run(p, exc)
-    found, rewritten, notes = done.value, done.rewritten, done.notes
+        edge_only = _Prepared(p.scenario, p.ctx, edge)
+        failed = _not_run(edge_only, exc)
+        found: list[tuple[CaseResult, list[Finding]]] = [(r, []) for r in failed.results]
+        found += meshed.found
+        found[0] = (found[0][0], list(failed.findings)) if failed.results else found[0]
+        return _scenario_run(p, found, False, meshed.notes, meshed.timings, meshed.additions)
+    found = [*done.value, *meshed.found]
+    notes, additions = (*done.notes, *meshed.notes), (*done.additions, *meshed.additions)
+    return _scenario_run(p, found, done.rewritten, notes, meshed.timings, additions)
+
+
+async def _mesh(p: _Prepared, opts: LiveOptions) -> MeshRun:
+    """The scenario's mesh cases: through its own mesh (``mesh_runner``); skipped,
+    with the reason, against a cluster."""
+    cases = [c for c in p.cases if c.case.mesh]
+    if not cases:
+        return MeshRun([])
+    if opts.remote is not None:
+        return MeshRun([(_unsent(p, c, skipped=MESH_SKIPPED), []) for c in cases])
+    return await run_mesh_cases(p.scenario.name, p.ctx, cases, opts)
+
+
+def _scenario_run(
+    p: _Prepared,
+    found: list[tuple[CaseResult, list[Finding]]],
+    rewritten: bool,
+    notes: tuple[str, ...],
+    timings: dict[str, float],
+    additions: tuple[str, ...],
+) -> ScenarioRun:
+    """The scenario's results in table order (cases, then witnesses) and findings."""
     order = {c.case.name: i for i, c in enumerate(p.cases)}
     results = [r for r, _ in found]
     results.sort(key=lambda r: (r.kind != CASE, order.get(r.name, 0)))
@@ -301,7 +338,9 @@ async def _run_scenario(
         tuple(f for _, fs in found for f in fs),
         rewritten,
         notes,
-        done.additions,
+        timings=timings,
+        mesh=bool(p.cases) and all(c.case.mesh for c in p.cases),
+        additions=additions,
     )
 
 
@@ -319,10 +358,16 @@ def _not_run(p: _Prepared, exc: Exception) -> ScenarioRun:
 def _unsent(
     p: _Prepared, c: LiveCase, *, problems: tuple[str, ...] = (), skipped: str = ""
 ) -> CaseResult:
+    return unsent(p.scenario.name, c, problems=problems, skipped=skipped)
+
+
+def unsent(
+    scenario: str, c: LiveCase, *, problems: tuple[str, ...] = (), skipped: str = ""
+) -> CaseResult:
     """A case that was never sent: failed with ``problems`` (no data plane), or
     ``skipped`` with the reason (one this kind of target cannot judge)."""
     return CaseResult(
-        p.scenario.name,
+        scenario,
         c.case.name,
         CASE,
         False,
@@ -453,8 +498,8 @@ async def _judge_case(
     spec, envoy = _models(ctx, c.case.parent_key, sent)
     verdict = _verdict(spec.outcome, envoy.outcome, run.outcomes, met=not problems)
     w = wt.Witness(c.case.parent_key, sent, wt.CASE, note=c.case.name)
-    answer = _Answer(ctx, w, spec, envoy, run.outcomes[0], verdict)
-    findings = _findings(answer)
+    answer = Answer(ctx, w, spec, envoy, run.outcomes[0], verdict)
+    findings = three_way_findings(answer)
     routed = _attributed(answer, responses, met=not (problems or once or findings))
     if once:
         findings, problems = _judged_once(ctx, c, predicted, verdict, findings, problems)
@@ -514,8 +559,8 @@ async def _judge_witness(
     live = h.to_outcome(resp)
     spec, envoy = _models(ctx, w.gateway, resp.request)
     verdict = three_way(spec.outcome, envoy.outcome, live, live_meets_case=False)
-    answer = _Answer(ctx, evolve(w, request=resp.request), spec, envoy, live, verdict)
-    findings = _findings(answer)
+    answer = Answer(ctx, evolve(w, request=resp.request), spec, envoy, live, verdict)
+    findings = three_way_findings(answer)
     routed = _attributed(answer, [resp], met=not findings)
     problems = verdict.spec_problems + verdict.envoy_problems + tuple(routed.problems)
     result = CaseResult(
@@ -594,8 +639,14 @@ def _expected(c: LiveCase) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class _Answer:
-    """One request's live answer and everything it is judged against."""
+class Answer:
+    """One request's live answer and everything it is judged against.
+
+    ``at``: where every finding about it goes, when that is fixed (a mesh case: at
+    the case, the HTTPRoute the spec model chose as its resource, no edge xDS path);
+    else each finding is placed as ``check`` places the models' disagreements.
+    ``ruleless``: a served route without a rule in its metadata was made from no
+    HTTPRoute rule (``attribution.by_coincidence``: a sidecar's xDS is ours)."""
 
     ctx: Context
     w: wt.Witness
@@ -603,10 +654,14 @@ class _Answer:
     envoy: Evaluation
     live: Outcome
     verdict: Verdict
+    at: Finding | None = None
+    ruleless: bool = False
 
     def where(self, w: wt.Witness) -> Finding:
-        """Where a live finding about ``w`` goes: located as check locates the models'
-        disagreements (its message is not used); else at the case."""
+        """Where a live finding about ``w`` goes: ``at``, else located as check locates
+        the models' disagreements (its message is not used); else at the case."""
+        if self.at is not None:
+            return self.at
         spec, envoy, ctx = self.spec, self.envoy, self.ctx
         comparison = ctx.compare(w) or Comparison(w, spec, envoy, self.verdict.models_differ)
         where = ctx.comparison_finding("EV501", RULE, comparison)
@@ -634,7 +689,7 @@ class _Answer:
         )
 
 
-def _findings(a: _Answer) -> list[Finding]:
+def three_way_findings(a: Answer) -> list[Finding]:
     """One finding for a three-way disagreement, at the HTTPRoute match it is about."""
     odd = a.verdict.odd_one_out
     if odd is None:
@@ -644,22 +699,26 @@ def _findings(a: _Answer) -> list[Finding]:
 
 
 @dataclass(frozen=True)
-class _Routed:
+class Routed:
     attribution: Attribution
     problems: list[str]
     findings: list[Finding]
 
 
-def _attributed(a: _Answer, responses: Sequence[LiveResponse], *, met: bool) -> _Routed:
-    """The answers' routes from Envoy's access log (``attribution``); a problem and a
-    finding where live and the Envoy model chose different routes (``EV810``), or
-    where a right answer (``met``: as the case and all three say) came through a
-    route of another HTTPRoute rule than the spec model chose (``EV811``)."""
+def _attributed(a: Answer, responses: Sequence[LiveResponse], *, met: bool) -> Routed:
+    """The answers' routes from Envoy's access log (``attribution``), judged (``routed``)."""
     logged = any(r.correlation for r in responses)  # only our namespace's Envoy logs
-    found = attr.judge(responses, a.envoy, logged=logged)
-    found = attr.by_coincidence(found, a.spec, a.envoy, met=met)
+    return routed(a, attr.judge(responses, a.envoy, logged=logged), met=met)
+
+
+def routed(a: Answer, found: Attribution, *, met: bool) -> Routed:
+    """``found`` judged: a problem and a finding where live and the Envoy model chose
+    different routes (``EV810``), or where a right answer (``met``: as the case and all
+    three say) came through a route of another HTTPRoute rule than the spec model
+    chose, or through none (``EV811``). The mesh's too (``mesh_runner``)."""
+    found = attr.by_coincidence(found, a.spec, a.envoy, met=met, ruleless=a.ruleless)
     if found.verdict not in (DISAGREES, COINCIDENCE):
-        return _Routed(found, [], [])
+        return Routed(found, [], [])
     # At the HTTPRoute match the spec model chose for it (the models agree on the answer).
     where = a.where(at_chosen_match(a.w, a.spec, a.envoy))
     served = attr.served(found)
@@ -675,9 +734,9 @@ def _attributed(a: _Answer, responses: Sequence[LiveResponse], *, met: bool) -> 
             "model_route": found.model_route or "no route",
         }
         code = attr.CODE
-    xds_path = attr.xds_route(a.ctx, found)
+    xds_path = attr.xds_route(a.ctx, found) if a.at is None else a.at.xds_path
     finding = a.finding(code, where, a.envoy.outcome, xds_path=xds_path, **params)
-    return _Routed(found, [attr.problem(found)], [finding])
+    return Routed(found, [attr.problem(found)], [finding])
 
 
 def _failed_case(

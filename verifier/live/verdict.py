@@ -103,8 +103,20 @@ class Verdict:
 
 def three_way(spec: Outcome, envoy: Outcome, live: Outcome, *, live_meets_case: bool) -> Verdict:
     """Compare the three answers and name the odd one out (module docstring)."""
-    spec_problems = live_mismatches(spec, live)
-    envoy_problems = live_mismatches(envoy, live)
+    return verdict_of(
+        spec, envoy, live_mismatches(spec, live), live_mismatches(envoy, live), live_meets_case
+    )
+
+
+def verdict_of(
+    spec: Outcome,
+    envoy: Outcome,
+    spec_problems: list[str],
+    envoy_problems: list[str],
+    live_meets_case: bool,
+) -> Verdict:
+    """The verdict once each model's prediction has been compared with the live answer
+    (``live_mismatches``; a mesh answer is named per model: ``mesh_runner``)."""
     models = outcome_diff(spec, envoy)
     spec_ok, envoy_ok = not spec_problems, not envoy_problems
     odd: str | None

@@ -12,8 +12,14 @@ passes when every case passes. A scenario whose name spells an extended
 feature of ``verifier.features`` counts for that feature under ``extended``;
 the rest count as core. Extended features no scenario tested are listed as
 unsupported: nothing here says they work. A case whose answer came through
-another xDS route than the Envoy model's fails its test (``EV810``), and the
+another xDS route than the Envoy model's fails its test (``EV810``), and each
 profile's summary counts the tests with answers no route was attributed to.
+
+Scenarios whose cases are all mesh cases (sent from a client workload to a Service,
+docs/mesh.md) are tests of the MESH-HTTP profile, reported apart from GATEWAY-HTTP's
+with the mesh's extended features (``features.MESH_EXTENDED``; a scenario named
+``mesh-rewrite-path`` tests MeshHTTPRouteRewritePath: upstream's mesh features spell
+"HTTPRoute" where the scenarios leave it out).
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ from typing import Any
 
 import yaml
 
-from verifier.features import EXTENDED
-from verifier.live.results import LiveReport
+from verifier.features import EXTENDED, MESH_EXTENDED
+from verifier.live.results import LiveReport, ScenarioRun
 
 API_VERSION = "gateway.networking.k8s.io/v1"
 GATEWAY_API_VERSION = "v1.5.0"
 PROFILE = "GATEWAY-HTTP"
+MESH_PROFILE = "MESH-HTTP"
 CHANNELS = ("standard", "experimental")
 MODE = "default"
 RESULTS = ("success", "partial", "failure")  # the upstream Result values
@@ -65,12 +72,17 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-def feature_of(scenario: str) -> str | None:
+def feature_of(scenario: str, features: frozenset[str] = EXTENDED) -> str | None:
     """The extended feature a scenario is named after (the longest whose name starts
     the scenario's: ``gateway-http-listener-isolation-listener-without-routes``
-    tests GatewayHTTPListenerIsolation), if any."""
+    tests GatewayHTTPListenerIsolation), if any. A mesh feature may be named without
+    its "HTTPRoute" (``mesh-redirect-port``: MeshHTTPRouteRedirectPort)."""
     key = _key(scenario)
-    found = [f for f in EXTENDED if key.startswith(_key(f))]
+    found = [
+        f
+        for f in features
+        if key.startswith(_key(f)) or key.startswith(_key(f).replace("meshhttproute", "mesh"))
+    ]
     return max(found, key=len) if found else None
 
 
@@ -87,18 +99,18 @@ def _status(passed: list[str], failed: list[str], skipped: list[str]) -> dict[st
     return out
 
 
-def conformance_report(
-    report: LiveReport,
-    implementation: Implementation,
-    channel: str = "standard",
-    now: datetime | None = None,
+def _profile(
+    name: str,
+    scenarios: list[ScenarioRun],
+    features: frozenset[str],
+    rewritten: bool,
 ) -> dict[str, Any]:
-    """The report as the upstream type serialises it (JSON names, omitempty honoured)."""
+    """One ProfileReport: the scenarios as core or extended tests, the features tested."""
     core: dict[str, list[str]] = {"passed": [], "failed": [], "skipped": []}
     ext: dict[str, list[str]] = {"passed": [], "failed": [], "skipped": []}
     tested: set[str] = set()
-    for scn in report.scenarios:
-        feature = feature_of(scn.name)
+    for scn in scenarios:
+        feature = feature_of(scn.name, features)
         bucket = ext if feature else core
         ran = [r for r in scn.results if not r.skipped]
         state = "skipped" if not ran else "passed" if scn.passed else "failed"
@@ -108,18 +120,36 @@ def conformance_report(
     extended = _status(ext["passed"], ext["failed"], ext["skipped"])
     if tested:
         extended["supportedFeatures"] = sorted(tested)
-    if EXTENDED - tested:
-        extended["unsupportedFeatures"] = sorted(EXTENDED - tested)
+    if features - tested:
+        extended["unsupportedFeatures"] = sorted(features - tested)
     core_status = _status(core["passed"], core["failed"], core["skipped"])
     n_failed = len(core["failed"]) + len(ext["failed"])
-    unattributed = len({r.scenario for r in report.unattributed})
+    unattributed = sum(1 for s in scenarios if s.unattributed)
     n_run = sum(len(v) for v in (*core.values(), *ext.values()))
     summary = (
         f"Core tests {'failed' if core['failed'] else 'succeeded'}, "
         f"{len(tested)} extended features tested; {n_run - n_failed} of {n_run} tests passed"
-        + (" (Envoy ran a rewritten copy of the xDS)" if report.rewritten else "")
+        + (" (Envoy ran a rewritten copy of the xDS)" if rewritten else "")
         + (f" ({unattributed} not attributed to an xDS route)" if unattributed else "")
     )
+    return {"name": name, "summary": summary, "core": core_status, "extended": extended}
+
+
+def conformance_report(
+    report: LiveReport,
+    implementation: Implementation,
+    channel: str = "standard",
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The report as the upstream type serialises it (JSON names, omitempty honoured):
+    GATEWAY-HTTP for the edge's scenarios, MESH-HTTP for the mesh's (module docstring)."""
+    edge = [s for s in report.scenarios if not s.mesh]
+    mesh = [s for s in report.scenarios if s.mesh]
+    profiles = []
+    if edge or not mesh:
+        profiles.append(_profile(PROFILE, edge, EXTENDED, report.rewritten))
+    if mesh:
+        profiles.append(_profile(MESH_PROFILE, mesh, MESH_EXTENDED, report.rewritten))
     impl = {
         "organization": implementation.organization,
         "project": implementation.project,
@@ -135,9 +165,7 @@ def conformance_report(
         "gatewayAPIVersion": GATEWAY_API_VERSION,
         "mode": MODE,
         "gatewayAPIChannel": channel,
-        "profiles": [
-            {"name": PROFILE, "summary": summary, "core": core_status, "extended": extended}
-        ],
+        "profiles": profiles,
     }
 
 

@@ -13,7 +13,7 @@ import json
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from verifier.live.results import LiveReport
+from verifier.live.results import UNATTRIBUTED, LiveReport
 from verifier.report.text import finding_lines
 
 
@@ -25,6 +25,13 @@ def render_json(report: LiveReport) -> str:
         "consistency": report.consistency,
         "summary": report.summary(),
     }
+    mesh = {
+        s.name: {"notes": list(s.notes), "start_seconds": s.timings}
+        for s in report.scenarios
+        if s.timings
+    }
+    if mesh:  # the scenarios whose mesh cases ran through sidecars: how, and what it cost
+        doc["mesh"] = mesh
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
@@ -66,6 +73,15 @@ def render_text(report: LiveReport, *, summary: bool = True) -> str:
             out.append(f"{r.scenario}: {r.name}: FAILED after {r.tries}")
             out.append(f"    request: {r.request}")
             out += [f"    {p}" for p in r.problems]
+            # Which route served the answer (the proxy's access log), unless a problem says.
+            a = r.attribution
+            if (
+                a is not None
+                and a.state != UNATTRIBUTED
+                and r.failure_kind != f"attribution-{a.verdict}"
+            ):
+                by = f"route {a.route}" if a.route else "no route"
+                out.append(f"    served by: {by}" + (f" ({a.why})" if a.why else ""))
     for f in report.findings:
         out.extend(finding_lines(f))
     if report.rewritten:

@@ -33,7 +33,7 @@ ROUTE_METADATA_KEY = "aether.io/route"  # informational only: RouteRef, never de
 TRACE_LIMIT = 20
 
 
-def _route_ref(route: Route) -> RouteRef:
+def route_ref(route: Route) -> RouteRef:
     fields: dict[str, object] = {}
     if route.metadata is not None:
         struct = route.metadata.filter_metadata.get(ROUTE_METADATA_KEY)
@@ -68,7 +68,7 @@ class CompiledRoute:
             index,
             route,
             CompiledMatch(route.match or read.empty(ROUTE_MATCH)),
-            _route_ref(route),
+            route_ref(route),
             header_parser(
                 label, route.request_headers_to_add, route.request_headers_to_remove, request=True
             ),

@@ -1,0 +1,214 @@
+"""Mesh cases, live: a pass must come through the route the spec chose, not by chance.
+
+In a cluster, a request the sidecar does not route still reaches a pod: the sidecar
+passes it through to the ClusterIP and kube-proxy sends it to a ready endpoint. Where
+the Service has one version, that pod is the expected one, and the answer is right
+for the wrong reason. ``edge-verify live`` attributes each mesh answer to the sidecar
+route that served it (the sidecar's access log, by our request id), and a case met
+through no route, or another one, than the HTTPRoute rule the spec model chose is
+**passed by coincidence** (EV811, as on the edge: docs/live.md): a failure.
+
+One scenario (an HTTPRoute on the Service echo-v1, one version) and one case, run
+three times at once, each in a mesh of its own: with the client's sidecar served its
+``translate --proxy`` xDS (the case passes, attributed to the route); with that xDS
+lacking the Service's filter chain and routes (the request passes through, the right
+pod answers, the case fails as passed by coincidence, and the Envoy model, reading
+the same served xDS, agrees that no route served it); and with an xDS the sidecar
+refuses (the case fails, EV806: no mesh could answer it).
+
+Without root or nft a mesh run says why and exits 2 (no silent fallback), checked
+before anything starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+from conftest import BASE, rel
+
+from verifier import pipeline
+from verifier.errors import InputErrors
+from verifier.live import attribution as attr
+from verifier.live import mesh_live
+from verifier.live.client import AccessEntry, LiveResponse
+from verifier.live.envoy_process import envoy_available
+from verifier.live.mesh_runner import KUBE_PROXY, MeshRun, _at, _attribution, run_mesh_cases
+from verifier.live.results import (
+    AGREES,
+    ATTRIBUTED,
+    COINCIDENCE,
+    DISAGREES,
+    NO_ROUTE,
+    UNATTRIBUTED,
+)
+from verifier.live.runner import Answer, LiveOptions, prepare_all, routed, run_live
+from verifier.live.verdict import three_way
+from verifier.semantics import witness as wt
+from verifier.semantics.request import Evaluation, Outcome, RouteRef
+from verifier.xds.snapshot import Snapshot
+
+CLIENT = ("mesh-apps", "client")
+SERVICE_CHAIN = "mesh-apps/echo-v1/80"  # docs/mesh.md: a chain per ClusterIP and port
+ROUTE = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: echo-v1-mesh
+  namespace: mesh-apps
+spec:
+  parentRefs:
+  - group: ""
+    kind: Service
+    name: echo-v1
+    port: 80
+  rules:
+  - backendRefs:
+    - name: echo-v1
+      port: 80
+"""
+CASES = """\
+- name: client-reaches-echo-v1-through-its-route
+  from: {namespace: mesh-apps, workload: client}
+  service: {namespace: mesh-apps, name: echo-v1, port: 80}
+  request: {path: /}
+  expect: {status: 200, backend: echo-v1, namespace: mesh-apps}
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> list[str]:
+    folder = tmp_path / "mesh-route-to-one-version"
+    folder.mkdir()
+    (folder / "resources.yaml").write_text(ROUTE, encoding="utf-8")
+    (folder / "cases.yaml").write_text(CASES, encoding="utf-8")
+    return [rel(BASE), str(folder)]
+
+
+def refused(snap: Snapshot) -> Snapshot:
+    """The sidecar's xDS with the Service's filter chain twice (another name, the same
+    match): Envoy refuses the outbound listener."""
+    listeners = []
+    for li in snap.listeners:
+        chains = [c for c in li.filter_chains if c.name == SERVICE_CHAIN]
+        again = [dataclasses.replace(c, name=f"{c.name}-again") for c in chains]
+        listeners.append(dataclasses.replace(li, filter_chains=[*li.filter_chains, *again]))
+    return dataclasses.replace(snap, listeners=tuple(listeners))
+
+
+def without_the_route(snap: Snapshot) -> Snapshot:
+    """The sidecar's xDS with no filter chain (and no route table) for echo-v1:80: the
+    connection falls to the default chain, which passes it through."""
+    listeners = tuple(
+        dataclasses.replace(
+            li, filter_chains=[c for c in li.filter_chains if c.name != SERVICE_CHAIN]
+        )
+        for li in snap.listeners
+    )
+    assert listeners != snap.listeners, "no chain named " + SERVICE_CHAIN
+    routes = tuple(rc for rc in snap.routes if rc.name != f"outbound/{SERVICE_CHAIN}")
+    return dataclasses.replace(snap, listeners=listeners, routes=routes)
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(mesh_live.mesh_unavailable() is not None, reason="needs root and nft")
+def test_a_pass_kube_proxy_gave_is_passed_by_coincidence(scenario: list[str]) -> None:
+    (prepared,) = prepare_all(scenario, pipeline.CheckOptions())
+    ctx, cases = prepared.ctx, prepared.cases
+    (served,) = pipeline.sidecar_snapshots(
+        ctx.res, [CLIENT], ctx.trust_domain, frozenset()
+    ).values()
+    opts = LiveOptions(successes=1)
+
+    async def all_three() -> tuple[MeshRun, MeshRun, MeshRun]:
+        routed = run_mesh_cases("routed", ctx, cases, opts)
+        dropped = run_mesh_cases(
+            "dropped", ctx, cases, opts, sidecars={CLIENT: without_the_route(served)}
+        )
+        nacked = run_mesh_cases("nacked", ctx, cases, opts, sidecars={CLIENT: refused(served)})
+        return await asyncio.gather(routed, dropped, nacked)
+
+    routed, dropped, nacked = asyncio.run(all_three())
+    ((ok, ok_findings),) = routed.found
+    assert ok.passed and ok_findings == [], (ok.problems, ok_findings)
+    route = "mesh-apps/echo-v1-mesh/rule/0/match/0"
+    assert ok.xds_route == route
+    assert ok.attribution is not None
+    assert (ok.attribution.state, ok.attribution.route) == (ATTRIBUTED, route)
+    assert (ok.attribution.model_route, ok.attribution.verdict) == (route, AGREES)
+    assert ok.attribution.spec_route == "mesh-apps/echo-v1-mesh rule 0"
+
+    ((chance, findings),) = dropped.found
+    assert chance.observed["status"] == 200  # the expected pod answered ...
+    assert [b["name"] for b in chance.observed["backends"]] == ["echo-v1"]
+    assert not chance.passed  # ... but by kube-proxy, not by the route: a failure
+    a = chance.attribution
+    assert a is not None and (a.state, a.route, a.why) == (NO_ROUTE, "", KUBE_PROXY)
+    assert a.verdict == COINCIDENCE and chance.failure_kind == "attribution-coincidence"
+    assert [f.code for f in findings] == [attr.COINCIDENCE_CODE]
+    assert findings[0].resource == "HTTPRoute mesh-apps/echo-v1-mesh"
+    assert findings[0].file.endswith("cases.yaml") and findings[0].line == 1
+    assert chance.spec_agrees and chance.envoy_model_agrees  # the models read the served xDS
+
+    # A sidecar that refuses its xDS: no case can run; the scenario says so (EV806).
+    ((never, why),) = nacked.found
+    assert not never.passed and not never.skipped
+    assert [f.code for f in why] == ["EV806"]
+
+
+def test_a_mesh_run_without_root_or_nft_says_why_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, scenario: list[str]
+) -> None:
+    """Checked before any scenario starts: nothing is sent, nothing falls back."""
+    monkeypatch.setattr(mesh_live.os, "geteuid", lambda: 1000)
+    with pytest.raises(InputErrors) as raised:
+        run_live(scenario, pipeline.CheckOptions(), LiveOptions())
+    (error,) = raised.value.errors
+    assert error.code == "mesh-unavailable"
+    monkeypatch.setattr(mesh_live.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(mesh_live.shutil, "which", lambda name: None)
+    with pytest.raises(InputErrors) as raised:
+        run_live(scenario, pipeline.CheckOptions(), LiveOptions())
+    (other,) = raised.value.errors
+    assert other.code == "mesh-unavailable" and other.message != error.message
+
+
+def test_attribution_disagrees_when_the_sidecar_names_another_route(scenario: list[str]) -> None:
+    """The sidecar's log names a route the Envoy model did not choose: EV810, an error
+    that fails the case, at the case (the edge's verdict and code); the same route:
+    nothing. No line where the Envoy model has no HTTP connection manager take the
+    request is kube-proxy's delivery (no route); where it has one, it is unattributed."""
+    (prepared,) = prepare_all(scenario, pipeline.CheckOptions())
+    (case,) = prepared.cases
+    ctx, request = prepared.ctx, case.case.request
+    chosen = "mesh-apps/echo-v1-mesh/rule/0/match/0"
+    ref = RouteRef(chosen, httproute="mesh-apps/echo-v1-mesh", rule=0, match=0)
+    model = Evaluation(Outcome(200, route=ref), ())
+
+    def answer(route: str | None) -> LiveResponse:
+        logged = None if route is None else AccessEntry(route, "outbound|80||echo-v1", 200, "-")
+        return LiveResponse(request, 200, correlation="id-1", access=logged)
+
+    same = _attribution([answer(chosen)], model, logged=True)
+    assert (same.state, same.route, same.verdict) == (ATTRIBUTED, chosen, AGREES)
+    other = _attribution(
+        [answer(chosen), answer("mesh-apps/echo-v1/80/default")], model, logged=True
+    )
+    assert (other.state, other.verdict) == (ATTRIBUTED, DISAGREES)
+    assert _attribution([answer(None)], model, logged=True).state == UNATTRIBUTED
+    none = _attribution([answer(None)], model, logged=False)
+    assert (none.state, none.why, none.verdict) == (NO_ROUTE, KUBE_PROXY, DISAGREES)
+
+    verdict = three_way(model.outcome, model.outcome, model.outcome, live_meets_case=True)
+    w = wt.Witness(case.case.parent_key, request, wt.CASE, note=case.case.name)
+    at = _at(ctx, case, model)
+    a = Answer(ctx, w, model, model, model.outcome, verdict, at=at)
+    assert routed(a, same, met=True).findings == []
+    judged = routed(a, other, met=True)
+    (finding,) = judged.findings
+    assert finding.code == attr.CODE and (finding.file, finding.line) == (at.file, at.line)
+    assert finding.resource == "HTTPRoute mesh-apps/echo-v1-mesh"
+    assert judged.problems and judged.attribution.verdict == DISAGREES
