@@ -26,6 +26,8 @@ from verifier.semantics.witness import PATH, Sent, Witness, _Kept, match_witness
 
 MESH = "Mesh"
 CLUSTER_IP = "MeshClusterIPMatching"
+# A path no match is made for (fixtures never route it).
+UNROUTED_PATH = "/mesh-witness-no-match"
 
 
 def _service_parent(ref: m.ParentRef) -> bool:
@@ -96,7 +98,7 @@ def _for_client(
                 ):
                     yield evolve(wit, request=evolve(wit.request, source=client))
                 first = False
-    base = Request(host=host, port=port, path="/mesh-witness-no-match", source=client)
+    base = Request(host=host, port=port, path=UNROUTED_PATH, source=client)
     yield Witness(skey, base, MESH, note="a path no match was made for")
     yield Witness(skey, evolve(base, path="/"), PATH, note="root")
     if others:
@@ -108,10 +110,12 @@ def _for_client(
 def frontend_witnesses(
     res: Resources, clients: list[Source], sent: Sent | None = None
 ) -> list[Witness]:
-    """One ``GET /`` from each of ``clients`` to every TCP port of every Service with a
-    ClusterIP that no mesh route names (those have ``mesh_witnesses``): what a client's
-    sidecar does with a Service nobody routes (to the Service itself, as kube-proxy
-    would) is as much the sidecar's xDS as its routes are."""
+    """``GET /`` and a path below it from each of ``clients`` to every TCP port of every
+    Service with a ClusterIP that no mesh route names (those have ``mesh_witnesses``):
+    what a client's sidecar does with a Service nobody routes (to the Service itself,
+    as kube-proxy would, whatever the path) is as much the sidecar's xDS as its routes
+    are. The second path tells a route to the Service that takes ``/`` alone (an exact
+    match where a prefix was meant) from one that takes every path."""
     out = _Kept(sent)
     routed = mesh_routes(res)
     for skey in sorted(res.services):
@@ -123,4 +127,6 @@ def frontend_witnesses(
             for client in clients:
                 request = Request(host=host, port=port, path="/", source=client)
                 out.keep(Witness(skey, request, MESH, note="the Service's frontend, no route"))
+                below = evolve(request, path=UNROUTED_PATH)
+                out.keep(Witness(skey, below, MESH, note="the Service's frontend, no route"))
     return list(out.kept.values())
