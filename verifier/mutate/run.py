@@ -23,7 +23,7 @@ from verifier.findings import Finding
 from verifier.forked import map_forked
 from verifier.gatewayapi import mesh_attach, workloads
 from verifier.mesh_compare import SidecarXds
-from verifier.mutate.catalog import equivalent, mutants
+from verifier.mutate.catalog import OPERATORS, Operator, equivalent, mutants, with_peers
 from verifier.registry import Rule, run
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.request import Source
@@ -142,11 +142,15 @@ def mutate_scenario(
         judge.xds(base, "", partial(_edge_context, base))
     if not sidecars:
         return
-    for source, snap in mutated_sidecars(base, opts.proxy):
+    found = mutated_sidecars(base, opts.proxy)
+    for source, snap in found:
+        # The other sidecars' route tables: a consumer route leaking from one to another.
+        peers = {s.line(): other for s, other in found if s != source}
         judge.xds(
             _sidecar_context(base, source, snap),
             source.line(),
             partial(_sidecar_context, base, source),
+            with_peers(peers),
         )
 
 
@@ -160,7 +164,13 @@ class _Judge:
     not_run: frozenset[str]
     report: MutationReport
 
-    def xds(self, base: Context, proxy: str, made: Callable[[Snapshot], Context]) -> None:
+    def xds(
+        self,
+        base: Context,
+        proxy: str,
+        made: Callable[[Snapshot], Context],
+        operators: tuple[Operator, ...] = OPERATORS,
+    ) -> None:
         """``base``'s snapshot mutated; ``proxy``: "" for the edge, else the sidecar's
         workload (NS/NAME), which its survivors name."""
         scn, report = self.scn, self.report
@@ -170,7 +180,7 @@ class _Judge:
         report.baseline_findings += [f"{where}: {f.code} {f.message}" for f in baseline]
         kind = SIDECARS if proxy else EDGE
         hostless = backend_directory_from(base.res).unready_names()
-        for mutant in mutants(base.snapshot):
+        for mutant in mutants(base.snapshot, operators=operators):
             if equivalent(base.snapshot, mutant, hostless):
                 report.count(kind, equivalent=True)
                 continue
