@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
+from verifier.semantics import witness_pairs as wp
 from verifier.semantics.request import Request, Source, evolve, service_host
 from verifier.semantics.witness import PATH, Sent, Witness, _Kept, match_witnesses
 
@@ -98,6 +99,7 @@ def _for_client(
                 ):
                     yield evolve(wit, request=evolve(wit.request, source=client))
                 first = False
+    yield from _pairs(skey, port, host, routes, client)
     base = Request(host=host, port=port, path=UNROUTED_PATH, source=client)
     yield Witness(skey, base, MESH, note="a path no match was made for")
     yield Witness(skey, evolve(base, path="/"), PATH, note="root")
@@ -105,6 +107,28 @@ def _for_client(
         other = service_host(others[0][0], others[0][1], port)
         note = f"Host of Service {others[0][0]}/{others[0][1]}"
         yield Witness(skey, evolve(base, path="/", host=other), CLUSTER_IP, note=note)
+
+
+def _pairs(
+    skey: tuple[str, str], port: int, host: str, routes: list[m.HTTPRoute], client: Source
+) -> Iterator[Witness]:
+    """A request two matches of the Service's routes both accept, for each overlapping
+    pair (``witness_pairs``, as on a Gateway listener): which one wins it is precedence,
+    which single-match witnesses rarely probe (a path match and a header match on /)."""
+    served = [
+        wp.Served(route, rule, mi, match)
+        for route in routes
+        for rule in route.rules
+        for mi, match in enumerate(rule.matches)
+    ]
+    for a, b in wp.overlapping_pairs(served):
+        req = wp.pair_request(a.match, b.match, host, port, "http")
+        if req is not None:
+            note = f"overlaps {b.route.meta.name} rule {b.rule.index}"
+            request = evolve(req, source=client)
+            yield Witness(
+                skey, request, wp.PRECEDENCE, a.route.meta.key, a.rule.index, a.index, note=note
+            )
 
 
 def frontend_witnesses(
