@@ -15,8 +15,9 @@ Checked on every judged sidecar's xDS: a listener with the ``original_dst`` list
 filter; its default chain a lone ``tcp_proxy`` to an ``ORIGINAL_DST`` cluster without
 transport socket; and a chain matching the ClusterIP and port of each TCP port of
 each mesh-registered Service the workload's capture covers whose ``appProtocol`` is
-HTTP (unset, ``http``, ``kubernetes.io/h2c``, ``kubernetes.io/ws``). The finding
-points at the workload.
+HTTP (unset, ``http``, ``kubernetes.io/h2c``, ``kubernetes.io/ws``), whose routes do
+not forward to an ``ORIGINAL_DST`` cluster (that is the passthrough by another way).
+The finding points at the workload.
 
 Example: the outbound listener of mesh-apps/client without the chain for
 ``10.96.41.1:80`` (mesh-apps/echo-v1): its calls to echo-v1 leave the pod in
@@ -31,11 +32,13 @@ from typing import Any
 
 from verifier.rules.support import backends as bk
 from verifier.rules.support import sidecar as sc
+from verifier.rules.support import walk
 
 from verifier.check import Context
 from verifier.findings import Finding
 from verifier.gatewayapi import workloads as wl
 from verifier.registry import Rule
+from verifier.xds import read
 
 NAME = "mesh-passthrough"
 CODE = "EV931"
@@ -114,13 +117,38 @@ def _problems(ctx: Context, car: sc.Sidecar) -> Iterator[tuple[str, str]]:
     li = outbound[0]
     path = f"listeners[{li.name}]"
     yield from ((f"{path}.default_filter_chain", p) for p in _default_problems(car, li))
+    routed = bk.routed_clusters(car.snapshot)
     for svc, ip, port in _captured(ctx, car):
-        if not any(_matches(c, ip, port) for c in li.filter_chains):
+        chains = [c for c in li.filter_chains if _matches(c, ip, port)]
+        if not chains:
             problem = (
                 f"has no filter chain for mesh Service {svc} at {ip}:{port}: the passthrough "
                 "takes it, in cleartext"
             )
             yield f"{path}.filter_chains", problem
+        for route in _to_original_dst(car, chains[:1], routed):
+            problem = (
+                f"routes mesh Service {svc} at {ip}:{port} to the passthrough (route "
+                f"{route}): it leaves the pod in cleartext"
+            )
+            yield f"{path}.filter_chains", problem
+
+
+def _to_original_dst(
+    car: sc.Sidecar, chains: list[Any], routed: dict[str, list[walk.RouteRef]]
+) -> Iterator[str]:
+    """The routes of ``chains``' route tables that forward to an ORIGINAL_DST cluster."""
+    tables = {
+        hcm.rds.route_config_name
+        for chain in chains
+        for f in chain.filters
+        if read.is_a(hcm := walk.unpack(f.typed_config), walk.HCM) and hcm.rds is not None
+    }
+    for name, refs in sorted(routed.items()):
+        cl = sc.cluster(car.snapshot, name)
+        if cl is None or bk.kind(cl) != ORIGINAL_DST:
+            continue
+        yield from sorted({r.label for r in refs if r.config.name in tables})
 
 
 def check(ctx: Context) -> Iterable[Finding]:
