@@ -142,10 +142,10 @@ def mutate_scenario(
         judge.xds(base, "", partial(_edge_context, base))
     if not sidecars:
         return
-    found = mutated_sidecars(base, opts.proxy)
+    found, every = mutated_sidecars(base, opts.proxy)
     for source, snap in found:
         # The other sidecars' route tables: a consumer route leaking from one to another.
-        peers = {s.line(): other for s, other in found if s != source}
+        peers = {s.line(): other for s, other in every.items() if s != source}
         judge.xds(
             _sidecar_context(base, source, snap),
             source.line(),
@@ -233,39 +233,38 @@ def _sidecar_context(base: Context, source: Source, snapshot: Snapshot) -> Conte
     )
 
 
-def mutated_sidecars(base: Context, proxy: str | None) -> list[tuple[Source, Snapshot]]:
-    """The sidecars whose xDS is mutated, with that xDS: the one ``--xds FILE --proxy``
-    gives; else the reference translator's for ``--proxy NS/WORKLOAD``, or, without
-    it, for every workload with a sidecar when the input has mesh routes or mesh
-    cases (without them, every sidecar's xDS is the same default routes, mutated once
-    per mesh scenario already). None when the profile does not claim the mesh."""
+def mutated_sidecars(
+    base: Context, proxy: str | None
+) -> tuple[list[tuple[Source, Snapshot]], dict[Source, Snapshot]]:
+    """The sidecars whose xDS is mutated, with that xDS, and every sidecar's xDS known
+    (the peers whose route tables foreign-route-table borrows): the one ``--xds FILE
+    --proxy`` gives; else the reference translator's, for ``--proxy NS/WORKLOAD`` or,
+    without it, for every workload with a sidecar when the input has mesh routes or
+    mesh cases (without them, every sidecar's xDS is the same default routes, mutated
+    once per mesh scenario already). None when the profile does not claim the mesh."""
     sidecars = base.sidecars
     if sidecars is None:
-        return []  # --xds is the edge's
+        return [], {}  # --xds is the edge's
     if sidecars.given:
-        return sorted(sidecars.given.items())
-    if proxy:
-        found = mesh_attach.sidecar_workload(base.res, proxy)
-        sources = [Source(found.meta.namespace, found.meta.name)]
-    elif base.mesh_witnesses or base.mesh_cases:
-        sources = sorted(
-            Source(ns, name)
-            for (_kind, ns, name), wl in base.res.workloads.items()
-            if workloads.has_sidecar(base.res, wl)
-        )
-    else:
-        return []
+        return sorted(sidecars.given.items()), dict(sidecars.given)
+    if not proxy and not (base.mesh_witnesses or base.mesh_cases):
+        return [], {}
     if not base.mesh_claimed:
         if proxy:
             why = f"profile {base.profile} does not claim the mesh: no sidecar is judged"
             raise InputErrors([InputError("--proxy", 0, "", "not-applicable", why)])
-        return []
-    out = []
-    for source in sources:
-        snap = sidecars.of(source)
-        assert snap is not None  # translated
-        out.append((source, snap))
-    return out
+        return [], {}
+    every: dict[Source, Snapshot] = {}
+    for (_kind, ns, name), wl in sorted(base.res.workloads.items()):
+        if workloads.has_sidecar(base.res, wl):
+            snap = sidecars.of(Source(ns, name))
+            assert snap is not None  # translated
+            every[Source(ns, name)] = snap
+    if not proxy:
+        return sorted(every.items()), every
+    found = mesh_attach.sidecar_workload(base.res, proxy)
+    source = Source(found.meta.namespace, found.meta.name)
+    return [(source, every[source])], every
 
 
 def _undeclared(
