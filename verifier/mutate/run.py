@@ -23,7 +23,7 @@ from verifier.findings import Finding
 from verifier.forked import map_forked
 from verifier.gatewayapi import mesh_attach, workloads
 from verifier.mesh_compare import SidecarXds
-from verifier.mutate.catalog import OPERATORS, Operator, equivalent, mutants, with_peers
+from verifier.mutate.catalog import Operator, equivalent, mutants, with_peers
 from verifier.registry import Rule, run
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.request import Source
@@ -169,10 +169,11 @@ class _Judge:
         base: Context,
         proxy: str,
         made: Callable[[Snapshot], Context],
-        operators: tuple[Operator, ...] = OPERATORS,
+        operators: tuple[Operator, ...] | None = None,
     ) -> None:
-        """``base``'s snapshot mutated; ``proxy``: "" for the edge, else the sidecar's
-        workload (NS/NAME), which its survivors name."""
+        """``base``'s snapshot mutated (with ``operators``, else every operator);
+        ``proxy``: "" for the edge, else the sidecar's workload (NS/NAME), which its
+        survivors name."""
         scn, report = self.scn, self.report
         active = [r for r in self.rules if r.name not in SKIPPED_RULES]
         baseline = _undeclared(scn, run(self.rules, base).findings, self.not_run)
@@ -180,7 +181,13 @@ class _Judge:
         report.baseline_findings += [f"{where}: {f.code} {f.message}" for f in baseline]
         kind = SIDECARS if proxy else EDGE
         hostless = backend_directory_from(base.res).unready_names()
-        for mutant in mutants(base.snapshot, operators=operators):
+        # ``mutants`` with no operators given: tests may narrow it to some operators.
+        found = (
+            mutants(base.snapshot)
+            if operators is None
+            else mutants(base.snapshot, operators=operators)
+        )
+        for mutant in found:
             if equivalent(base.snapshot, mutant, hostless):
                 report.count(kind, equivalent=True)
                 continue
