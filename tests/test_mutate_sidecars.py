@@ -24,7 +24,15 @@ from verifier.rules import RULES
 from verifier import pipeline
 from verifier.cli import main
 from verifier.mutate.catalog import OPERATORS, mutants, with_peers
-from verifier.mutate.run import EDGE, SIDECARS, MutationReport, mutate_scenario, mutated_sidecars
+from verifier.mutate.run import (
+    EDGE,
+    SIDECARS,
+    MutationReport,
+    mutate_scenario,
+    mutated_sidecars,
+    sidecar_context,
+)
+from verifier.registry import run
 from verifier.xds.codec import pack_any
 from verifier.xds.snapshot import envoy_validate
 
@@ -160,3 +168,32 @@ def test_inbound_swaps_where_two_ports_reach_different_target_ports() -> None:
 
 def _names(chain: FilterChain) -> list[str]:
     return list(chain.filter_chain_match.server_names) if chain.filter_chain_match else []
+
+
+@pytest.mark.parametrize(
+    ("proxy", "operator", "code"),
+    [
+        ("mesh-apps/echo-v1", "drop-require-client-certificate", "EV930"),
+        ("mesh-apps/echo-v1", "inbound-san-other-trust-domain", "EV930"),
+        ("mesh-client/client", "drop-outbound-chain", "EV931"),
+        ("mesh-client/client", "retarget-passthrough", "EV931"),
+    ],
+)
+def test_a_sidecar_shape_mistake_is_found_at_its_workload(
+    proxy: str, operator: str, code: str
+) -> None:
+    """What no mesh request reaches (the tunnel listener, the passthrough) is an error
+    at the YAML line of the workload whose sidecar it is, as check --proxy reports it."""
+    opts = pipeline.CheckOptions()
+    (scn,) = pipeline.discover(SCENARIO, opts)
+    base, _ = pipeline.prepare(scn, opts)
+    assert base is not None
+    (source, snap), *_ = mutated_sidecars(base, proxy)[0]
+    mutant = next(m for m in mutants(snap) if m.operator == operator)
+    ran = run(RULES, sidecar_context(base, source, mutant.snapshot))
+    found = [f for f in ran.findings if f.code == code]
+    assert found, [f.code for f in ran.findings]
+    assert {f.resource for f in found} == {f"Deployment {proxy}"}
+    assert all(f.file.endswith("mesh.yaml") and f.line > 0 for f in found)
+    assert all(f.severity == "error" for f in found)
+    assert run(RULES, sidecar_context(base, source, snap)).findings == []

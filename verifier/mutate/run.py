@@ -147,9 +147,9 @@ def mutate_scenario(
         # The other sidecars' route tables: a consumer route leaking from one to another.
         peers = {s.line(): other for s, other in every.items() if s != source}
         judge.xds(
-            _sidecar_context(base, source, snap),
+            sidecar_context(base, source, snap),
             source.line(),
-            partial(_sidecar_context, base, source),
+            partial(sidecar_context, base, source),
             with_peers(peers),
         )
 
@@ -222,7 +222,7 @@ def _edge_context(base: Context, snapshot: Snapshot) -> Context:
     )
 
 
-def _sidecar_context(base: Context, source: Source, snapshot: Snapshot) -> Context:
+def sidecar_context(base: Context, source: Source, snapshot: Snapshot) -> Context:
     """What ``check --xds SNAPSHOT --proxy SOURCE`` judges: ``snapshot`` as that
     workload's sidecar xDS, the mesh requests and cases, no edge request."""
     return Context(
