@@ -183,7 +183,7 @@ def _tunnel_port(snap: Snapshot) -> Iterator[Site]:
         tail = c.name.rsplit("/", 1)[-1]
         port = int(tail) if tail.isdigit() and int(tail) != MESH_PORT else 80
         yield Site(
-            f"endpoints[{resource_name(cla)}]",
+            f"clusters[{c.name}].load_assignment.endpoints",
             f"endpoints dialled on {port}, not {MESH_PORT}",
             _endpoints_builder(snap, i, port),
         )
