@@ -166,10 +166,7 @@ def _mesh(c: Comparison, ctx: Context) -> tuple[str, Culprit | None] | None:
     assert c.request.source is not None
     if c.answered_by == KUBE_PROXY:
         return "mesh-no-route-kube-proxy", (c.witness.gateway, c.request.port, KUBE_PROXY)
-    dialled = mesh.clusters_answering(ctx, c)
-    broken = {
-        d.rule for d in mesh.dialling(ctx) if d.source == c.request.source and d.cluster in dialled
-    }
+    broken = mesh.broken_by(ctx, c)
     for rule in (mesh.MTLS, mesh.IDENTITY):
         if rule in broken:
             return rule, None
@@ -181,8 +178,8 @@ def _mesh(c: Comparison, ctx: Context) -> tuple[str, Culprit | None] | None:
     applicable = applicable_routes(ctx.res, svc, port, client)
     found = _route_table(c, ctx)
     if found is None:  # no route table routes the frontend's traffic
-        if applicable:
-            return "mesh-cluster-ip-matching", (svc.meta.key, port.port, "frontend")
+        if applicable:  # the routes that apply are not applied: at the first of them
+            return "mesh-cluster-ip-matching", (applicable[0].meta.key, None, None)
         return "mesh-no-route-kube-proxy", (svc.meta.key, port.port, "default")
     wanted = {r.meta.key for r in applicable}
     consumers = [r for r in applicable if r.meta.namespace != svc.meta.namespace]
@@ -241,10 +238,18 @@ def _owner(c: Comparison, ctx: Context) -> str:
     w = c.witness
     if w.feature in FEATURE_OWNERS:
         return FEATURE_OWNERS[w.feature]
+    mesh_request = c.request.source is not None
     if w.route is None:
-        return "no-route-default-404" if c.spec.outcome.status == 404 else "httproute-hostnames"
+        if c.spec.outcome.status == 404:
+            return "no-route-default-404"
+        return "mesh-no-route-kube-proxy" if mesh_request else "httproute-hostnames"
     route = ctx.route(w.route)
-    if route is not None and any(p.port is not None for p in route.parent_refs):
+    # A mesh route's parentRef.port is judged on its client's route table (_mesh).
+    if (
+        not mesh_request
+        and route is not None
+        and any(p.port is not None for p in route.parent_refs)
+    ):
         return "httproute-parent-ref-port"
     if w.feature == wt.PATH:
         if w.note in BASE_NOTES and c.envoy.outcome.status == 404:

@@ -1,8 +1,11 @@
-"""`edge-verify explain --from NS/WORKLOAD`: the spec model's answer to a mesh request.
+"""`edge-verify explain --from NS/WORKLOAD`: both answers to a mesh request.
 
-The sidecar's Envoy model does not answer mesh requests yet; explain says so in its
-place (text and JSON) rather than show an answer it does not have. Mesh cases of a
-cases table are explained the same way.
+The spec model's, and the one check holds it to: the client's sidecar (the Envoy model
+on the reference translator's xDS for it, the connection redirected to it), or
+kube-proxy when no sidecar captures the connection. With `--xds DUMP --proxy
+NS/WORKLOAD` the sidecar is that dump; a request from another client is then
+answered by the spec model alone, and explain says why rather than show an answer it
+does not have. Mesh cases of a cases table are explained the same way.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import pytest
 from conftest import FIXTURES, rel
 from test_check_cli import CLI, REQUEST_KEYS, Run, scenario_args
 from test_explain_cli import EXPLANATION_KEYS, assert_outcome_shape
+from test_mesh_check_xds import route_table, sidecar_dump
 
 from verifier.cli import main
-from verifier.explain import ENVOY_NOT_YET
 
 
 @pytest.fixture
@@ -35,15 +38,18 @@ CONSUMER = "mesh-consumer-route"
 URL = "GET http://echo-v2.mesh-apps.svc.cluster.local/only-consumer/x"
 
 
-def test_text_shows_the_spec_trace_and_says_the_envoy_model_is_not_asked(explain: CLI) -> None:
+def test_text_shows_both_traces_from_the_clients_sidecar(explain: CLI) -> None:
     r = explain(*scenario_args(CONSUMER), "--from", "mesh-client/client", "--request", URL)
     assert r.rc == 0, r.err
     assert "(from mesh-client/client to 10.96.41.2:80)" in r.out
     assert "frontend: Service mesh-apps/echo-v2 port 80" in r.out
     assert "consumer route(s) of namespace mesh-client" in r.out
-    assert f"Envoy model: not asked: {ENVOY_NOT_YET}" in r.out
-    assert "NOT JUDGED: one model's answer only" in r.out
-    assert "\nagree\n" not in r.out and "DISAGREE" not in r.out  # no verdict it cannot give
+    assert "Envoy model (sidecar mesh-client/client):" in r.out
+    assert "redirected to 127.0.0.1:15001 (capture)" in r.out
+    assert "filter chain mesh-apps/echo-v2/80" in r.out
+    assert "route #0 'mesh-client/echo-v2-consumer/rule/0/match/0' matches" in r.out
+    assert "presents spiffe://cluster.local/ns/mesh-apps/sa/echo-v2, accepted" in r.out
+    assert r.out.endswith("\nagree\n")
 
 
 def test_json_keeps_the_explanation_contract(explain: CLI) -> None:
@@ -53,13 +59,54 @@ def test_json_keeps_the_explanation_contract(explain: CLI) -> None:
     )  # fmt: skip
     assert r.rc == 0, r.err
     doc = json.loads(r.out)
-    assert set(doc) == EXPLANATION_KEYS | {"envoy_model"}
+    assert set(doc) == EXPLANATION_KEYS | {"answered_by"}
     assert set(doc["request"]) == REQUEST_KEYS | {"source"}
     assert doc["request"]["source"] == {"namespace": "mesh-apps", "workload": "client"}
     assert_outcome_shape(doc["spec"])
-    assert doc["envoy"] is None and doc["judged"] is False and doc["agree"] is None
+    assert_outcome_shape(doc["envoy"])
+    assert (doc["answered_by"], doc["judged"], doc["agree"]) == (
+        "sidecar mesh-apps/client",
+        True,
+        True,
+    )
     # The producer route answers mesh-apps' client (the consumer route is mesh-client's).
+    assert doc["spec"]["response_headers"] == doc["envoy"]["response_headers"]
     assert doc["spec"]["response_headers"] == {"x-header-set": ["producer"]}
+
+
+def test_a_client_without_a_sidecar_is_answered_as_kube_proxy_would(explain: CLI) -> None:
+    r = explain(*scenario_args(CONSUMER), "--from", "edge-web/client", "--request", URL)
+    assert r.rc == 0, r.err
+    assert "kube-proxy (the Envoy model is not asked):" in r.out
+    assert "DNAT to a ready endpoint of Service mesh-apps/echo-v2:80" in r.out
+    assert r.out.endswith("\nagree\n")
+
+
+def test_a_sidecar_dump_from_elsewhere_is_explained_and_other_clients_are_not(
+    explain: CLI, tmp_path: Path
+) -> None:
+    """A consumer route leaked into mesh-apps/client's sidecar: explain shows the
+    disagreement; mesh-client/client's request is the spec model's alone."""
+    doc = sidecar_dump(tmp_path / "apps.json", CONSUMER, "mesh-apps/client")
+    other = sidecar_dump(tmp_path / "client.json", CONSUMER, "mesh-client/client")
+    table = "outbound/mesh-apps/echo-v2/80"
+    route_table(doc, table)["routes"] = route_table(other, table)["routes"]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(doc), encoding="utf-8")
+    given = ("--xds", str(broken), "--proxy", "mesh-apps/client")
+    url = "GET http://echo-v2.mesh-apps.svc.cluster.local/x"
+    r = explain(*scenario_args(CONSUMER), *given, "--from", "mesh-apps/client", "--request", url)
+    assert r.rc == 0, r.err
+    assert "no route of virtual host 'mesh-apps/echo-v2/80' matches: 404" in r.out
+    assert "DISAGREE on: status" in r.out
+    r = explain(*scenario_args(CONSUMER), *given, "--from", "mesh-client/client", "--request", url)
+    assert r.rc == 0, r.err
+    assert "not asked: --xds is the sidecar of mesh-apps/client (--proxy)" in r.out
+    assert "NOT JUDGED: one model's answer only" in r.out
+    r = explain(
+        *scenario_args(CONSUMER), *given[2:], "--from", "mesh-apps/client", "--request", url
+    )
+    assert r.rc == 2 and r.err.startswith("--proxy:"), r.err
 
 
 @pytest.mark.parametrize(
@@ -90,6 +137,10 @@ def test_a_mesh_cases_table_is_explained_and_met(explain: CLI) -> None:
     assert r.rc == 0, r.err
     docs = json.loads(r.out)
     assert len(docs) == 7
-    assert all(d["spec_meets_expectation"] and d["envoy"] is None for d in docs)
+    assert all(d["spec_meets_expectation"] and d["envoy_meets_expectation"] for d in docs)
+    # Each by its client's sidecar, but the edge-web client's: kube-proxy's.
+    assert {d["answered_by"] for d in docs} == {
+        "sidecar mesh-apps/client", "sidecar mesh-client/client", "kube-proxy",
+    }  # fmt: skip
     text = explain(*scenario_args(CONSUMER), "--cases", table)
-    assert text.out.count("case expectation: spec met") == 7
+    assert text.out.count("case expectation: spec met, Envoy met") == 7

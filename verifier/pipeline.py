@@ -1016,6 +1016,9 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
     left = sum(len(r.left_to_live) for r in results)
     if left:  # said, never silently dropped: these cases are judged in part only
         out["left_to_live"] = left
+    asked = sum(r.mesh_requests for r in results)
+    if asked:  # the mesh requests compared, on their client's sidecar or kube-proxy's
+        out["mesh_requests"] = asked
     mesh = sum(r.mesh_cases for r in results)
     if mesh:  # said, never silently passed: judged by one model, not two
         out["mesh_cases_spec_only"] = mesh

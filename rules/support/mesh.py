@@ -25,11 +25,13 @@ from verifier.check import Comparison, Context
 from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi import workloads as wl
-from verifier.mesh_compare import sidecar_label
+from verifier.mesh_compare import CAPTURED, sidecar_label
 from verifier.semantics import witness as wt
 from verifier.semantics.directory import MESH_PORT
 from verifier.semantics.envoy.strings import ModelError, string_matcher
-from verifier.semantics.request import Source
+from verifier.semantics.request import Request, Source, service_host
+from verifier.semantics.spec.backends import SUPPORTED_APP_PROTOCOLS
+from verifier.semantics.witness_mesh import MESH
 from verifier.xds import read
 from verifier.xds.snapshot import Snapshot
 
@@ -55,6 +57,9 @@ class Dialling:
     service: m.Service
     problem: str
     routes: tuple[str, ...]  # the xDS paths of the routes that send traffic there
+    # Set when no route sends traffic there: the Service frontend (ClusterIP, port)
+    # whose connections the sidecar passes through the cluster (``tcp_proxy``).
+    frontend: Request | None = None
 
 
 def dialling(ctx: Context) -> list[Dialling]:
@@ -68,7 +73,7 @@ def dialling(ctx: Context) -> list[Dialling]:
 
 
 def _of(ctx: Context, source: Source, snap: Snapshot) -> list[Dialling]:
-    out = []
+    out = _passed_through(ctx, source)
     routed = _ROUTED(snap)
     for cluster, found, refs in bk.with_service(snap, ctx.res, shared=True):
         meshed = [
@@ -87,6 +92,43 @@ def _of(ctx: Context, source: Source, snap: Snapshot) -> list[Dialling]:
             Dialling(rule, source, cluster.name, svc, "; ".join(said), paths)
             for rule, said in problems.items()
         ]
+    return out
+
+
+def _passed_through(ctx: Context, source: Source) -> list[Dialling]:
+    """The frontends of mesh-registered Services the sidecar captures and would speak
+    HTTP to (an appProtocol the spec supports) whose connections it passes through
+    (``tcp_proxy``) rather than routing them: they reach the ClusterIP, or wherever the
+    cluster dials, in cleartext, whatever they get back. The reference translator
+    passes through only ports it does not speak HTTP on (docs/mesh.md)."""
+    model = ctx.mesh_plane.model(source)
+    if model is None:
+        return []
+    out = []
+    for key in sorted(ctx.res.services):
+        svc = ctx.res.services[key]
+        if svc.cluster_ip in (None, "", "None"):
+            continue
+        if not wl.mesh_service(ctx.res, ctx.mesh_registry, *key):
+            continue
+        for port in svc.ports:
+            if port.protocol != "TCP" or port.app_protocol not in SUPPORTED_APP_PROTOCOLS:
+                continue
+            host = service_host(*key, port.port)
+            request = Request(host=host, port=port.port, address=svc.cluster_ip, source=source)
+            if not ctx.mesh_plane.deployment.captured(request):
+                continue
+            selected = model.connection_of(request, CAPTURED)
+            tcp = selected.chain.tcp if selected is not None else None
+            if tcp is None or not tcp.clusters:
+                continue
+            chain = selected.chain.name if selected is not None else ""
+            problem = (
+                f"is where filter chain {chain or '(unnamed)'} passes connections to "
+                f"{svc.cluster_ip}:{port.port} (tcp_proxy), through no route: they leave "
+                "in cleartext"
+            )
+            out.append(Dialling(MTLS, source, tcp.clusters[0][0], svc, problem, (), request))
     return out
 
 
@@ -188,14 +230,40 @@ def shown_by(ctx: Context, d: Dialling) -> Comparison | wt.Witness | None:
     answered; None when no request went there."""
     label = sidecar_label(d.source)
     for c in ctx.disagreements.get(d.rule, []):
+        if c.answered_by != label:
+            continue
         route = c.envoy.outcome.route
-        if c.answered_by == label and route is not None and route.xds_path in d.routes:
+        if d.frontend is not None and _same_frontend(c.request, d.frontend):
             return c
+        if route is not None and route.xds_path in d.routes:
+            return c
+    if d.frontend is not None:
+        return wt.Witness(d.service.meta.key, d.frontend, MESH, note="the Service's frontend")
     for path in d.routes:
         seen = ctx.mesh.seen.get((d.source, path))
         if seen is not None:
             return seen
     return None
+
+
+def _same_frontend(a: Request, b: Request) -> bool:
+    return (a.source, a.address, a.port) == (b.source, b.address, b.port)
+
+
+def broken_by(ctx: Context, c: Comparison) -> set[str]:
+    """The rules (mesh-mtls, mesh-identity) whose mistakes in dialling mesh workloads
+    explain the answer to mesh request ``c``: a cluster its route sends to, or the
+    passthrough its frontend is given."""
+    dialled = clusters_answering(ctx, c)
+    return {
+        d.rule
+        for d in dialling(ctx)
+        if d.source == c.request.source
+        and (
+            (d.frontend is None and d.cluster in dialled)
+            or (d.frontend is not None and _same_frontend(c.request, d.frontend))
+        )
+    }
 
 
 def clusters_answering(ctx: Context, c: Comparison) -> set[str]:

@@ -54,6 +54,12 @@ def summary_line(summary: dict[str, Any]) -> str:
     if "left_to_live" in summary:
         n = summary["left_to_live"]
         parts.append(f"{n} case{'s' if n != 1 else ''} with expectations left to live")
+    if "mesh_requests" in summary:
+        n = summary["mesh_requests"]
+        parts.append(f"{n:,} mesh request{'s' if n != 1 else ''} judged")
+    if "mesh_unjudged" in summary:
+        n = summary["mesh_unjudged"]
+        parts.append(f"{n:,} mesh request{'s' if n != 1 else ''} not judged")
     if "mesh_cases_spec_only" in summary:
         n = summary["mesh_cases_spec_only"]
         parts.append(f"{n} mesh case{'s' if n != 1 else ''} judged by the spec model only")
