@@ -11,8 +11,9 @@ is probed from its own namespace and from the others, a parentRef.port from its 
 and from the others, and the models say what applies. A witness's ``gateway`` is the
 Service it is sent to (its parent); its request carries the client as ``source``.
 
-Check does not send these to the edge's Envoy model: the sidecar's Envoy model
-answers them once it exists (docs/mesh.md). Pure: no I/O.
+Check does not send these to the edge's Envoy model: each is answered on its
+client's sidecar xDS, or as kube-proxy answers it (verifier.mesh_compare,
+docs/mesh.md). Pure: no I/O.
 """
 
 from __future__ import annotations
