@@ -53,14 +53,20 @@ def cluster(doc: Dump, name: str) -> dict[str, Any]:
     return found
 
 
-def outbound_chain(doc: Dump, name: str) -> dict[str, Any]:
+def _outbound(doc: Dump) -> dict[str, Any]:
+    """The sidecar's outbound listener."""
     listeners = section(doc, "Listeners")["dynamic_listeners"]
-    (outbound,) = [
+    (found,) = [
         lst["active_state"]["listener"]
         for lst in listeners
         if lst["active_state"]["listener"]["name"] == "outbound"
     ]
-    found: dict[str, Any] = next(c for c in outbound["filter_chains"] if c["name"] == name)
+    out: dict[str, Any] = found
+    return out
+
+
+def outbound_chain(doc: Dump, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in _outbound(doc)["filter_chains"] if c["name"] == name)
     return found
 
 
@@ -249,3 +255,51 @@ def test_a_sidecar_dump_without_proxy_and_proxy_without_xds_are_bad_input(
     assert r.rc == 2 and r.err.startswith("--proxy:") and "Traceback" not in r.err, r.err
     r = cli("check", *scenario_args(CONSUMER), "--xds", dump, "--proxy", "mesh-apps/nobody")
     assert r.rc == 2 and "Traceback" not in r.err, r.err
+
+
+WSS_SERVICE = """\
+apiVersion: v1
+kind: Service
+metadata:
+  name: echo-tunnel
+  namespace: mesh-apps
+spec:
+  clusterIP: 10.96.41.9
+  selector: {app: echo, version: v1}
+  ports:
+  - {name: http, protocol: TCP, port: 80, targetPort: 3000}
+  - {name: wss, protocol: TCP, port: 443, targetPort: 3000, appProtocol: kubernetes.io/wss}
+"""
+
+
+def test_a_frontend_passed_through_is_cleartext_unless_the_sidecar_cannot_speak_http_to_it(
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """The reference sidecar passes a wss port through (it does not speak HTTP there:
+    docs/mesh.md) and check accepts that; an HTTP port of the same mesh Service passed
+    through is cleartext between mesh workloads (EV919, at the Service: no route)."""
+    scenario = tmp_path / "mesh-tunnel"
+    scenario.mkdir()
+    (scenario / "resources.yaml").write_text(WSS_SERVICE, encoding="utf-8")
+    args = [*scenario_args("mesh-basic")[:1], str(scenario)]
+    dump = tmp_path / "sidecar.json"
+    assert main(["translate", *args, "--proxy", APPS, "-o", str(dump)]) == 0
+    doc = json.loads(dump.read_text(encoding="utf-8"))
+    chains = {c["name"] for c in _outbound(doc)["filter_chains"]}
+    assert "mesh-apps/echo-tunnel/80" in chains and "mesh-apps/echo-tunnel/443" not in chains
+    r = cli("check", *args, "--format", "json")
+    assert (r.rc, r.json()["findings"]) == (0, [])
+    r = cli("check", *args, "--xds", str(dump), "--proxy", APPS, "--format", "json")
+    assert (r.rc, r.json()["findings"]) == (0, [])
+    _outbound(doc)["filter_chains"] = [
+        c for c in _outbound(doc)["filter_chains"] if c["name"] != "mesh-apps/echo-tunnel/80"
+    ]
+    dump.write_text(json.dumps(doc), encoding="utf-8")
+    r = cli("check", *args, "--xds", str(dump), "--proxy", APPS, "--format", "json")
+    errors = [f for f in r.json()["findings"] if f["severity"] == "error"]
+    assert r.rc == 1
+    assert [(f["code"], f["resource"]) for f in errors] == [
+        ("EV919", "Service mesh-apps/echo-tunnel")
+    ]
+    assert errors[0]["request"]["address"] == "10.96.41.9" and errors[0]["request"]["port"] == 80
