@@ -162,7 +162,8 @@ def dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Pat
     """The reference translator's sidecar dump of each (scenario, proxy) the tests use."""
     folder = tmp_path_factory.mktemp("sidecars")
     out = {}
-    for key in sorted({(m.scenario, p) for m in MISTAKES for p in (m.proxy, m.other)}):
+    wanted = {(m.scenario, p) for m in MISTAKES for p in (m.proxy, m.other)}
+    for key in sorted(wanted | {(CONSUMER, "mesh-apps/echo-v1")}):
         path = folder / f"{key[0]}.{key[1].replace('/', '.')}.json"
         sidecar_dump(path, *key)
         out[key] = path
@@ -182,7 +183,7 @@ def _route_lines(scenario: str, key: tuple[str, str]) -> tuple[str, set[int]]:
     return wheres[0].file, {w.line for w in wheres}
 
 
-@pytest.mark.parametrize("proxy", [APPS, CLIENTS])
+@pytest.mark.parametrize("proxy", [APPS, CLIENTS, "mesh-apps/echo-v1"])
 def test_the_reference_sidecar_dump_is_clean(
     proxy: str,
     dumps: dict[tuple[str, str], Path],
@@ -303,3 +304,68 @@ def test_a_frontend_passed_through_is_cleartext_unless_the_sidecar_cannot_speak_
         ("EV919", "Service mesh-apps/echo-tunnel")
     ]
     assert errors[0]["request"]["address"] == "10.96.41.9" and errors[0]["request"]["port"] == 80
+
+
+def _inbound_chain(doc: Dump, name: str) -> dict[str, Any]:
+    listeners = section(doc, "Listeners")["dynamic_listeners"]
+    (inbound,) = [
+        lst["active_state"]["listener"]
+        for lst in listeners
+        if lst["active_state"]["listener"]["name"] == "inbound"
+    ]
+    found: dict[str, Any] = next(c for c in inbound["filter_chains"] if c["name"] == name)
+    return found
+
+
+def _san(chain: dict[str, Any]) -> dict[str, Any]:
+    tls = chain["transport_socket"]["typed_config"]["common_tls_context"]
+    found: dict[str, Any] = tls["combined_validation_context"]["default_validation_context"]
+    return found["match_typed_subject_alt_names"][0]["matcher"]
+
+
+ECHO_V1_IN = "inbound/mesh-apps/echo-v1/80"
+INBOUND_MISTAKES = {
+    "no-client-certificate-required": (
+        lambda c: c["transport_socket"]["typed_config"].pop("require_client_certificate"),
+        "admits a connection without a client certificate",
+    ),
+    "any-trust-domain": (
+        lambda c: _san(c).update(prefix="spiffe://"),
+        "admits a client certificate of another trust domain",
+    ),
+    "another-trust-domain-only": (
+        lambda c: _san(c).update(prefix="spiffe://other.example/"),
+        "refuses a mesh peer's connection",
+    ),
+    "another-services-sni": (
+        lambda c: c["filter_chain_match"].update(
+            server_names=["80.echo-v2.mesh-apps.svc.cluster.local"]
+        ),
+        "refuses a mesh peer's connection",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(INBOUND_MISTAKES))
+def test_an_inbound_mistake_is_an_error_at_the_service_port(
+    mistake: str,
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """A sidecar's :15008 (the reference's on echo-v1, then broken): admits exactly mutual
+    TLS from the trust domain, for the SNI of each Service port, to its targetPort."""
+    proxy = "mesh-apps/echo-v1"
+    dump = tmp_path / "echo-v1.json"
+    doc = sidecar_dump(dump, "mesh-basic", proxy)
+    edit, problem = INBOUND_MISTAKES[mistake]
+    edit(_inbound_chain(doc, ECHO_V1_IN))
+    dump.write_text(json.dumps(doc), encoding="utf-8")
+    rc, report = check(cli, "mesh-basic", dump, proxy)
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert rc == 1
+    assert [(f["code"], f["resource"]) for f in errors] == [("EV924", "Service mesh-apps/echo-v1")]
+    assert problem in errors[0]["message"]
+    res, _graph = load_scenario(FIXTURES / "mesh-basic")
+    port = res.services[("mesh-apps", "echo-v1")].meta.where("spec.ports[0]")
+    assert errors[0]["location"] == f"{port.file}:{port.line}"
+    assert errors[0]["request"]["port"] == 15008
