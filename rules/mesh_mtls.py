@@ -13,9 +13,13 @@ Checked on every judged sidecar's xDS (the reference translator's per client, or
 ``check --xds FILE --proxy NS/WORKLOAD``), for every cluster its routes forward or
 mirror to whose endpoints are the pods, the ClusterIP or the DNS name of a
 mesh-registered Service (namespace label ``aether.io/managed: "true"``, or the mesh
-registry). Disagreements between the models that such a cluster explains (a 503 where
-the spec forwards) are this rule's; the finding points at the HTTPRoute match of a
-request that goes through the cluster, with that request, else at the Service.
+registry); and for every frontend (ClusterIP and port) of such a Service that the
+sidecar captures and would speak HTTP to (an appProtocol the spec supports): the
+sidecar must route it, not pass it through (``tcp_proxy``, say to the ORIGINAL_DST
+cluster), which reaches the ClusterIP in cleartext and gives the same answers.
+Disagreements between the models that such a cluster or passthrough explains (a 503
+where the spec forwards) are this rule's; the finding points at the HTTPRoute match
+of a request that goes through the cluster, with that request, else at the Service.
 
 Example: the client's cluster ``mesh/mesh-apps/echo-v1/80`` without its transport
 socket: the finding names the cluster, the Service and the request
