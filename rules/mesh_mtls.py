@@ -5,9 +5,11 @@ only over mutual TLS to the workload's tunnel port 15008: the receiving sidecar
 terminates it, knows who called, and refuses everyone else. A sidecar cluster that
 sends a mesh Service's traffic in cleartext (no ``UpstreamTlsContext``, or a plain
 cluster to the Service's name or ClusterIP), without the sidecar's own certificate,
-or to a port other than 15008 either fails every request (the tunnel port speaks
-mTLS only) or, worse, works: the request reaches the application port unencrypted
-and unauthenticated, and the answers alone never show it.
+to a port other than 15008, or with an SNI naming no port of the pods' Services (the
+peer's inbound listener picks the targetPort by SNI and refuses one it does not
+know) either fails every request (the tunnel port speaks mTLS only) or, worse,
+works: the request reaches the application port unencrypted and unauthenticated,
+and the answers alone never show it.
 
 Checked on every judged sidecar's xDS (the reference translator's per client, or
 ``check --xds FILE --proxy NS/WORKLOAD``), for every cluster its routes forward or

@@ -119,6 +119,13 @@ def _passed_through(doc: Dump, _other: Dump) -> None:
     match["prefix_ranges"][0]["address_prefix"] = "10.96.41.99"
 
 
+def _tunnel_sni_of_another_service(doc: Dump, _other: Dump) -> None:
+    """echo-v1's pods dialled with the SNI of echo-v2's port: their inbound refuses it
+    (the Envoy model, which takes the pod's Service from the directory, does not show it)."""
+    tls = cluster(doc, "mesh/mesh-apps/echo-v1/80")["transport_socket"]["typed_config"]
+    tls["sni"] = "80.echo-v2.mesh-apps.svc.cluster.local"
+
+
 def _wrong_san(doc: Dump, _other: Dump) -> None:
     found = cluster(doc, "mesh/mesh-apps/echo-v1/80")
     text = json.dumps(found).replace("/sa/echo-v1", "/sa/echo-v2")
@@ -152,6 +159,8 @@ MISTAKES = (
             ("mesh-apps", "echo-v1-producer"), ECHO_V1),
     Mistake("frontend-passed-through-in-cleartext", CONSUMER, APPS, CLIENTS, _passed_through,
             "EV919", ("mesh-apps", "echo-v1-producer"), ECHO_V1),
+    Mistake("tunnel-sni-of-another-service", CONSUMER, APPS, CLIENTS,
+            _tunnel_sni_of_another_service, "EV919", ("mesh-apps", "echo-v1-producer"), ECHO_V1),
     Mistake("wrong-san", CONSUMER, APPS, CLIENTS, _wrong_san, "EV920",
             ("mesh-apps", "echo-v1-producer"), ECHO_V1),
 )  # fmt: skip

@@ -73,7 +73,7 @@ def dialling(ctx: Context) -> list[Dialling]:
 
 
 def _of(ctx: Context, source: Source, snap: Snapshot) -> list[Dialling]:
-    out = _passed_through(ctx, source)
+    out = _passed_through(ctx, source) + _tunnel_sni(ctx, source, snap)
     routed = _ROUTED(snap)
     for cluster, found, refs in bk.with_service(snap, ctx.res, shared=True):
         meshed = [
@@ -132,16 +132,64 @@ def _passed_through(ctx: Context, source: Source) -> list[Dialling]:
     return out
 
 
+def _endpoints(ctx: Context) -> dict[tuple[str, str], set[str]]:
+    """Each Service's endpoint addresses, from its EndpointSlices."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for sl in ctx.res.endpoint_slices.values():
+        out.setdefault((sl.meta.namespace, sl.service_name), set()).update(sl.addresses)
+    return out
+
+
 def _named(ctx: Context, found: bk.Dialled, meshed: list[m.Service]) -> m.Service:
     """The Service a cluster is for, of those its endpoints may be: the one whose ready
     endpoints are fewest while holding every pod dialled (pods of echo-v1 are also
     pods of echo, which has echo-v2's too)."""
     hosts = {h for h, _p in found.targets}
-    endpoints: dict[tuple[str, str], set[str]] = {}
-    for sl in ctx.res.endpoint_slices.values():
-        endpoints.setdefault((sl.meta.namespace, sl.service_name), set()).update(sl.addresses)
+    endpoints = _endpoints(ctx)
     fits = [s for s in meshed if hosts <= endpoints.get(s.meta.key, set())]
     return min(fits or meshed, key=lambda s: (len(endpoints.get(s.meta.key, set())), s.meta.key))
+
+
+def _tunnel_sni(ctx: Context, source: Source, snap: Snapshot) -> list[Dialling]:
+    """Routed clusters dialling mesh pods' :15008 whose SNI names no port of any mesh
+    Service those pods all serve, as a mesh client names one (docs/mesh.md:
+    ``<svc>.<ns>.svc.cluster.local`` for a Service with one port, ``<port>.`` before it
+    for one with several): the peer's inbound listener chooses the targetPort by SNI
+    and refuses one it has no chain for, never guessing."""
+    routed = _ROUTED(snap)
+    endpoints = _endpoints(ctx)
+    out = []
+    for cluster in snap.clusters:
+        refs, tls = routed.get(cluster.name), bk.upstream_tls(cluster)
+        if not refs or tls is None:
+            continue
+        hosts = {h for h, p in bk.targets(bk.assignment(cluster, snap)) if p == MESH_PORT}
+        fits = [
+            ctx.res.services[key]
+            for key in sorted(endpoints)
+            if hosts
+            and hosts <= endpoints[key]
+            and key in ctx.res.services
+            and wl.mesh_service(ctx.res, ctx.mesh_registry, *key)
+        ]
+        if not fits or any(_names_a_port(tls.sni or "", s) for s in fits):
+            continue
+        svc = min(fits, key=lambda s: (len(endpoints[s.meta.key]), s.meta.key))
+        said = f"sends SNI {tls.sni!r}" if tls.sni else "sends no SNI"
+        problem = (
+            f"{said}, which names no port of {svc.meta.namespace}/{svc.meta.name} (nor of "
+            "another Service of its pods): their sidecar's inbound listener refuses it"
+        )
+        out.append(Dialling(MTLS, source, cluster.name, svc, problem, tuple(r.path for r in refs)))
+    return out
+
+
+def _names_a_port(sni: str, svc: m.Service) -> bool:
+    stem = f"{svc.meta.name}.{svc.meta.namespace}.svc.cluster.local"
+    if len(svc.ports) == 1:
+        return sni == stem
+    head, dot, rest = sni.partition(".")
+    return bool(dot) and rest == stem and any(str(p.port) == head for p in svc.ports)
 
 
 def _problems(
