@@ -73,7 +73,7 @@ def dialling(ctx: Context) -> list[Dialling]:
 
 
 def _of(ctx: Context, source: Source, snap: Snapshot) -> list[Dialling]:
-    out = _passed_through(ctx, source) + _tunnel_sni(ctx, source, snap)
+    out = _passed_through(ctx, source, snap) + _tunnel_sni(ctx, source, snap)
     routed = _ROUTED(snap)
     for cluster, found, refs in bk.with_service(snap, ctx.res, shared=True):
         meshed = [
@@ -95,15 +95,17 @@ def _of(ctx: Context, source: Source, snap: Snapshot) -> list[Dialling]:
     return out
 
 
-def _passed_through(ctx: Context, source: Source) -> list[Dialling]:
+def _passed_through(ctx: Context, source: Source, snap: Snapshot) -> list[Dialling]:
     """The frontends of mesh-registered Services the sidecar captures and would speak
     HTTP to (an appProtocol the spec supports) whose connections it passes through
-    (``tcp_proxy``) rather than routing them: they reach the ClusterIP, or wherever the
-    cluster dials, in cleartext, whatever they get back. The reference translator
-    passes through only ports it does not speak HTTP on (docs/mesh.md)."""
+    (``tcp_proxy``) to a cluster without TLS rather than routing them: they reach the
+    ClusterIP, or wherever the cluster dials, in cleartext, whatever they get back. The
+    reference translator passes through only ports it does not speak HTTP on
+    (docs/mesh.md)."""
     model = ctx.mesh_plane.model(source)
     if model is None:
         return []
+    clusters = {c.name: c for c in snap.clusters}
     out = []
     for key in sorted(ctx.res.services):
         svc = ctx.res.services[key]
@@ -122,6 +124,9 @@ def _passed_through(ctx: Context, source: Source) -> list[Dialling]:
             tcp = selected.chain.tcp if selected is not None else None
             if tcp is None or not tcp.clusters:
                 continue
+            dialled = [clusters[n] for n, _w in tcp.clusters if n in clusters]
+            if dialled and all(bk.encrypts(c) for c in dialled):
+                continue  # a TLS tunnel, not cleartext: its identity is another matter
             chain = selected.chain.name if selected is not None else ""
             problem = (
                 f"is where filter chain {chain or '(unnamed)'} passes connections to "
