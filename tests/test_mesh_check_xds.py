@@ -13,6 +13,7 @@ frontend passed through), the wrong SAN.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -378,3 +379,49 @@ def test_an_inbound_mistake_is_an_error_at_the_service_port(
     port = res.services[("mesh-apps", "echo-v1")].meta.where("spec.ports[0]")
     assert errors[0]["location"] == f"{port.file}:{port.line}"
     assert errors[0]["request"]["port"] == 15008
+
+
+def _foreign(doc: Dump) -> Dump:
+    """``doc`` as another implementation might write it: every name of ours replaced
+    (clusters, route tables, chains, routes) and no route metadata (which HTTPRoute a
+    route was made from)."""
+
+    def strip(value: object) -> None:
+        if isinstance(value, dict):
+            value.pop("metadata", None)
+            for v in value.values():
+                strip(v)
+        elif isinstance(value, list):
+            for v in value:
+                strip(v)
+
+    strip(doc)
+    text = json.dumps(doc)
+    ours = set(re.findall(r'": "((?:mesh|k8s|outbound|inbound)/[^"]+)"', text))
+    for i, name in enumerate(sorted(ours, key=len, reverse=True)):
+        text = text.replace(f'"{name}"', f'"other-{i}"')
+    found: Dump = json.loads(text)
+    return found
+
+
+@pytest.mark.parametrize("proxy", [APPS, CLIENTS])
+def test_a_sidecar_dump_named_otherwise_is_judged_on_what_it_does(
+    proxy: str,
+    dumps: dict[tuple[str, str], Path],
+    tmp_path: Path,
+    cli: CLI,  # noqa: F811
+) -> None:
+    """No decision rests on our names or route metadata: renamed and stripped, the
+    reference dump is clean, and a consumer route leaking into it is still an error."""
+    doc = json.loads(dumps[(CONSUMER, proxy)].read_text(encoding="utf-8"))
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps(_foreign(doc)), encoding="utf-8")
+    rc, report = check(cli, CONSUMER, foreign, proxy)
+    assert (rc, report["findings"]) == (0, [])
+    other = APPS if proxy == CLIENTS else CLIENTS
+    other_doc = json.loads(dumps[(CONSUMER, other)].read_text(encoding="utf-8"))
+    table = "outbound/mesh-apps/echo-v2/80"
+    route_table(doc, table)["routes"] = route_table(other_doc, table)["routes"]
+    foreign.write_text(json.dumps(_foreign(doc)), encoding="utf-8")
+    rc, report = check(cli, CONSUMER, foreign, proxy)
+    assert rc == 1 and any(f["severity"] == "error" for f in report["findings"])

@@ -43,6 +43,7 @@ from verifier.semantics.request import (
 from verifier.semantics.shares import INVALID_STATUS, UNAVAILABLE_STATUS, status_shares
 from verifier.semantics.spec.mesh import spec_evaluate_mesh
 from verifier.semantics.spec.model import spec_evaluate
+from verifier.semantics.witness_mesh import MESH
 from verifier.xds.snapshot import Snapshot
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
@@ -770,8 +771,10 @@ def _attributed(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witnes
     """A case names no HTTPRoute match; the one the spec model chose for its request
     (or, where the spec gives it to none, the one the xDS route that took it was made
     from) is what it exercises. So a case's disagreement points at that match, and is
-    the same finding as the generated witnesses' for it, not a second one."""
-    if w.route is not None or w.feature != wt.CASE:
+    the same finding as the generated witnesses' for it, not a second one. The same
+    holds for a mesh witness made for no match (a path none was made for, a Service's
+    frontend): a route that applies may take it."""
+    if w.route is not None or w.feature not in (wt.CASE, MESH):
         return w
     for ref in (spec.outcome.route, envoy.outcome.route):
         if ref is not None and ref.httproute and "/" in ref.httproute:
