@@ -1,27 +1,25 @@
-"""A sidecar routes each mesh Service port by its own chain, and passes the rest through.
+"""A sidecar restores each original destination, and passes what it does not route through.
 
 Why it matters: the sidecar's outbound listener receives every connection its capture
 redirects (docs/mesh.md). It must restore the destination the client dialled (the
-``original_dst`` listener filter), route each captured mesh Service port through the
-filter chain for its ClusterIP and port, and pass anything else through, unchanged,
+``original_dst`` listener filter) and pass what no chain routes through, unchanged,
 to where it was sent (a ``tcp_proxy`` to an ``ORIGINAL_DST`` cluster, in cleartext as
-the client sent it). A mesh Service port that falls to the passthrough reaches its
-pods in cleartext, around the mesh's mTLS and routes, and the answers alone do not
-show it (kube-proxy would have sent it there too); a passthrough that is missing,
-wrapped in TLS or sent to some cluster breaks or redirects every destination the
-sidecar has no chain for.
+the client sent it). A passthrough that is missing, wrapped in TLS or sent to some
+cluster breaks or redirects every destination the sidecar has no chain for, which no
+mesh request of the models shows (every Service port of the input has its chain); a
+route that sends a mesh Service's requests to the passthrough cluster reaches its
+pods in cleartext, around the mesh's mTLS, with the answers kube-proxy would give.
+(A mesh Service port with no chain at all, passed through, is mesh-mtls's.)
 
 Checked on every judged sidecar's xDS: a listener with the ``original_dst`` listener
 filter; its default chain a lone ``tcp_proxy`` to an ``ORIGINAL_DST`` cluster without
-transport socket; and a chain matching the ClusterIP and port of each TCP port of
-each mesh-registered Service the workload's capture covers whose ``appProtocol`` is
-HTTP (unset, ``http``, ``kubernetes.io/h2c``, ``kubernetes.io/ws``), whose routes do
-not forward to an ``ORIGINAL_DST`` cluster (that is the passthrough by another way).
-The finding points at the workload.
+transport socket; and no route of the chain for a mesh-registered Service port
+(``appProtocol`` unset, ``http``, ``kubernetes.io/h2c`` or ``kubernetes.io/ws``)
+forwarding to an ``ORIGINAL_DST`` cluster. The finding points at the workload.
 
-Example: the outbound listener of mesh-apps/client without the chain for
-``10.96.41.1:80`` (mesh-apps/echo-v1): its calls to echo-v1 leave the pod in
-cleartext, and echo-v1's mesh routes never apply.
+Example: the outbound listener of mesh-apps/client whose default chain sends to
+``mesh/mesh-apps/echo/80`` instead of ``passthrough``: a connection to any address
+no chain names reaches echo.
 """
 
 from __future__ import annotations
@@ -120,12 +118,6 @@ def _problems(ctx: Context, car: sc.Sidecar) -> Iterator[tuple[str, str]]:
     routed = bk.routed_clusters(car.snapshot)
     for svc, ip, port in _captured(ctx, car):
         chains = [c for c in li.filter_chains if _matches(c, ip, port)]
-        if not chains:
-            problem = (
-                f"has no filter chain for mesh Service {svc} at {ip}:{port}: the passthrough "
-                "takes it, in cleartext"
-            )
-            yield f"{path}.filter_chains", problem
         for route in _to_original_dst(car, chains[:1], routed):
             problem = (
                 f"routes mesh Service {svc} at {ip}:{port} to the passthrough (route "

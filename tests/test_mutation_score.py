@@ -84,7 +84,7 @@ FIRED_ELSEWHERE = {
     "mesh-cluster-ip-matching",
     "mesh-consumer-route",
     "mesh-identity",
-    "mesh-inbound-mtls",
+    "mesh-inbound",
     "mesh-mtls",
     "mesh-no-route-kube-proxy",
     "mesh-passthrough",

@@ -1,17 +1,16 @@
-"""What the sidecar-shape rules share: each judged sidecar, and its listeners read as Envoy does.
+"""Each judged sidecar with its workload, and its filter chains' tcp_proxy read as Envoy does.
 
-The rules ``mesh-inbound-mtls`` and ``mesh-passthrough`` judge the parts of a sidecar's
-xDS no mesh request of the spec model reaches: the inbound tunnel listener (another
-client's calls to this workload) and the outbound passthrough (destinations no chain
-names). What each workload should have comes from the input's deployment facts
-(``verifier.gatewayapi.workloads``), never from the translator or the controller.
+For the rules that judge a part of a sidecar's xDS no mesh request reaches (the
+outbound passthrough: ``mesh-passthrough``). What each workload should have comes
+from the input's deployment facts (``verifier.gatewayapi.workloads``), never from the
+translator or the controller.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from verifier.rules.support import walk
 
@@ -25,10 +24,9 @@ from verifier.xds.snapshot import Snapshot
 
 if TYPE_CHECKING:  # messages or records (verifier.xds.read), read alike
     from envoy_data_plane.envoy.config.cluster.v3 import Cluster
-    from envoy_data_plane.envoy.config.listener.v3 import FilterChain, Listener
+    from envoy_data_plane.envoy.config.listener.v3 import FilterChain
 
 TCP_PROXY = "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
-DOWNSTREAM_TLS = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 
 
 @dataclass(frozen=True)
@@ -50,15 +48,6 @@ def judged(ctx: Context) -> Iterator[Sidecar]:
             yield Sidecar(source, found, snap)
 
 
-def port_of(li: Listener) -> int | None:
-    sock = li.address.socket_address if li.address is not None else None
-    return None if sock is None else sock.port_value or 0
-
-
-def listeners_on(snap: Snapshot, port: int) -> list[Listener]:
-    return [li for li in snap.listeners if port_of(li) == port]
-
-
 def tcp_cluster(chain: FilterChain | None) -> str | None:
     """The one cluster a chain's tcp_proxy connects to (None: no tcp_proxy, or
     weighted clusters)."""
@@ -73,12 +62,6 @@ def tcp_cluster(chain: FilterChain | None) -> str | None:
 def only_tcp_proxy(chain: FilterChain | None) -> bool:
     """A chain whose one network filter is a tcp_proxy: bytes pass unchanged."""
     return chain is not None and len(chain.filters) == 1 and tcp_cluster(chain) is not None
-
-
-def downstream_tls(chain: FilterChain) -> Any:
-    ts = chain.transport_socket
-    found = walk.unpack(ts.typed_config) if ts is not None else None
-    return found if read.is_a(found, DOWNSTREAM_TLS) else None
 
 
 def cluster(snap: Snapshot, name: str) -> Cluster | None:

@@ -386,7 +386,8 @@ OPERATORS: tuple[Operator, ...] = (
         "drop-outbound-chain",
         "An outbound filter chain removed: the passthrough swallows that Service's "
         "traffic (no route applies, and a mesh Service is reached in cleartext). The mesh "
-        "routing rules and mesh-passthrough should catch it. Never proven equivalent.",
+        "routing rules and mesh-mtls (a mesh frontend passed through) should catch it. "
+        "Never proven equivalent.",
         _drop_outbound_chain,
     ),
     Operator(

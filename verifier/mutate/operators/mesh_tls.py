@@ -387,28 +387,28 @@ OPERATORS: tuple[Operator, ...] = (
     Operator(
         "inbound-san-other-trust-domain",
         "The inbound listener's client SAN prefix names another trust domain: the mesh's "
-        "own clients are refused, another domain's admitted. mesh-inbound-mtls should "
+        "own clients are refused, another domain's admitted. mesh-inbound should "
         "catch it. Never proven equivalent.",
         _inbound_san(drop=False),
     ),
     Operator(
         "inbound-drop-san",
         "The inbound listener's client SAN matcher removed: a client certificate of any "
-        "trust domain the CA signs is admitted. mesh-inbound-mtls should catch it. Never "
+        "trust domain the CA signs is admitted. mesh-inbound should catch it. Never "
         "proven equivalent.",
         _inbound_san(drop=True),
     ),
     Operator(
         "inbound-swap-sni",
         "Two inbound chains going to different target ports swap their SNIs: a call to one "
-        "Service port reaches the other's targetPort. mesh-inbound-mtls should catch it. "
+        "Service port reaches the other's targetPort. mesh-inbound should catch it. "
         "Sites only where the targets differ.",
         _inbound_swap("sni"),
     ),
     Operator(
         "inbound-swap-target",
         "Two inbound chains going to different target ports swap their tcp_proxy filters: "
-        "each Service port reaches the other's targetPort. mesh-inbound-mtls should catch "
+        "each Service port reaches the other's targetPort. mesh-inbound should catch "
         "it. Sites only where the targets differ.",
         _inbound_swap("target"),
     ),
