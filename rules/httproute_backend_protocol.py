@@ -19,6 +19,9 @@ upgrades, decided as Envoy's ``createUpgradeFilterChain`` does: a route-level
 no entry at all means no upgrade. Without an appProtocol (or ``http``, or ``ws``) the
 cluster must not use HTTP/2 (explicitly, or whenever the client does).
 
+On a sidecar's xDS (``check --xds FILE --proxy NS/WORKLOAD``) the clusters of its
+routes to a Service itself (docs/mesh.md) are judged too: they speak HTTP to it.
+
 Example: Service port ``appProtocol: kubernetes.io/h2c`` and a cluster with
 ``explicit_http_config: {http_protocol_options: {}}``: every request fails.
 """
@@ -88,6 +91,12 @@ def check(ctx: Context) -> Iterable[Finding]:
     # A cluster dialling a Service port no HTTPRoute names serves another route kind
     # (a GRPCRoute's HTTP/2 cluster, say), even when that route is not in the input.
     named = spec.named_by_httproutes(ctx.res)
+    if not ctx.edge_xds:
+        # A sidecar's (check --proxy): its route to each Service itself (no mesh route
+        # applies) speaks HTTP to the Service as much as a backendRef does.
+        named |= {
+            (ns, name, p.port) for (ns, name), svc in ctx.res.services.items() for p in svc.ports
+        }
     clusters = bk.with_service(ctx.snapshot, ctx.res, shared=True, unjudged=ctx.unjudged.clusters)
     for cluster, found, refs in clusters:
         # Endpoints that may stand for several Service ports (pods shared, or one

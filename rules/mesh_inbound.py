@@ -125,6 +125,19 @@ def _reaches(model: EnvoyModel, snap: Snapshot, request: Request) -> list[tuple[
     return out
 
 
+def _wrapped(model: EnvoyModel, snap: Snapshot, request: Request) -> str | None:
+    """The application behind the tunnel speaks what the client sent, in cleartext on
+    the loopback: a cluster that wraps it in TLS breaks every call."""
+    selected = model.connection_of(request)
+    tcp = selected.chain.tcp if selected is not None else None
+    clusters = {c.name: c for c in snap.clusters}
+    for name, _weight in tcp.clusters if tcp is not None else ():
+        found = clusters.get(name)
+        if found is not None and bk.encrypts(found):
+            return f"wraps a mesh peer's connection in TLS to the application (cluster {name})"
+    return None
+
+
 def _problem(probe: Probe, reached: list[tuple[str, int]] | None, target: int) -> str | None:
     if not probe.admit:
         return None if reached is None else f"admits {probe.what} (to {_show(reached)})"
@@ -161,6 +174,7 @@ def _of(ctx: Context, source: Source, snap: Snapshot) -> Iterator[Finding]:
                 continue
             for probe in _probes(ctx, svc, port.port, address):
                 problem = _problem(probe, _reaches(model, snap, probe.request), target)
+                problem = problem or (_wrapped(model, snap, probe.request) if probe.admit else None)
                 if problem is None or problem in said:
                     continue
                 said.add(problem)

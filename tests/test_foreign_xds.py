@@ -139,7 +139,17 @@ def test_reencoding_reorders_disjoint_routes() -> None:
 # may wrap it in mTLS, or not) nor the mesh identity: only the aether-edge profile
 # does, and its contract (STRICT_DNS to the Service's name) is one the EDS
 # re-encoding breaks on purpose.
-AETHER_ONLY_OPERATORS = {"add-upstream-tls", "drop-transport-socket", "mesh-wrong-san-account"}
+AETHER_ONLY_OPERATORS = {
+    "add-upstream-tls",
+    "drop-transport-socket",
+    "mesh-wrong-san-account",
+    # The mesh's mTLS contract (docs/mesh.md), aether's as well.
+    "drop-mesh-client-certificate",
+    "mesh-wrong-tunnel-port",
+    "mesh-san-prefix",
+    "mesh-san-other-trust-domain",
+    "mesh-extra-san",
+}
 
 
 def _reencoded_mutation_report() -> MutationReport:

@@ -12,6 +12,8 @@ import copy
 import datetime
 import itertools
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,7 +63,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from verifier.mutate import algebra as mm
-from verifier.mutate.catalog import MAX_SITES, OPERATORS, Mutant, equivalent, mutants
+from verifier.mutate.catalog import (
+    MAX_SITES,
+    OPERATORS,
+    Mutant,
+    equivalent,
+    mutants,
+    with_peers,
+)
 from verifier.mutate.core import RouteRef, Site, select, with_route
 from verifier.mutate.regex_prefixes import (
     regex_any_after,
@@ -99,9 +108,43 @@ def test_registry_names_and_docs() -> None:
         assert len(op.doc) > 40, op.name
 
 
+# Two sidecars' checked-in xDS (translate --proxy), each mutated beside the other's:
+# a consumer's (mesh-client) and a producer's workload, which mesh clients call.
+SIDECARS = (
+    ("mesh-consumer-route", "mesh-client", "client"),
+    ("mesh-consumer-route", "mesh-apps", "echo-v1"),
+)
+# Sidecar operators no fixture has a site for: every fixture's Service ports reach
+# targetPort 3000, so no two inbound chains differ (tests/test_mutate_sidecars.py
+# builds one where they do).
+NO_FIXTURE_SITE = {"inbound-swap-sni", "inbound-swap-target"}
+
+
+def sidecar_golden(scenario: str, namespace: str, workload: str) -> Snapshot:
+    """A sidecar's goldens (xds.<ns>.<workload>.<type>.golden.json), loaded as one snapshot."""
+    root = Path(__file__).resolve().parent.parent / "fixtures" / scenario
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in ("listeners", "clusters", "routes", "endpoints"):
+            found = root / f"xds.{namespace}.{workload}.{t}.golden.json"
+            if found.is_file():
+                shutil.copy(found, Path(tmp) / f"xds.{t}.golden.json")
+        return load_path(tmp)[0]
+
+
+@cache
+def sidecar_mutants() -> tuple[Mutant, ...]:
+    snaps = {f"{ns}/{wl}": sidecar_golden(scn, ns, wl) for scn, ns, wl in SIDECARS}
+    out: list[Mutant] = []
+    for who, snap in snaps.items():
+        peers = {k: v for k, v in snaps.items() if k != who}
+        out += mutants(snap, operators=with_peers(peers))
+    return tuple(out)
+
+
 def test_every_operator_fires_on_some_fixture() -> None:
     fired = {m.operator for _, _, ms in fixture_mutants() for m in ms}
-    assert fired == {op.name for op in OPERATORS}
+    fired |= {m.operator for m in sidecar_mutants()}
+    assert fired == {op.name for op in OPERATORS} - NO_FIXTURE_SITE
 
 
 def test_pure_and_deterministic() -> None:
@@ -224,6 +267,8 @@ def test_envoy_accepts_one_mutant_per_operator() -> None:
     for _, _, ms in fixture_mutants():
         for m in ms:
             first.setdefault(m.operator, m)
+    for m in sidecar_mutants():
+        first.setdefault(m.operator, m)
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda m: (m, envoy_validate(m.snapshot)), first.values()))
     bad = [f"{m.operator} {m.xds_path}: {out[-300:]}" for m, (ok, out) in results if not ok]

@@ -17,6 +17,7 @@ from verifier.rules.support import walk
 from verifier.findings import Finding, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
+from verifier.semantics.directory import MESH_PORT
 from verifier.xds import read
 from verifier.xds.enums import (
     ClusterClusterProtocolSelection,
@@ -230,6 +231,16 @@ def dialled(cluster: Cluster, snap: Snapshot, directory: Directory) -> Dialled |
     readings = tuple(
         (directory.res.services[k], p) for k in sorted(keys) for p in directory.fits(k, ts)
     )
+    named = _sni_port(tls.sni) if tls is not None and tls.sni else None
+    if named is not None and ts and all(n == MESH_PORT for _h, n in ts):
+        # Every Service port arrives on the mesh port: the tunnel's SNI names which.
+        readings = tuple(
+            (s, p)
+            for s in (directory.res.services[k] for k in sorted(keys))
+            for p in s.ports
+            if p.port == named
+        )
+        port = next((p for s, p in readings if s is svc), port)
     return Dialled(svc, port, ts, tuple(directory.res.services[k] for k in others), readings)
 
 
@@ -238,6 +249,12 @@ def _sni_name(sni: str) -> str:
     port of a Service with several (docs/mesh.md), ``<svc>.<ns>...`` a Service."""
     head, dot, rest = sni.partition(".")
     return rest if dot and head.isdigit() else sni
+
+
+def _sni_port(sni: str) -> int | None:
+    """The Service port a mesh tunnel's SNI names (``<port>.<svc>.<ns>...``), if any."""
+    head, dot, _rest = sni.partition(".")
+    return int(head) if dot and head.isdigit() else None
 
 
 def routed_clusters(snap: Snapshot) -> dict[str, list[walk.RouteRef]]:

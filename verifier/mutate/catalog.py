@@ -24,6 +24,8 @@ Operators by xDS area, in ``verifier.mutate.operators``:
 - ``filters``: what a selected route changes (headers, redirects, rewrites, CORS).
 - ``clusters``: clusters and endpoints.
 - ``listeners``: listeners, route configurations, domains.
+- ``mesh``: a sidecar's outbound chains, passthrough, and another client's route table
+  (``with_peers``); ``mesh_tls``: mesh clusters' identity and tunnel, inbound mTLS.
 
 The proofs: ``verifier.mutate.proofs``, on the match algebra of ``verifier.mutate.algebra``
 (with ``verifier.mutate.regex_prefixes`` for regex routes) and the scopes of
@@ -32,14 +34,31 @@ The proofs: ``verifier.mutate.proofs``, on the match algebra of ``verifier.mutat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from verifier.mutate.core import MAX_SITES, Mutant, Operator
-from verifier.mutate.operators import actions, clusters, filters, listeners, routes
+from verifier.mutate.operators import (
+    actions,
+    clusters,
+    filters,
+    listeners,
+    mesh,
+    mesh_tls,
+    routes,
+)
 from verifier.mutate.proofs import prove_hostless_cluster
 from verifier.xds.snapshot import Snapshot
 
-__all__ = ["MAX_SITES", "OPERATORS", "Mutant", "Operator", "equivalent", "mutants"]
+__all__ = [
+    "MAX_SITES",
+    "OPERATORS",
+    "Mutant",
+    "Operator",
+    "equivalent",
+    "mutants",
+    "with_peers",
+]
 
 OPERATORS: Final[tuple[Operator, ...]] = (
     *routes.OPERATORS,
@@ -47,9 +66,17 @@ OPERATORS: Final[tuple[Operator, ...]] = (
     *filters.OPERATORS,
     *clusters.OPERATORS,
     *listeners.OPERATORS,
+    *mesh.OPERATORS,
+    *mesh_tls.OPERATORS,
 )
 
 _BY_NAME: Final[dict[str, Operator]] = {op.name: op for op in OPERATORS}
+
+
+def with_peers(peers: Mapping[str, Snapshot]) -> tuple[Operator, ...]:
+    """``OPERATORS``, with foreign-route-table given the other sidecars' xDS (by workload)."""
+    found = mesh.with_peers(peers)
+    return tuple(found if op.name == found.name else op for op in OPERATORS)
 
 
 def mutants(

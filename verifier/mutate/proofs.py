@@ -52,6 +52,7 @@ from verifier.mutate.scope import (
     VhostScope,
     changed_route,
     cluster_scope,
+    cluster_tcp_only,
     cluster_unreferenced,
     facts,
     has_formatters,
@@ -146,6 +147,15 @@ def prove_domain_change(original: Snapshot, mutant: Mutant) -> bool:
 def prove_unused_cluster(original: Snapshot, mutant: Mutant) -> bool:
     name = cluster_scope(original, mutant.snapshot, mutant.xds_path)
     return name is not None and cluster_unreferenced(original, name)
+
+
+def prove_no_http_to_cluster(original: Snapshot, mutant: Mutant) -> bool:
+    """The changed cluster is unused, or only plain tcp_proxy filters use it (a sidecar's
+    passthrough and inbound clusters): its upstream HTTP protocol is never spoken."""
+    name = cluster_scope(original, mutant.snapshot, mutant.xds_path)
+    return name is not None and (
+        cluster_unreferenced(original, name) or cluster_tcp_only(original, name)
+    )
 
 
 def _hostless(snap: Snapshot, name: str, hostless: frozenset[str]) -> bool:

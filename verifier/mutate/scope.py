@@ -141,6 +141,38 @@ def cluster_unreferenced(snap: Snapshot, name: str) -> bool:
     return not any(name in s for other, s in f.cluster_strings.items() if other != name)
 
 
+TCP_PROXY: Final = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
+
+
+def cluster_tcp_only(snap: Snapshot, name: str) -> bool:
+    """Only plain tcp_proxy filters (no HTTP tunnelling) send to this cluster: no route,
+    HTTP filter or other cluster does, so its HTTP protocol options are never used."""
+    f = facts(snap)
+    if f.dynamic_clusters or any(name in s for o, s in f.cluster_strings.items() if o != name):
+        return False
+    try:
+        routes = _scan([to_json_dict(rc) for rc in snap.routes])[0]
+        listeners = [to_json_dict(li) for li in snap.listeners]
+    except (ValueError, TypeError):
+        return False
+    if name in routes:
+        return False
+    for doc in listeners:
+        for _key, value in _walk(doc):
+            if not isinstance(value, dict):
+                continue
+            if "filters" in value:
+                value.pop("name", None)  # a filter chain's name names no cluster
+            if value.get("@type") != TCP_PROXY:
+                continue
+            if "tunneling_config" in value:
+                return False
+            value.clear()  # a plain tcp_proxy's naming is allowed: drop it from the scan
+        if name in _scan([doc])[0]:
+            return False
+    return True
+
+
 # --- verified scopes -----------------------------------------------------------------------------
 
 

@@ -22,11 +22,14 @@ from collections.abc import Iterator
 
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
+from verifier.semantics import witness_pairs as wp
 from verifier.semantics.request import Request, Source, evolve, service_host
 from verifier.semantics.witness import PATH, Sent, Witness, _Kept, match_witnesses
 
 MESH = "Mesh"
 CLUSTER_IP = "MeshClusterIPMatching"
+# A path no match is made for (fixtures never route it).
+UNROUTED_PATH = "/mesh-witness-no-match"
 
 
 def _service_parent(ref: m.ParentRef) -> bool:
@@ -97,7 +100,8 @@ def _for_client(
                 ):
                     yield evolve(wit, request=evolve(wit.request, source=client))
                 first = False
-    base = Request(host=host, port=port, path="/mesh-witness-no-match", source=client)
+    yield from _pairs(skey, port, host, routes, client)
+    base = Request(host=host, port=port, path=UNROUTED_PATH, source=client)
     yield Witness(skey, base, MESH, note="a path no match was made for")
     yield Witness(skey, evolve(base, path="/"), PATH, note="root")
     if others:
@@ -106,13 +110,37 @@ def _for_client(
         yield Witness(skey, evolve(base, path="/", host=other), CLUSTER_IP, note=note)
 
 
+def _pairs(
+    skey: tuple[str, str], port: int, host: str, routes: list[m.HTTPRoute], client: Source
+) -> Iterator[Witness]:
+    """A request two matches of the Service's routes both accept, for each overlapping
+    pair (``witness_pairs``, as on a Gateway listener): which one wins it is precedence,
+    which single-match witnesses rarely probe (a path match and a header match on /)."""
+    served = [
+        wp.Served(route, rule, mi, match)
+        for route in routes
+        for rule in route.rules
+        for mi, match in enumerate(rule.matches)
+    ]
+    for a, b in wp.overlapping_pairs(served):
+        req = wp.pair_request(a.match, b.match, host, port, "http")
+        if req is not None:
+            note = f"overlaps {b.route.meta.name} rule {b.rule.index}"
+            request = evolve(req, source=client)
+            yield Witness(
+                skey, request, wp.PRECEDENCE, a.route.meta.key, a.rule.index, a.index, note=note
+            )
+
+
 def frontend_witnesses(
     res: Resources, clients: list[Source], sent: Sent | None = None
 ) -> list[Witness]:
-    """One ``GET /`` from each of ``clients`` to every TCP port of every Service with a
-    ClusterIP that no mesh route names (those have ``mesh_witnesses``): what a client's
-    sidecar does with a Service nobody routes (to the Service itself, as kube-proxy
-    would) is as much the sidecar's xDS as its routes are."""
+    """``GET /`` and a path below it from each of ``clients`` to every TCP port of every
+    Service with a ClusterIP that no mesh route names (those have ``mesh_witnesses``):
+    what a client's sidecar does with a Service nobody routes (to the Service itself,
+    as kube-proxy would, whatever the path) is as much the sidecar's xDS as its routes
+    are. The second path tells a route to the Service that takes ``/`` alone (an exact
+    match where a prefix was meant) from one that takes every path."""
     out = _Kept(sent)
     routed = mesh_routes(res)
     for skey in sorted(res.services):
@@ -124,4 +152,6 @@ def frontend_witnesses(
             for client in clients:
                 request = Request(host=host, port=port, path="/", source=client)
                 out.keep(Witness(skey, request, MESH, note="the Service's frontend, no route"))
+                below = evolve(request, path=UNROUTED_PATH)
+                out.keep(Witness(skey, below, MESH, note="the Service's frontend, no route"))
     return list(out.kept.values())

@@ -45,7 +45,7 @@ from verifier.mutate.core import (
     Site,
     with_cluster,
 )
-from verifier.mutate.proofs import prove_unused_cluster
+from verifier.mutate.proofs import prove_no_http_to_cluster, prove_unused_cluster
 from verifier.xds.codec import pack_any, unpack_any
 from verifier.xds.snapshot import Snapshot, resource_name
 
@@ -376,16 +376,17 @@ OPERATORS: tuple[Operator, ...] = (
     Operator(
         "force-http2",
         "An HTTP/1.1 cluster forced to HTTP/2 (h2c) upstream. The backend protocol rule "
-        "should catch it. Equivalent when the cluster is unused.",
+        "should catch it. Equivalent when the cluster is unused, or only plain tcp_proxy "
+        "filters use it (a sidecar's passthrough or inbound cluster): no HTTP is spoken there.",
         _force_protocol(h2=True),
-        prove_unused_cluster,
+        prove_no_http_to_cluster,
     ),
     Operator(
         "force-http1",
         "An HTTP/2 (appProtocol h2c) cluster forced to HTTP/1.1. The backend protocol rule "
-        "should catch it. Equivalent when the cluster is unused.",
+        "should catch it. Equivalent when the cluster is unused or used by tcp_proxy only.",
         _force_protocol(h2=False),
-        prove_unused_cluster,
+        prove_no_http_to_cluster,
     ),
     Operator(
         "dns-wrong-namespace",
