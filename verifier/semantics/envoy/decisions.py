@@ -1,0 +1,304 @@
+"""The Envoy model's decision list for a (filter chain, virtual host), from the xDS alone.
+
+The virtual host's routes in their order ("The first route that matches will be
+used"), each with its RouteMatch in the normal form of ``verifier.semantics.decisions``
+and the action the model's own ``run_action`` gives to two probe requests. A route,
+virtual host or route configuration that sets any field this module does not read
+makes the list not comparable: an unread field might change an answer, so the host's
+witnesses are asked instead. ``routing_of`` says which list routes a request, and
+whether the request reaches it untouched (the HCM's path and Host handling, the
+codec's checks): only then does the list alone decide its answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from verifier.semantics import decisions as d
+from verifier.semantics.envoy import caveats
+from verifier.semantics.envoy.actions import BackendReply, RouteContext, run_action
+from verifier.semantics.envoy.codec import METHODS
+from verifier.semantics.envoy.config import CompiledRouteConfig, CompiledVhost
+from verifier.semantics.envoy.listeners import Escaped, Hcm, Selected
+from verifier.semantics.envoy.match import router_view
+from verifier.semantics.envoy.model import EnvoyModel, _dial, _Run
+from verifier.semantics.envoy.origin import decide, hcm_headers
+from verifier.semantics.envoy.paths import canonical_path, merge_slashes
+from verifier.semantics.envoy.routes import CompiledRoute
+from verifier.semantics.request import Outcome, Request, wire_problem
+from verifier.xds import read
+
+# The fields each level may set for its list to be comparable (proto-JSON names);
+# metadata names a route for findings only.
+ROUTE_FIELDS = frozenset(
+    {
+        "name",
+        "match",
+        "route",
+        "metadata",
+        "request_headers_to_add",
+        "request_headers_to_remove",
+        "response_headers_to_add",
+        "response_headers_to_remove",
+    }
+)
+ACTION_FIELDS = frozenset(
+    {
+        "cluster",
+        "weighted_clusters",
+        "cluster_not_found_response_code",
+        "timeout",
+        "request_mirror_policies",
+    }
+)
+WEIGHTED_FIELDS = frozenset({"clusters"})
+CLUSTER_WEIGHT_FIELDS = frozenset({"name", "weight"})
+MATCH_PATHS = {"path": "exact", "path_separated_prefix": "segment_prefix", "prefix": "prefix"}
+VHOST_FIELDS = frozenset({"name", "domains", "routes"})
+CONFIG_FIELDS = frozenset(
+    {"name", "virtual_hosts", "ignore_port_in_host_matching", "validate_clusters"}
+)
+# Header names the HCM sets for the router (or pseudo-headers): a matcher on them
+# reads what the client did not send.
+ROUTER_SET = frozenset({"x-forwarded-proto", "x-envoy-internal"})
+
+
+def _string(sm: dict[str, Any]) -> tuple[str, str] | None:
+    if sm.get("ignore_case") or set(sm) - {"exact", "safe_regex", "ignore_case"}:
+        return None
+    if "exact" in sm:
+        return "exact", str(sm["exact"])
+    if "safe_regex" in sm:
+        return "regex", str(sm["safe_regex"].get("regex", ""))
+    return None
+
+
+def _header(h: dict[str, Any]) -> d.ValuePred | tuple[str, str] | None:
+    """A HeaderMatcher: a value predicate, or ("method", value) for ``:method``."""
+    name = str(h.get("name", "")).lower()
+    if set(h) - {"name", "string_match", "safe_regex_match", "exact_match"}:
+        return None  # inverted, presence, missing-as-empty, range, ...
+    if "string_match" in h:
+        found = _string(h["string_match"])
+    elif "safe_regex_match" in h:
+        found = ("regex", str(h["safe_regex_match"].get("regex", "")))
+    elif h.get("exact_match"):
+        found = ("exact", str(h["exact_match"]))
+    else:
+        found = None
+    if found is None:
+        return None
+    if name == ":method":
+        return ("method", found[1]) if found[0] == "exact" else None
+    if name.startswith(":") or name in ROUTER_SET or name.startswith("x-envoy-"):
+        return None
+    return d.ValuePred(name, *found)
+
+
+def predicate(match: dict[str, Any]) -> d.Predicate | None:
+    """A RouteMatch in the normal form; None for anything else it may hold."""
+    if set(match) - {*MATCH_PATHS, "safe_regex", "headers", "query_parameters", "case_sensitive"}:
+        return None  # runtime_fraction, grpc, tls_context, path_match_policy, ...
+    if match.get("case_sensitive", True) is not True:
+        return None
+    kinds = [k for k in (*MATCH_PATHS, "safe_regex") if k in match]
+    if len(kinds) != 1:
+        return None
+    kind = kinds[0]
+    if kind == "safe_regex":
+        path = d.PathPred("regex", str(match["safe_regex"].get("regex", "")))
+    else:
+        value = str(match[kind])
+        if kind == "path_separated_prefix" and value.endswith("/"):
+            return None
+        path = d.PathPred(MATCH_PATHS[kind], value)
+    method: str | None = None
+    headers: dict[str, d.ValuePred] = {}
+    for h in match.get("headers", ()):
+        found = _header(h)
+        if found is None:
+            return None
+        if isinstance(found, tuple):
+            if method is not None:
+                return None
+            method = found[1]
+        elif found.name in headers:
+            return None
+        else:
+            headers[found.name] = found
+    query: dict[str, d.ValuePred] = {}
+    for q in match.get("query_parameters", ()):
+        if set(q) - {"name", "string_match"} or "string_match" not in q:
+            return None
+        found_q = _string(q["string_match"])
+        name = str(q.get("name", ""))
+        if found_q is None or name in query:
+            return None
+        query[name] = d.ValuePred(name, *found_q)
+    return d.Predicate(
+        path,
+        method,
+        tuple(v for _, v in sorted(headers.items())),
+        tuple(v for _, v in sorted(query.items())),
+    )
+
+
+def _unread(route: dict[str, Any]) -> str:
+    """The first field of the route this module does not read, or ""."""
+    extra = set(route) - ROUTE_FIELDS
+    if extra:
+        return f"route field {sorted(extra)[0]}"
+    if "route" not in route:
+        return "a route that is not forwarded (redirect, direct response)"
+    action = route["route"]
+    extra = set(action) - ACTION_FIELDS
+    if extra:
+        return f"route action field {sorted(extra)[0]}"
+    weighted = action.get("weighted_clusters")
+    if weighted is not None:
+        if set(weighted) - WEIGHTED_FIELDS:
+            return "weighted_clusters fields"
+        for c in weighted.get("clusters", ()):
+            if set(c) - CLUSTER_WEIGHT_FIELDS:
+                return "per-cluster fields of weighted_clusters"
+    return ""
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Where a request is routed, when the route list alone decides its answer."""
+
+    key: tuple[int, int]  # (chain, virtual host) of this model
+    selected: Selected
+    config: CompiledRouteConfig
+    vhost: CompiledVhost
+
+
+def routing_of(model: EnvoyModel, request: Request) -> tuple[Routing | None, str]:
+    """The list ``request`` is matched against, if it reaches the router as sent: a
+    plaintext or admitted TLS connection to an HTTP connection manager, no codec
+    problem, a Host and path the HCM leaves as they are, and headers it forwards
+    unchanged. (None, why) otherwise."""
+    dial = _dial(request)
+    selected, _notes = model.listeners.select(dial, [])
+    if selected is None:
+        return None, "no listener"
+    chain = selected.chain
+    if chain.tls != dial.tls or chain.tcp is not None or chain.hcm is None:
+        return None, "not an HTTP connection it terminates as sent"
+    if dial.tls and (
+        chain.client.refusal(request.client_cert) is not None
+        or chain.client.undecided(request.client_cert)
+    ):
+        return None, "the client certificate decides"
+    hcm = chain.hcm
+    if hcm.route_config is None:
+        return None, "no route configuration"
+    if wire_problem(request) is not None or (
+        not hcm.custom_methods and request.method.upper() not in METHODS
+    ):
+        return None, "the codec rejects it"
+    host = model._host(request, hcm, selected.downstream.port, _Run(tracing=False))
+    if host != request.host:
+        return None, "the HCM changes Host"
+    if _path_changed(hcm, request.path.split("?", 1)[0]):
+        return None, "the HCM changes the path"
+    rc = model._compiled(hcm.route_config)
+    _match_host, vhost, _why = model._vhost(rc, host)
+    if vhost is None:
+        return None, "no virtual host"
+    if vhost.tls_requirement:
+        return None, "require_tls"
+    origin = decide(hcm.origin, request.headers, request.scheme.lower())
+    forwarded, _set = hcm_headers(request.headers, origin, hcm.origin, rc.internal_only)
+    if forwarded != request.headers:
+        return None, "the HCM drops headers"
+    return Routing((id(chain), id(vhost)), selected, rc, vhost), ""
+
+
+def _path_changed(hcm: Hcm, path: str) -> bool:
+    if "%" in path and hcm.escaped_slashes != Escaped.KEEP_UNCHANGED:
+        return True
+    if hcm.normalize_path and canonical_path(path) != path:
+        return True
+    return hcm.merge_slashes and merge_slashes(path) != path
+
+
+def decision_list(model: EnvoyModel, routing: Routing, sample: Request) -> d.DecisionList:
+    """The first-match list of ``routing``'s virtual host; ``sample``: a request it
+    routes (the probes are sent as it is: to its address, port and Host)."""
+    rc, vhost = routing.config, routing.vhost
+    extra = set(read.to_json(rc.config)) - CONFIG_FIELDS
+    if extra:
+        return d.not_comparable(f"route configuration field {sorted(extra)[0]}")
+    extra = set(read.to_json(vhost.vhost)) - VHOST_FIELDS
+    if extra:
+        return d.not_comparable(f"virtual host field {sorted(extra)[0]}")
+    entries = []
+    for route in vhost.table.routes:
+        as_json = read.to_json(route.route)
+        why = _unread(as_json)
+        pred = predicate(as_json.get("match", {})) if not why else None
+        if pred is None:
+            return d.not_comparable(f"route {route.label}: {why or 'a match it cannot state'}")
+        action, why = _action(model, routing, route, sample)
+        if action is None:
+            return d.not_comparable(f"route {route.label}: {why}")
+        entries.append(d.Entry(pred, action, model._located(rc, vhost, route)))
+    return d.DecisionList(tuple(entries))
+
+
+def _action(
+    model: EnvoyModel, routing: Routing, route: CompiledRoute, sample: Request
+) -> tuple[d.Action | None, str]:
+    if caveats.of_route(route):
+        return None, "an answer resting on an assumption"
+    req_names = {op.name for op in route.request_headers.to_add} | set(
+        route.request_headers.to_remove
+    )
+    resp_names = {op.name for op in route.response_headers.to_add} | set(
+        route.response_headers.to_remove
+    )
+    hostname = sample.host
+    outcomes = []
+    for headers in ((), d.probe_headers(req_names)):
+        probe = Request(
+            method="GET",
+            scheme=sample.scheme,
+            host=hostname,
+            port=sample.port,
+            address=sample.address,
+            proxy_port=sample.proxy_port,
+            path="/",
+            headers=headers,
+            sni=sample.sni,
+        )
+        outcomes.append(_run(model, routing, route, probe))
+    return d.action_of(outcomes[0], outcomes[1], ("GET", hostname, "/"), req_names, resp_names)
+
+
+def _run(model: EnvoyModel, routing: Routing, route: CompiledRoute, probe: Request) -> Outcome:
+    hcm = routing.selected.chain.hcm
+    assert hcm is not None
+    origin = decide(hcm.origin, probe.headers, probe.scheme.lower())
+    forwarded, set_by_hcm = hcm_headers(
+        probe.headers, origin, hcm.origin, routing.config.internal_only
+    )
+    ctx = router_view(probe, probe.host, probe.path, probe.path, forwarded, set_by_hcm)
+    rctx = RouteContext(
+        request=probe,
+        host=probe.host,
+        path=probe.path,
+        headers=[(k, v) for k, vs in forwarded for v in vs if k != "host"],
+        view=ctx.headers,
+        hcm=hcm,
+        config=routing.config,
+        vhost=routing.vhost,
+        route=route,
+        resolver=model.resolver,
+        upstreams=model.upstreams,
+        reply=BackendReply(),
+        downstream=routing.selected.downstream,
+    )
+    return run_action(rctx, [])

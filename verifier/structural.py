@@ -1,0 +1,158 @@
+"""Structural agreement: witnesses a host's decision lists answer without the models.
+
+For a witness, each model says which decision list routes it (the spec model: a
+Gateway, Listener and hostname; the Envoy model: a filter chain and virtual host),
+and each list is compiled once (``verifier.semantics.decisions``). When both lists
+are equal, entry by entry, the two models give the request the same answer, so
+``check`` counts the witness as proven instead of asking. When they differ, the
+entries the lists share at their start and at their end still agree: a request
+whose first match is the same shared entry on both sides (or no entry on either,
+a 404 on both) is proven too; the others, in and around the differing region, are
+asked as before.
+
+Only a request both models route as sent is decided this way (``_plain``): no
+client certificate, a lower-case Host without a port, a path and query that no
+normalisation or decoding could change, one value per header and no header that
+either model treats apart (hop-by-hop, CORS, gRPC, x-forwarded-*, x-envoy-*).
+Every other witness is asked. ``EDGE_VERIFY_WITNESS_ONLY=1`` turns this off: every
+witness is asked (the equivalence tests compare both ways).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from verifier.semantics import decisions as d
+from verifier.semantics import witness as wt
+from verifier.semantics.envoy import decisions as envoy_lists
+from verifier.semantics.request import Request
+from verifier.semantics.spec import decisions as spec_lists
+from verifier.semantics.spec.model import index_for
+
+if TYPE_CHECKING:
+    from verifier.check import Context
+
+SWITCH = "EDGE_VERIFY_WITNESS_ONLY"
+
+# Witnesses about the connection itself: asked whatever the lists say.
+CONNECTION_FEATURES = frozenset({wt.FRONTEND, wt.MISDIRECTED, wt.LISTENER_SET})
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"})
+_TOKEN = r"[A-Za-z0-9_~-]+(?:\.[A-Za-z0-9_~-]+)*"
+_PATH = re.compile(rf"(?:/{_TOKEN})*/?")
+_QUERY = re.compile(rf"(?:{_TOKEN}(?:={_TOKEN})?(?:&|$))*")
+_HOST = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+_VALUE = re.compile(r"[!-+\--~](?:[ !-+\--~]*[!-+\--~])?")  # printable, no comma
+APART = frozenset(
+    {
+        "connection",
+        "upgrade",
+        "te",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "trailer",
+        "host",
+        "content-length",
+        "content-type",
+        "expect",
+        "origin",
+        "forwarded",
+        "via",
+        "x-request-id",
+    }
+)
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "") != "1"
+
+
+def _plain(r: Request) -> bool:
+    """Whether both models route ``r`` as it was sent (module docstring)."""
+    if r.source is not None or r.client_cert is not None or r.method not in METHODS:
+        return False
+    if r.scheme not in ("http", "https") or not _HOST.fullmatch(r.host):
+        return False
+    path, _, query = r.path.partition("?")
+    if not _PATH.fullmatch(path) or not _QUERY.fullmatch(query):
+        return False
+    names = [p.split("=", 1)[0] for p in query.split("&") if p]
+    if len(names) != len(set(names)):
+        return False
+    for name, values in r.headers:
+        if (
+            name in APART
+            or name.startswith(("x-forwarded-", "x-envoy-", "access-control-"))
+            or not _NAME.fullmatch(name)
+            or len(values) != 1
+            or not _VALUE.fullmatch(values[0])
+        ):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Pair:
+    spec: d.DecisionList
+    envoy: d.DecisionList
+    same: bool
+    start: int  # entries shared at the start
+    end: int  # then at the end
+
+
+class Structural:
+    """The decision lists of one check context, compiled as witnesses need them."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.index = index_for(ctx.res)
+        self._spec: dict[tuple[object, ...], d.DecisionList] = {}
+        self._envoy: dict[tuple[int, int], d.DecisionList] = {}
+        self._pairs: dict[tuple[object, ...], _Pair] = {}
+
+    def proven(self, w: wt.Witness) -> bool:
+        """Whether the lists alone show both models answer ``w`` alike."""
+        r = w.request
+        if w.feature in CONNECTION_FEATURES or not _plain(r):
+            return False
+        spec_at = spec_lists.routing_of(
+            self.ctx.res, self.index, w.gateway, r, self.ctx.controller_name
+        )
+        if spec_at is None:
+            return False
+        envoy_at, _why = envoy_lists.routing_of(self.ctx.envoy, r)
+        if envoy_at is None:
+            return False
+        gw, lst = spec_at
+        spec_key = (w.gateway, lst.name, lst.port, lst.protocol, lst.hostname, r.hostname)
+        key = (spec_key, envoy_at.key)
+        pair = self._pairs.get(key)
+        if pair is None:
+            spec = self._spec.get(spec_key)
+            if spec is None:
+                spec = self._spec[spec_key] = spec_lists.decision_list(
+                    self.ctx.res, self.index, gw, lst, r.hostname
+                )
+            envoy = self._envoy.get(envoy_at.key)
+            if envoy is None:
+                envoy = self._envoy[envoy_at.key] = envoy_lists.decision_list(
+                    self.ctx.envoy, envoy_at, r
+                )
+            start, end = d.common_ends(spec, envoy)
+            pair = self._pairs[key] = _Pair(spec, envoy, spec.same_as(envoy), start, end)
+        if pair.same:
+            return True
+        if not (pair.spec.comparable and pair.envoy.comparable) or not (pair.start or pair.end):
+            return False
+        view = d.View.of(r.path, r.method, ((k, v) for k, vs in r.headers for v in vs))
+        i, j = d.first_match(pair.spec, view), d.first_match(pair.envoy, view)
+        if i is None or j is None:
+            return i is None and j is None
+        if i == j < pair.start:
+            return True
+        from_end = len(pair.spec.entries) - i
+        return from_end == len(pair.envoy.entries) - j and from_end <= pair.end
