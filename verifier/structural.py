@@ -4,14 +4,14 @@ For a witness, each model says which decision list routes it (the spec model: a
 Gateway, Listener and hostname; the Envoy model: a filter chain and virtual host),
 and each list is compiled once (``verifier.semantics.decisions``). When both lists
 are equal, entry by entry, the two models give the request the same answer, so
-``check`` counts the witness as proven instead of asking. When they differ, the
-entries the lists share at their start and at their end still agree: a request
-whose first match is the same shared entry on both sides (or no entry on either,
-a 404 on both) is proven too; the others, in and around the differing region, are
-asked as before.
+``check`` counts the witness as proven instead of asking. When they differ (another
+encoding, a reordering, a mutant), the request's answer is still its first matching
+entry's action on each side: where those two actions are equal (or neither list
+matches, a 404 on both) it is proven too; the requests that reach the differing
+region are asked as before.
 
 Only a request both models route as sent is decided this way (``_plain``): no
-client certificate, a lower-case Host without a port, a path and query that no
+client certificate, a lower-case Host (a port at most besides), a path and query that no
 normalisation or decoding could change, one value per header and no header that
 either model treats apart (hop-by-hop, CORS, gRPC, x-forwarded-*, x-envoy-*).
 Every other witness is asked. ``EDGE_VERIFY_WITNESS_ONLY=1`` turns this off: every
@@ -41,9 +41,9 @@ SWITCH = "EDGE_VERIFY_WITNESS_ONLY"
 CONNECTION_FEATURES = frozenset({wt.FRONTEND, wt.MISDIRECTED, wt.LISTENER_SET})
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"})
 _TOKEN = r"[A-Za-z0-9_~-]+(?:\.[A-Za-z0-9_~-]+)*"
-_PATH = re.compile(rf"(?:/{_TOKEN})*/?")
+_PATH = re.compile(rf"(?:/{_TOKEN})+/?|/")
 _QUERY = re.compile(rf"(?:{_TOKEN}(?:={_TOKEN})?(?:&|$))*")
-_HOST = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+_HOST = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?")
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _VALUE = re.compile(r"[!-+\--~](?:[ !-+\--~]*[!-+\--~])?")  # printable, no comma
 APART = frozenset(
@@ -95,13 +95,15 @@ def _plain(r: Request) -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Pair:
     spec: d.DecisionList
     envoy: d.DecisionList
     same: bool
-    start: int  # entries shared at the start
-    end: int  # then at the end
+    indexes: tuple[d.Index, d.Index] | None = None  # made when first needed
+
+
+_Found = tuple[envoy_lists.Routing, _Pair] | None
 
 
 class Structural:
@@ -113,23 +115,22 @@ class Structural:
         self._spec: dict[tuple[object, ...], d.DecisionList] = {}
         self._envoy: dict[tuple[int, int], d.DecisionList] = {}
         self._pairs: dict[tuple[object, ...], _Pair] = {}
+        self._by_connection: dict[tuple[object, ...], _Found] = {}
 
-    def proven(self, w: wt.Witness) -> bool:
-        """Whether the lists alone show both models answer ``w`` alike."""
+    def _pair(self, w: wt.Witness) -> _Found:
+        """The lists each model routes ``w``'s connection and Host by, if both do."""
         r = w.request
-        if w.feature in CONNECTION_FEATURES or not _plain(r):
-            return False
         spec_at = spec_lists.routing_of(
             self.ctx.res, self.index, w.gateway, r, self.ctx.controller_name
         )
         if spec_at is None:
-            return False
-        envoy_at, _why = envoy_lists.routing_of(self.ctx.envoy, r)
-        if envoy_at is None:
-            return False
+            return None
+        routing, _why = envoy_lists.connection_routing(self.ctx.envoy, r)
+        if routing is None:
+            return None
         gw, lst = spec_at
         spec_key = (w.gateway, lst.name, lst.port, lst.protocol, lst.hostname, r.hostname)
-        key = (spec_key, envoy_at.key)
+        key = (spec_key, routing.key)
         pair = self._pairs.get(key)
         if pair is None:
             spec = self._spec.get(spec_key)
@@ -137,22 +138,40 @@ class Structural:
                 spec = self._spec[spec_key] = spec_lists.decision_list(
                     self.ctx.res, self.index, gw, lst, r.hostname
                 )
-            envoy = self._envoy.get(envoy_at.key)
+            envoy = self._envoy.get(routing.key)
             if envoy is None:
-                envoy = self._envoy[envoy_at.key] = envoy_lists.decision_list(
-                    self.ctx.envoy, envoy_at, r
+                envoy = self._envoy[routing.key] = envoy_lists.decision_list(
+                    self.ctx.envoy, routing, r
                 )
-            start, end = d.common_ends(spec, envoy)
-            pair = self._pairs[key] = _Pair(spec, envoy, spec.same_as(envoy), start, end)
+            pair = self._pairs[key] = _Pair(spec, envoy, spec.same_as(envoy))
+        return routing, pair
+
+    def proven(self, w: wt.Witness) -> bool:
+        """Whether the lists alone show both models answer ``w`` alike."""
+        r = w.request
+        if w.feature in CONNECTION_FEATURES or not _plain(r):
+            return False
+        # Which lists route a request depends on its connection and Host alone.
+        conn = (w.gateway, r.address, r.port, r.proxy_port, r.scheme, r.sni, r.host)
+        if conn in self._by_connection:
+            found = self._by_connection[conn]
+        else:
+            found = self._by_connection[conn] = self._pair(w)
+        if found is None:
+            return False
+        routing, pair = found
+        if envoy_lists.untouched(routing, r):
+            return False
         if pair.same:
             return True
-        if not (pair.spec.comparable and pair.envoy.comparable) or not (pair.start or pair.end):
+        if not (pair.spec.comparable and pair.envoy.comparable):
             return False
+        # The lists differ somewhere: the request is answered alike when the entry each
+        # side first matches acts alike (or neither matches: 404 on both).
         view = d.View.of(r.path, r.method, ((k, v) for k, vs in r.headers for v in vs))
-        i, j = d.first_match(pair.spec, view), d.first_match(pair.envoy, view)
+        if pair.indexes is None:
+            pair.indexes = (d.Index(pair.spec), d.Index(pair.envoy))
+        i, j = pair.indexes[0].first_match(view), pair.indexes[1].first_match(view)
         if i is None or j is None:
             return i is None and j is None
-        if i == j < pair.start:
-            return True
-        from_end = len(pair.spec.entries) - i
-        return from_end == len(pair.envoy.entries) - j and from_end <= pair.end
+        return pair.spec.entries[i].action == pair.envoy.entries[j].action

@@ -176,6 +176,16 @@ def header_effects(
     return tuple(e for e in out if e.drops or e.appends)
 
 
+def with_effects(effects: Iterable[HeaderEffect], headers: Headers) -> Headers:
+    """The request headers ``headers`` as an action with these effects forwards them:
+    what ``HeaderEffect`` means, stated once."""
+    out = dict(headers)
+    for e in effects:
+        kept = () if e.drops else out.get(e.name, ())
+        out[e.name] = (*kept, *e.appends)
+    return tuple(sorted((k, v) for k, v in out.items() if v))
+
+
 def probe_headers(names: Iterable[str]) -> Headers:
     """A request's (or a backend response's) headers carrying each name once, with
     the client's ``SENTINEL`` value."""
@@ -330,14 +340,39 @@ def first_match(dl: DecisionList, view: View) -> int | None:
     return None
 
 
-def common_ends(a: DecisionList, b: DecisionList) -> tuple[int, int]:
-    """How many entries the two lists share at their start, and then at their end:
-    outside that middle region, the lists agree entry by entry."""
-    n = min(len(a.entries), len(b.entries))
-    start = 0
-    while start < n and a.entries[start] == b.entries[start]:
-        start += 1
-    end = 0
-    while end < n - start and a.entries[-1 - end] == b.entries[-1 - end]:
-        end += 1
-    return start, end
+def _segment(path: str) -> str:
+    return path.split("/", 2)[1] if path.startswith("/") else ""
+
+
+class Index:
+    """``first_match`` without testing every entry: an ``exact`` entry can only accept
+    its own path, a ``segment_prefix`` entry only paths whose first segment is its
+    value's; the rest are tested for every request. Order is kept (merged by index)."""
+
+    def __init__(self, dl: DecisionList) -> None:
+        self.entries = dl.entries
+        self.exact: dict[str, list[int]] = {}
+        self.segment: dict[str, list[int]] = {}
+        self.generic: list[int] = []
+        for i, e in enumerate(dl.entries):
+            p = e.predicate.path
+            if p.kind == "exact":
+                self.exact.setdefault(p.value, []).append(i)
+            elif p.kind == "segment_prefix" and p.value.startswith("/"):
+                self.segment.setdefault(_segment(p.value), []).append(i)
+            else:
+                self.generic.append(i)
+
+    def first_match(self, view: View) -> int | None:
+        none: list[int] = []
+        candidates: list[int] = sorted(
+            [
+                *self.exact.get(view.path, none),
+                *self.segment.get(_segment(view.path), none),
+                *self.generic,
+            ]
+        )
+        for i in candidates:
+            if accepts(self.entries[i].predicate, view):
+                return i
+        return None

@@ -144,23 +144,23 @@ def predicate(match: dict[str, Any]) -> d.Predicate | None:
     )
 
 
-def _unread(route: dict[str, Any]) -> str:
+def _unread(route: Any) -> str:
     """The first field of the route this module does not read, or ""."""
-    extra = set(route) - ROUTE_FIELDS
+    extra = _set_besides(route, ROUTE_FIELDS)
     if extra:
-        return f"route field {sorted(extra)[0]}"
-    if "route" not in route:
+        return f"route field {extra}"
+    action = route.route
+    if action is None:
         return "a route that is not forwarded (redirect, direct response)"
-    action = route["route"]
-    extra = set(action) - ACTION_FIELDS
+    extra = _set_besides(action, ACTION_FIELDS)
     if extra:
-        return f"route action field {sorted(extra)[0]}"
-    weighted = action.get("weighted_clusters")
+        return f"route action field {extra}"
+    weighted = action.weighted_clusters
     if weighted is not None:
-        if set(weighted) - WEIGHTED_FIELDS:
+        if _set_besides(weighted, WEIGHTED_FIELDS):
             return "weighted_clusters fields"
-        for c in weighted.get("clusters", ()):
-            if set(c) - CLUSTER_WEIGHT_FIELDS:
+        for c in weighted.clusters:
+            if _set_besides(c, CLUSTER_WEIGHT_FIELDS):
                 return "per-cluster fields of weighted_clusters"
     return ""
 
@@ -169,17 +169,25 @@ def _unread(route: dict[str, Any]) -> str:
 class Routing:
     """Where a request is routed, when the route list alone decides its answer."""
 
-    key: tuple[int, int]  # (chain, virtual host) of this model
+    key: tuple[int, int]  # (chain, virtual host) of this model; (chain, 0): no virtual host
     selected: Selected
     config: CompiledRouteConfig
-    vhost: CompiledVhost
+    vhost: CompiledVhost | None  # None: no virtual host serves the Host (404)
 
 
 def routing_of(model: EnvoyModel, request: Request) -> tuple[Routing | None, str]:
-    """The list ``request`` is matched against, if it reaches the router as sent: a
-    plaintext or admitted TLS connection to an HTTP connection manager, no codec
-    problem, a Host and path the HCM leaves as they are, and headers it forwards
-    unchanged. (None, why) otherwise."""
+    """The list ``request`` is matched against, if it reaches the router as sent
+    (``connection_routing``, then ``untouched``); (None, why) otherwise."""
+    routing, why = connection_routing(model, request)
+    if routing is not None:
+        why = untouched(routing, request)
+    return (None, why) if why else (routing, "")
+
+
+def connection_routing(model: EnvoyModel, request: Request) -> tuple[Routing | None, str]:
+    """The virtual host a plaintext or admitted TLS connection to an HTTP connection
+    manager routes ``request`` by, with a Host the HCM leaves as it is. It depends on
+    the connection and the Host alone (what ``untouched`` reads is the rest)."""
     dial = _dial(request)
     selected, _notes = model.listeners.select(dial, [])
     if selected is None:
@@ -195,26 +203,32 @@ def routing_of(model: EnvoyModel, request: Request) -> tuple[Routing | None, str
     hcm = chain.hcm
     if hcm.route_config is None:
         return None, "no route configuration"
-    if wire_problem(request) is not None or (
-        not hcm.custom_methods and request.method.upper() not in METHODS
-    ):
-        return None, "the codec rejects it"
     host = model._host(request, hcm, selected.downstream.port, _Run(tracing=False))
     if host != request.host:
         return None, "the HCM changes Host"
-    if _path_changed(hcm, request.path.split("?", 1)[0]):
-        return None, "the HCM changes the path"
     rc = model._compiled(hcm.route_config)
     _match_host, vhost, _why = model._vhost(rc, host)
     if vhost is None:
-        return None, "no virtual host"
+        return Routing((id(chain), 0), selected, rc, None), ""
     if vhost.tls_requirement:
         return None, "require_tls"
-    origin = decide(hcm.origin, request.headers, request.scheme.lower())
-    forwarded, _set = hcm_headers(request.headers, origin, hcm.origin, rc.internal_only)
-    if forwarded != request.headers:
-        return None, "the HCM drops headers"
     return Routing((id(chain), id(vhost)), selected, rc, vhost), ""
+
+
+def untouched(routing: Routing, request: Request) -> str:
+    """Why the codec or the HCM would not pass ``request`` to the router as sent
+    (a codec problem, a path it normalises, headers it drops), or ""."""
+    hcm = routing.selected.chain.hcm
+    assert hcm is not None  # connection_routing holds it
+    if wire_problem(request) is not None or (
+        not hcm.custom_methods and request.method.upper() not in METHODS
+    ):
+        return "the codec rejects it"
+    if _path_changed(hcm, request.path.split("?", 1)[0]):
+        return "the HCM changes the path"
+    origin = decide(hcm.origin, request.headers, request.scheme.lower())
+    forwarded, _set = hcm_headers(request.headers, origin, hcm.origin, routing.config.internal_only)
+    return "" if forwarded == request.headers else "the HCM drops headers"
 
 
 def _path_changed(hcm: Hcm, path: str) -> bool:
@@ -229,29 +243,71 @@ def decision_list(model: EnvoyModel, routing: Routing, sample: Request) -> d.Dec
     """The first-match list of ``routing``'s virtual host; ``sample``: a request it
     routes (the probes are sent as it is: to its address, port and Host)."""
     rc, vhost = routing.config, routing.vhost
-    extra = set(read.to_json(rc.config)) - CONFIG_FIELDS
+    if vhost is None:
+        return d.DecisionList(())  # "no virtual host": 404 for every request it passes on
+    extra = _set_besides(rc.config, CONFIG_FIELDS)
     if extra:
-        return d.not_comparable(f"route configuration field {sorted(extra)[0]}")
-    extra = set(read.to_json(vhost.vhost)) - VHOST_FIELDS
+        return d.not_comparable(f"route configuration field {extra}")
+    extra = _set_besides(vhost.vhost, VHOST_FIELDS)
     if extra:
-        return d.not_comparable(f"virtual host field {sorted(extra)[0]}")
+        return d.not_comparable(f"virtual host field {extra}")
     entries = []
+    actions: dict[object, tuple[d.Action | None, str]] = {}
     for route in vhost.table.routes:
-        as_json = read.to_json(route.route)
-        why = _unread(as_json)
-        pred = predicate(as_json.get("match", {})) if not why else None
+        why = _unread(route.route)
+        match = route.route.match
+        pred = predicate(read.to_json(match)) if not why and match is not None else None
         if pred is None:
             return d.not_comparable(f"route {route.label}: {why or 'a match it cannot state'}")
-        action, why = _action(model, routing, route, sample)
+        key = _action_key(route)
+        found = actions.get(key) if key is not None else None
+        if found is None:
+            found = _action(model, routing, route, sample)
+            if key is not None:
+                actions[key] = found
+        action, why = found
         if action is None:
             return d.not_comparable(f"route {route.label}: {why}")
         entries.append(d.Entry(pred, action, model._located(rc, vhost, route)))
     return d.DecisionList(tuple(entries))
 
 
+def _action_key(route: CompiledRoute) -> tuple[object, ...] | None:
+    """Everything a forwarded route's answer reads within one virtual host (``_unread``
+    allows nothing else): routes with equal keys act alike, and are probed once."""
+    action = route.route.route
+    if action is None or action.request_mirror_policies:
+        return None
+    weighted = action.weighted_clusters
+    return (
+        action.cluster,
+        tuple((c.name, c.weight) for c in weighted.clusters) if weighted is not None else None,
+        action.cluster_not_found_response_code,
+        repr(action.timeout),
+        route.request_headers.to_add,
+        route.request_headers.to_remove,
+        route.response_headers.to_add,
+        route.response_headers.to_remove,
+    )
+
+
+def _set_besides(msg: object, allowed: frozenset[str]) -> str:
+    """The first field of ``msg`` set to other than its default, besides ``allowed``
+    (a message's attributes are all its fields; a record's, those it was given), or "".
+    Without serializing what ``allowed`` holds (a route configuration's every route)."""
+    for name, value in vars(msg).items():
+        if name in allowed or value is None or value is False or value == 0 or value == "":
+            continue
+        if isinstance(value, list | tuple | dict | bytes) and not value:
+            continue
+        return name
+    return ""
+
+
 def _action(
     model: EnvoyModel, routing: Routing, route: CompiledRoute, sample: Request
 ) -> tuple[d.Action | None, str]:
+    assert routing.vhost is not None  # decision_list holds it
     if caveats.of_route(route):
         return None, "an answer resting on an assumption"
     req_names = {op.name for op in route.request_headers.to_add} | set(
@@ -261,8 +317,8 @@ def _action(
         route.response_headers.to_remove
     )
     hostname = sample.host
-    outcomes = []
-    for headers in ((), d.probe_headers(req_names)):
+    outcomes: list[Outcome] = []
+    for headers in ((), d.probe_headers(req_names)) if req_names else ((),):
         probe = Request(
             method="GET",
             scheme=sample.scheme,
@@ -275,7 +331,7 @@ def _action(
             sni=sample.sni,
         )
         outcomes.append(_run(model, routing, route, probe))
-    return d.action_of(outcomes[0], outcomes[1], ("GET", hostname, "/"), req_names, resp_names)
+    return d.action_of(outcomes[0], outcomes[-1], ("GET", hostname, "/"), req_names, resp_names)
 
 
 def _run(model: EnvoyModel, routing: Routing, route: CompiledRoute, probe: Request) -> Outcome:
@@ -294,7 +350,7 @@ def _run(model: EnvoyModel, routing: Routing, route: CompiledRoute, probe: Reque
         view=ctx.headers,
         hcm=hcm,
         config=routing.config,
-        vhost=routing.vhost,
+        vhost=routing.vhost,  # type: ignore[arg-type]  # _action holds it
         route=route,
         resolver=model.resolver,
         upstreams=model.upstreams,

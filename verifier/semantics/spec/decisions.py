@@ -88,9 +88,10 @@ def action(res: Resources, port: int, c: Candidate, hostname: str) -> tuple[d.Ac
     present = Request(
         method="GET", host=hostname, port=port, path="/", headers=d.probe_headers(req_names)
     )
+    without = act(res, port, c, absent).outcome
     return d.action_of(
-        act(res, port, c, absent).outcome,
-        act(res, port, c, present).outcome,
+        without,
+        act(res, port, c, present).outcome if req_names else without,
         ("GET", hostname, "/"),
         req_names,
         resp_names,
@@ -116,12 +117,21 @@ def decision_list(
             candidates.append(Candidate(im.served.route, im.rule, im.match_index, im.match, key))
     candidates.sort(key=precedence_key)
     entries = []
-    actions: dict[tuple[int, int], tuple[d.Action | None, str]] = {}
+    # A rule's action reads its filters, backendRefs and timeouts, and the Route's
+    # namespace (backendRefs resolve from it): rules equal in those act alike.
+    actions: dict[object, tuple[d.Action | None, str]] = {}
     for c in candidates:
         pred = predicate(c.match)
         if pred is None:
             return d.not_comparable(f"{c.describe()}: a match the normal form cannot state")
-        rule_key = (id(c.route), c.rule.index)
+        rule = c.rule
+        rule_key = (
+            c.route.meta.namespace,
+            rule.filters,
+            rule.backend_refs,
+            rule.request_timeout,
+            rule.backend_request_timeout,
+        )
         found = actions.get(rule_key)
         if found is None:
             found = actions[rule_key] = action(res, lst.port, c, hostname)
