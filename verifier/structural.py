@@ -30,7 +30,7 @@ from verifier.semantics import witness as wt
 from verifier.semantics.envoy import decisions as envoy_lists
 from verifier.semantics.request import Request
 from verifier.semantics.spec import decisions as spec_lists
-from verifier.semantics.spec.model import index_for
+from verifier.semantics.spec.model import NO_MATCH_STATUS, index_for
 
 if TYPE_CHECKING:
     from verifier.check import Context
@@ -104,6 +104,7 @@ class _Pair:
 
 
 _Found = tuple[envoy_lists.Routing, _Pair] | None
+_NO_HOST = _Pair(d.DecisionList(()), d.DecisionList(()), True)
 
 
 class Structural:
@@ -123,11 +124,13 @@ class Structural:
         spec_at = spec_lists.routing_of(
             self.ctx.res, self.index, w.gateway, r, self.ctx.controller_name
         )
-        if spec_at is None:
-            return None
         routing, _why = envoy_lists.connection_routing(self.ctx.envoy, r)
         if routing is None:
             return None
+        if isinstance(spec_at, int):
+            # No Listener serves the Host: 404, as no virtual host does on Envoy's side.
+            both_404 = spec_at == NO_MATCH_STATUS and routing.vhost is None
+            return (routing, _NO_HOST) if both_404 else None
         gw, lst = spec_at
         spec_key = (w.gateway, lst.name, lst.port, lst.protocol, lst.hostname, r.hostname)
         key = (spec_key, routing.key)

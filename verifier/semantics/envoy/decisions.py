@@ -36,6 +36,7 @@ ROUTE_FIELDS = frozenset(
         "name",
         "match",
         "route",
+        "direct_response",
         "metadata",
         "request_headers_to_add",
         "request_headers_to_remove",
@@ -50,8 +51,14 @@ ACTION_FIELDS = frozenset(
         "cluster_not_found_response_code",
         "timeout",
         "request_mirror_policies",
+        "retry_policy",
     }
 )
+# A retry policy that only bounds each attempt (the backendRequest timeout's form): with
+# no retry_on, nothing is retried, whatever num_retries says.
+RETRY_FIELDS = frozenset({"num_retries", "per_try_timeout"})
+# A direct response without a Location (201 and 3xx carry one built from the request).
+DIRECT_FIELDS = frozenset({"status"})
 WEIGHTED_FIELDS = frozenset({"clusters"})
 CLUSTER_WEIGHT_FIELDS = frozenset({"name", "weight"})
 MATCH_PATHS = {"path": "exact", "path_separated_prefix": "segment_prefix", "prefix": "prefix"}
@@ -150,11 +157,19 @@ def _unread(route: Any) -> str:
     if extra:
         return f"route field {extra}"
     action = route.route
+    direct = route.direct_response
+    if action is None and direct is not None:
+        status = int(direct.status or 0)
+        if _set_besides(direct, DIRECT_FIELDS) or status == 201 or 300 <= status < 400:
+            return "a direct response with a body or a Location"
+        return ""
     if action is None:
-        return "a route that is not forwarded (redirect, direct response)"
+        return "a route that is not forwarded (redirect)"
     extra = _set_besides(action, ACTION_FIELDS)
     if extra:
         return f"route action field {extra}"
+    if action.retry_policy is not None and _set_besides(action.retry_policy, RETRY_FIELDS):
+        return "a retry policy that retries"
     weighted = action.weighted_clusters
     if weighted is not None:
         if _set_besides(weighted, WEIGHTED_FIELDS):
@@ -276,7 +291,7 @@ def _action_key(route: CompiledRoute) -> tuple[object, ...] | None:
     """Everything a forwarded route's answer reads within one virtual host (``_unread``
     allows nothing else): routes with equal keys act alike, and are probed once."""
     action = route.route.route
-    if action is None or action.request_mirror_policies:
+    if action is None or action.request_mirror_policies or action.retry_policy is not None:
         return None
     weighted = action.weighted_clusters
     return (

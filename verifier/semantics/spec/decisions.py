@@ -19,7 +19,7 @@ from verifier.semantics.spec.action import act
 from verifier.semantics.spec.filters import header_ops
 from verifier.semantics.spec.hostnames import route_hostname_key
 from verifier.semantics.spec.index import IndexedMatch, SpecIndex
-from verifier.semantics.spec.listeners import gateway_problem
+from verifier.semantics.spec.listeners import NO_RESPONSE, gateway_problem
 from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.semantics.spec.match import (
     Candidate,
@@ -145,13 +145,13 @@ def decision_list(
 
 def routing_of(
     res: Resources, index: SpecIndex, gateway: tuple[str, str], request: Request, controller: str
-) -> tuple[Gateway, GatewayListener] | None:
+) -> tuple[Gateway, GatewayListener] | int:
     """The (merged Gateway, Listener) whose list decides ``request``, as ``spec_evaluate``
-    chooses them on an address of the Gateway's own; None when no Listener takes it
-    (no response, 404, 421: answered before any list is read)."""
+    chooses them on an address of the Gateway's own; else the status answered before
+    any list is read (no response, 404 when no Listener serves the Host, 421)."""
     gw = res.gateways.get(gateway)
     if gw is None or gateway_problem(res, gw, controller) is not None:
-        return None
+        return NO_RESPONSE
     merged = merged_gateway(res, gw)
-    lst = index.selection(res, merged, request).listener
-    return None if lst is None else (merged, lst)
+    selection = index.selection(res, merged, request)
+    return selection.status if selection.listener is None else (merged, selection.listener)
