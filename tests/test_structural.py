@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from verifier.rules import RULES
 
 from verifier import pipeline, structural
+from verifier.baseline import Baseline, Digests
 from verifier.check import Context
 from verifier.fuzz.requests import neighbours
 from verifier.fuzz.trial import Translator
@@ -201,3 +202,31 @@ def test_every_witness_the_lists_prove_on_a_mutant_agrees_when_asked() -> None:
     assert sweep["disagreeing"] == []
     assert sweep["mutants"] > 1000, sweep
     assert sweep["proven"] > 10 * sweep["mutants"], sweep
+
+
+def test_a_baseline_run_does_no_more_work_than_a_full_run(
+    contexts: list[Context], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35, item 3, as work rather than time (times are noise on a shared machine):
+    with a baseline, the lists prove what a full run's prove, no witness is asked that
+    a full run would not ask, and only the witnesses the lists leave are digested."""
+    digested = 0
+    real_of = Digests.of
+
+    def counted(self: Digests, w: wt.Witness) -> bytes:
+        nonlocal digested
+        digested += 1
+        return real_of(self, w)
+
+    monkeypatch.setattr(Digests, "of", counted)
+    for ctx in contexts:
+        recording = dataclasses.replace(ctx, record_agreement=True)
+        _ = recording.comparisons
+        full = dataclasses.replace(ctx)
+        _ = full.comparisons
+        again = dataclasses.replace(ctx, baseline=Baseline(recording.agreed))
+        digested = 0
+        assert again.comparisons == full.comparisons
+        assert again.proven == full.proven
+        assert again.asked <= full.asked
+        assert digested <= len(ctx.witnesses) - again.proven
