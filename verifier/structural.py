@@ -136,15 +136,17 @@ class Structural:
         key = (spec_key, routing.key)
         pair = self._pairs.get(key)
         if pair is None:
-            spec = self._spec.get(spec_key)
-            if spec is None:
-                spec = self._spec[spec_key] = spec_lists.decision_list(
-                    self.ctx.res, self.index, gw, lst, r.hostname
-                )
             envoy = self._envoy.get(routing.key)
             if envoy is None:
                 envoy = self._envoy[routing.key] = envoy_lists.decision_list(
                     self.ctx.envoy, routing, r
+                )
+            spec = self._spec.get(spec_key)
+            if spec is None and not envoy.comparable:
+                spec = d.not_comparable("not compiled: the Envoy list is not comparable")
+            elif spec is None:
+                spec = self._spec[spec_key] = spec_lists.decision_list(
+                    self.ctx.res, self.index, gw, lst, r.hostname
                 )
             pair = self._pairs[key] = _Pair(spec, envoy, spec.same_as(envoy))
         return routing, pair

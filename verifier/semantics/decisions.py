@@ -50,6 +50,38 @@ VALUE_KINDS = frozenset({"exact", "regex"})
 DEFAULT_TIMEOUT_MS = 15_000
 
 
+# RE2 patterns that say no more than a string: characters that are never syntax.
+_LITERAL = re2.compile(r"[A-Za-z0-9_~/-]+")
+_SEGMENT_PREFIX = re2.compile(r"\^?(/[A-Za-z0-9_~/-]*[A-Za-z0-9_~-])\(/\.\*\)\?\$?")
+
+
+def literal(pattern: str) -> str | None:
+    """The one string an RE2 full match of ``pattern`` accepts, when it is a plain
+    string of characters that are never syntax (a regex written for an exact value)."""
+    return pattern if _LITERAL.fullmatch(pattern) else None
+
+
+def value_pred(name: str, kind: str, value: str) -> ValuePred:
+    """A value predicate, a literal regex stated as the exact match it is."""
+    if kind == "regex" and literal(value) is not None:
+        kind = "exact"
+    return ValuePred(name, kind, value)
+
+
+def path_pred(kind: str, value: str) -> PathPred:
+    """A path predicate in its one normal form: a literal regex is ``exact``, and
+    ``LITERAL(/.*)?`` (how another translator writes a PathPrefix) is
+    ``segment_prefix`` (exact for the paths ``verifier.structural`` decides by it,
+    which hold no newline)."""
+    if kind == "regex":
+        if literal(value) is not None:
+            return PathPred("exact", value)
+        found = _SEGMENT_PREFIX.fullmatch(value)
+        if found is not None:
+            return PathPred("segment_prefix", found.group(1))
+    return PathPred(kind, value)
+
+
 @dataclass(frozen=True)
 class PathPred:
     kind: str
@@ -344,10 +376,23 @@ def _segment(path: str) -> str:
     return path.split("/", 2)[1] if path.startswith("/") else ""
 
 
+# A regex every full match of which starts with "/<segment>/": literal characters, then
+# a "/" no quantifier makes optional, and no alternation anywhere.
+_REGEX_SEGMENT = re2.compile(r"\^?/([A-Za-z0-9_~-]+)/([^?*+{].*)?")
+
+
+def _regex_segment(pattern: str) -> str | None:
+    if "|" in pattern:
+        return None
+    found = _REGEX_SEGMENT.fullmatch(pattern)
+    return None if found is None else str(found.group(1))
+
+
 class Index:
     """``first_match`` without testing every entry: an ``exact`` entry can only accept
     its own path, a ``segment_prefix`` entry only paths whose first segment is its
-    value's; the rest are tested for every request. Order is kept (merged by index)."""
+    value's, a regex that starts with a literal ``/segment/`` only paths under it; the
+    rest are tested for every request. Order is kept (merged by index)."""
 
     def __init__(self, dl: DecisionList) -> None:
         self.entries = dl.entries
@@ -360,6 +405,8 @@ class Index:
                 self.exact.setdefault(p.value, []).append(i)
             elif p.kind == "segment_prefix" and p.value.startswith("/"):
                 self.segment.setdefault(_segment(p.value), []).append(i)
+            elif p.kind == "regex" and (segment := _regex_segment(p.value)) is not None:
+                self.segment.setdefault(segment, []).append(i)
             else:
                 self.generic.append(i)
 

@@ -97,10 +97,11 @@ def _header(h: dict[str, Any]) -> d.ValuePred | tuple[str, str] | None:
     if found is None:
         return None
     if name == ":method":
-        return ("method", found[1]) if found[0] == "exact" else None
+        pred = d.value_pred(name, *found)
+        return ("method", pred.value) if pred.kind == "exact" else None
     if name.startswith(":") or name in ROUTER_SET or name.startswith("x-envoy-"):
         return None
-    return d.ValuePred(name, *found)
+    return d.value_pred(name, *found)
 
 
 def predicate(match: dict[str, Any]) -> d.Predicate | None:
@@ -114,7 +115,7 @@ def predicate(match: dict[str, Any]) -> d.Predicate | None:
         return None
     kind = kinds[0]
     if kind == "safe_regex":
-        path = d.PathPred("regex", str(match["safe_regex"].get("regex", "")))
+        path = d.path_pred("regex", str(match["safe_regex"].get("regex", "")))
     else:
         value = str(match[kind])
         if kind == "path_separated_prefix" and value.endswith("/"):
@@ -142,7 +143,7 @@ def predicate(match: dict[str, Any]) -> d.Predicate | None:
         name = str(q.get("name", ""))
         if found_q is None or name in query:
             return None
-        query[name] = d.ValuePred(name, *found_q)
+        query[name] = d.value_pred(name, *found_q)
     return d.Predicate(
         path,
         method,
@@ -266,14 +267,18 @@ def decision_list(model: EnvoyModel, routing: Routing, sample: Request) -> d.Dec
     extra = _set_besides(vhost.vhost, VHOST_FIELDS)
     if extra:
         return d.not_comparable(f"virtual host field {extra}")
-    entries = []
-    actions: dict[object, tuple[d.Action | None, str]] = {}
+    # Every route's match first (cheap): a list that cannot be stated costs no probe.
+    preds = []
     for route in vhost.table.routes:
         why = _unread(route.route)
         match = route.route.match
         pred = predicate(read.to_json(match)) if not why and match is not None else None
         if pred is None:
             return d.not_comparable(f"route {route.label}: {why or 'a match it cannot state'}")
+        preds.append(pred)
+    entries = []
+    actions: dict[object, tuple[d.Action | None, str]] = {}
+    for route, pred in zip(vhost.table.routes, preds, strict=True):
         key = _action_key(route)
         found = actions.get(key) if key is not None else None
         if found is None:

@@ -35,7 +35,7 @@ STATED_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier", "
 
 def _value(v: ValueMatch, name: str) -> d.ValuePred | None:
     kind = {"Exact": "exact", "RegularExpression": "regex"}.get(v.type)
-    return None if kind is None else d.ValuePred(name, kind, v.value)
+    return None if kind is None else d.value_pred(name, kind, v.value)
 
 
 def predicate(match: RouteMatch) -> d.Predicate | None:
@@ -50,7 +50,7 @@ def predicate(match: RouteMatch) -> d.Predicate | None:
             return None
         path = d.PathPred("segment_prefix", prefix) if prefix else d.PathPred("prefix", "/")
     elif pm.type == "RegularExpression":
-        path = d.PathPred("regex", pm.value)
+        path = d.path_pred("regex", pm.value)
     else:
         return None
     headers = [_value(h, h.name.lower()) for h in effective_headers(match)]
