@@ -33,10 +33,16 @@ BASE = ROOT / "fixtures" / "base"
 REPEATS = 3  # best of, to damp noise from other tenants
 
 
-def _timed(argv: list[str]) -> tuple[float, int, str]:
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
     """(wall seconds, peak RSS in MiB, stderr tail) of one process."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env} if env else None,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read() if proc.stderr else ""
@@ -46,8 +52,8 @@ def _timed(argv: list[str]) -> tuple[float, int, str]:
     return wall, usage.ru_maxrss // 1024, err[-500:]
 
 
-def _best(argv: list[str]) -> tuple[float, int]:
-    runs = [_timed(argv) for _ in range(REPEATS)]
+def _best(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    runs = [_timed(argv, env) for _ in range(REPEATS)]
     return min(r[0] for r in runs), max(r[1] for r in runs)
 
 
@@ -88,9 +94,13 @@ with fewer_collections():
     for w in witnesses:
         ctx.compare(w)
     asked = time.process_time() - start
+    lists = ctx.structural
+    start = time.process_time()
+    proven = sum(1 for w in witnesses if lists is not None and lists.proven(w))
+    structural_cpu = time.process_time() - start
 workers = min(os.cpu_count() or 1, check.MAX_WORKERS)
 print(json.dumps({"witnesses": len(witnesses), "witnesses_cpu_s": made, "models_cpu_s": asked,
-                  "workers": workers}))
+                  "workers": workers, "proven": proven, "structural_cpu_s": structural_cpu}))
 sys.stdout.flush()
 os._exit(0)
 """
@@ -116,6 +126,11 @@ def measure(n: int, work: Path) -> dict[str, float | int]:
     check_s, check_mb = _best(
         [*exe, "check", str(BASE), str(scenario), "--xds", str(xds), "-o", os.devnull]
     )
+    # The same check with every witness asked (no decision lists: verifier.structural).
+    witness_s, _witness_mb = _best(
+        [*exe, "check", str(BASE), str(scenario), "--xds", str(xds), "-o", os.devnull],
+        {"EDGE_VERIFY_WITNESS_ONLY": "1"},
+    )
     full_s, full_mb = _best([*exe, "check", str(BASE), str(scenario), "-o", os.devnull])
     floor_s, floor_mb = _best([sys.executable, "-c", FLOOR, str(xds)])
     snap, _ = load_path(str(xds))
@@ -135,6 +150,7 @@ def measure(n: int, work: Path) -> dict[str, float | int]:
         "rules": n,
         "check_xds_s": check_s,
         "check_xds_mib": check_mb,
+        "check_xds_witness_only_s": witness_s,
         "check_full_s": full_s,
         "check_full_mib": full_mb,
         "load_floor_s": floor_s,
@@ -201,6 +217,17 @@ def main(sizes: list[int]) -> None:
             f"{r['rules']:>7} {r['witnesses']:>10,} {each:>8.0f} {r['models_cpu_s']:>10.2f}s"
             f" {r['workers']:>8} {floor:>12.2f}s {least:>12.2f}s"
             f" {least / float(r['envoy_validate_s']):>5.1f}x"
+        )
+    print(
+        f"\n{'rules':>7} {'proven':>10} {'of':>10} {'lists CPU':>10}"
+        f" {'witness-only':>13} {'ratio':>6}"
+    )
+    for r in rows:
+        ratio = float(r["check_xds_witness_only_s"]) / float(r["envoy_validate_s"])
+        print(
+            f"{r['rules']:>7} {r['proven']:>10,} {r['witnesses']:>10,}"
+            f" {r['structural_cpu_s']:>9.2f}s"
+            f" {r['check_xds_witness_only_s']:>12.2f}s {ratio:>5.1f}x"
         )
     print("growth of check --xds:", "; ".join(growth(rows, "check_xds_s")))
     print(json.dumps(rows, indent=2))

@@ -50,6 +50,18 @@ BOUNDARIES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
         "the shared vocabulary belongs to neither model",
     ),
     (
+        ("verifier.semantics.decisions",),
+        (
+            "verifier.semantics.spec",
+            "verifier.semantics.envoy",
+            "verifier.translate",
+            "verifier.xds",
+            "envoy_data_plane",
+        ),
+        "the decision lists' normal form is neutral ground: both models compile to it, "
+        "neither lends it a decision",
+    ),
+    (
         ("verifier.semantics.witness", "verifier.semantics.witness_pairs"),
         ("verifier.semantics.envoy", "verifier.translate", "envoy_data_plane"),
         "witnesses come from the spec's matches, never from what is judged",

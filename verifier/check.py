@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from verifier.baseline import Baseline, Digests
     from verifier.mesh_compare import MeshAnswer, MeshJudgement, MeshPlane, SidecarXds
     from verifier.rules.support.other_routes import Unjudged
+    from verifier.structural import Structural
 
 DEFAULT_CONTROLLER = "gateway.aether.io/edge"
 # The spec_cache's key for mesh answers (a mesh request has no Gateway; it carries
@@ -310,6 +311,8 @@ class Context:
     # Set by ``comparisons``: how many witnesses the models were asked about (all but
     # those the baseline vouched for), and the digests of those they agree on.
     asked: int = field(default=0, init=False)
+    # ... and how many the decision lists answered without asking (verifier.structural).
+    proven: int = field(default=0, init=False)
     agreed: frozenset[bytes] = field(default=frozenset(), init=False, repr=False)
     # ... and those whose Envoy answer rests on an assumption (Outcome.caveats):
     # neither agreeing nor disagreeing, so not judged.
@@ -543,7 +546,7 @@ class Context:
             share = _Share.joined(
                 map_forked(self._compare_run, _runs(len(witnesses), workers), max_workers=workers)
             )
-        self.asked = share.asked
+        self.asked, self.proven = share.asked, share.proven
         self.assumed = share.assumed
         if self._digests is not None and self._digests.usable:
             self.agreed = frozenset(share.agreed)
@@ -561,8 +564,16 @@ class Context:
         digests = self._digests
         usable = digests is not None and digests.usable
         skip = self.baseline.agreed if self.baseline is not None and usable else frozenset()
+        structural = self.structural
         for i in run:
             w = self.witnesses[i]
+            # The lists first: cheaper than a digest, which a proven witness needs only
+            # when this run's agreements are kept (--save-baseline).
+            if structural is not None and structural.proven(w):
+                out.proven += 1
+                if digests is not None and self.record_agreement:
+                    out.agreed.append(digests.of(w))
+                continue
             digest = digests.of(w) if digests is not None else b""
             if digest in skip:
                 out.agreed.append(digest)
@@ -576,6 +587,16 @@ class Context:
             elif digests is not None:
                 out.agreed.append(digest)
         return out
+
+    @cached_property
+    def structural(self) -> Structural | None:
+        """The decision lists that answer witnesses without the models; None when every
+        witness is asked (the switch, a shared address, xDS the model refuses)."""
+        from verifier import structural
+
+        if not structural.enabled() or self.addressing.shared or self.models_problem:
+            return None
+        return structural.Structural(self)
 
     def compare(self, w: wt.Witness) -> Comparison | None:
         """Both models' answers to one witness, when they disagree (an answer that
@@ -797,6 +818,7 @@ class _Share:
 
     found: list[Comparison] = field(default_factory=list)
     asked: int = 0
+    proven: int = 0
     agreed: list[bytes] = field(default_factory=list)
     assumed: list[Assumed] = field(default_factory=list)
 
@@ -806,6 +828,7 @@ class _Share:
         for s in shares:
             out.found += s.found
             out.asked += s.asked
+            out.proven += s.proven
             out.agreed += s.agreed
             out.assumed += s.assumed
         return out
