@@ -160,12 +160,25 @@ def _selecting(ctx: Context, workload: m.Workload) -> Iterator[m.Service]:
             yield svc
 
 
-def _of(ctx: Context, source: Source, snap: Snapshot) -> Iterator[Finding]:
-    workload = wl.workload(ctx.res, source.namespace, source.workload)
-    model = ctx.mesh_plane.model(source)
-    if workload is None or model is None:
-        return
-    said: set[str] = set()  # a listener or cluster all ports share: one finding
+@dataclass(frozen=True)
+class PortProbe:
+    """One probe of a workload's :15008 for one port of a Service selecting it, and what
+    the Envoy model has the sidecar do with it: the live pass sends the same probes to
+    the real sidecar (``verifier.live.mesh_inbound_live``)."""
+
+    service: m.Service
+    index: int  # of the port in the Service's spec.ports
+    target: int  # the targetPort the pods have
+    probe: Probe
+    reached: list[tuple[str, int]] | None  # where the sidecar passes it (None: refused)
+    problem: str | None  # what the sidecar does wrong with it (None: right)
+
+
+def port_probes(
+    ctx: Context, workload: m.Workload, model: EnvoyModel, snap: Snapshot
+) -> Iterator[PortProbe]:
+    """Every probe of every TCP port of every Service selecting ``workload``, judged on
+    ``model`` (the Envoy model of ``snap``, the workload's sidecar xDS)."""
     for svc in _selecting(ctx, workload):
         address = _address(ctx, svc, workload)
         for i, port in enumerate(svc.ports):
@@ -173,24 +186,38 @@ def _of(ctx: Context, source: Source, snap: Snapshot) -> Iterator[Finding]:
             if port.protocol != "TCP" or target is None:
                 continue
             for probe in _probes(ctx, svc, port.port, address):
-                problem = _problem(probe, _reaches(model, snap, probe.request), target)
+                reached = _reaches(model, snap, probe.request)
+                problem = _problem(probe, reached, target)
                 problem = problem or (_wrapped(model, snap, probe.request) if probe.admit else None)
-                if problem is None or problem in said:
-                    continue
-                said.add(problem)
-                yield at(
-                    CODE,
-                    NAME,
-                    svc.meta,
-                    f"spec.ports[{i}]",
-                    xds_path="listeners[inbound]",
-                    request=probe.request.to_json(),
-                    proxy=source.line(),
-                    problem=problem,
-                    service=f"{svc.meta.namespace}/{svc.meta.name}",
-                    port=port.port,
-                )
-                break  # one finding per Service port: the first probe that shows it
+                yield PortProbe(svc, i, target, probe, reached, problem)
+
+
+def _of(ctx: Context, source: Source, snap: Snapshot) -> Iterator[Finding]:
+    workload = wl.workload(ctx.res, source.namespace, source.workload)
+    model = ctx.mesh_plane.model(source)
+    if workload is None or model is None:
+        return
+    said: set[str] = set()  # a listener or cluster all ports share: one finding
+    shown: set[tuple[tuple[str, str], int]] = set()  # one finding per Service port
+    for p in port_probes(ctx, workload, model, snap):
+        svc, problem = p.service, p.problem
+        key = (svc.meta.key, p.index)
+        if problem is None or problem in said or key in shown:
+            continue
+        said.add(problem)
+        shown.add(key)  # the first probe that shows it
+        yield at(
+            CODE,
+            NAME,
+            svc.meta,
+            f"spec.ports[{p.index}]",
+            xds_path="listeners[inbound]",
+            request=p.probe.request.to_json(),
+            proxy=source.line(),
+            problem=problem,
+            service=f"{svc.meta.namespace}/{svc.meta.name}",
+            port=svc.ports[p.index].port,
+        )
 
 
 def check(ctx: Context) -> Iterable[Finding]:

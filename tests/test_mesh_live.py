@@ -150,7 +150,8 @@ def test_a_pass_kube_proxy_gave_is_passed_by_coincidence(scenario: list[str]) ->
     assert a.verdict == COINCIDENCE and chance.failure_kind == "attribution-coincidence"
     assert [f.code for f in findings] == [attr.COINCIDENCE_CODE]
     assert findings[0].resource == "HTTPRoute mesh-apps/echo-v1-mesh"
-    assert findings[0].file.endswith("cases.yaml") and findings[0].line == 1
+    # At the HTTPRoute rule the spec model chose (as check places it), not at the case.
+    assert findings[0].file.endswith("resources.yaml") and findings[0].line == 13
     assert chance.spec_agrees and chance.envoy_model_agrees  # the models read the served xDS
 
     # A sidecar that refuses its xDS: no case can run; the scenario says so (EV806).
@@ -204,7 +205,7 @@ def test_attribution_disagrees_when_the_sidecar_names_another_route(scenario: li
 
     verdict = three_way(model.outcome, model.outcome, model.outcome, live_meets_case=True)
     w = wt.Witness(case.case.parent_key, request, wt.CASE, note=case.case.name)
-    at = _at(ctx, case, model)
+    at = _at(ctx, case, w, model, model)
     a = Answer(ctx, w, model, model, model.outcome, verdict, at=at)
     assert routed(a, same, met=True).findings == []
     judged = routed(a, other, met=True)

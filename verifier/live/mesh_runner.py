@@ -35,9 +35,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from verifier import pipeline
+from verifier.check import at_chosen_match
 from verifier.findings import Finding, new
 from verifier.forked import on_stop
+from verifier.gatewayapi import workloads as wl
 from verifier.live import attribution as attr
+from verifier.live import mesh_inbound_live as inbound
 from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.live.mesh_live import MeshTarget
@@ -49,6 +52,7 @@ from verifier.live.replay import LiveCase, live_unmet, looks_for_mirrors, observ
 from verifier.live.results import AGREES, CASE, DISAGREES, NO_ROUTE, Attribution, CaseResult
 from verifier.live.verdict import Verdict, live_mismatches, verdict_of
 from verifier.orphans import private_dir
+from verifier.rules.mesh_inbound import port_probes
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import model_unmet
 from verifier.semantics.directory import backend_directory_from
@@ -142,7 +146,9 @@ async def run_mesh_cases(
     if not sent:
         return MeshRun(found)
     controls = frozenset(_client(c.case.request) for c in sent)
+    probes = _inbound_probes(setup) if opts.witnesses else []
     identities = {p.identity(ctx.trust_domain) for p in setup.pods if p.sidecar}
+    identities |= inbound.identities(probes)
     pki = private_dir("edge-verify-mesh-pki-")
 
     Inside = tuple[list[tuple[CaseResult, list[Finding]]], dict[str, float], tuple[str, ...]]
@@ -167,6 +173,11 @@ async def run_mesh_cases(
                     )
                 finally:
                     target.close()
+                if probes:  # each backend sidecar's :15008, as mesh-inbound probes it
+                    certs = inbound.write_certificates(
+                        pki, issued.issued, inbound.identities(probes)
+                    )
+                    judged += await inbound.send_all(ctx, scenario, _rule(), probes, certs)
             timings = dict(world.timings)
             starts = [s.start_seconds for s in world.running.values()]
             timings["sidecar_start_mean"] = sum(starts) / max(len(starts), 1)
@@ -192,6 +203,20 @@ async def run_mesh_cases(
         "to the Service's ClusterIP, the Service's name as Host (pods have no cluster DNS)"
     )
     return MeshRun([*found, *judged], (note,), timings, additions)
+
+
+def _inbound_probes(setup: _Setup) -> list[inbound.InboundProbe]:
+    """``check``'s mesh-inbound probes of every workload's sidecar that some Service
+    selects, each to the workload's first pod, judged on the sidecar's served xDS."""
+    res, out = setup.ctx.res, []
+    for client, snap in sorted(setup.sidecars.items()):
+        workload = wl.workload(res, *client)
+        pod = next((p for p in setup.pods if p.client == client), None)
+        if workload is None or pod is None:
+            continue
+        for p in port_probes(setup.ctx, workload, setup.models[client], snap):
+            out.append(inbound.InboundProbe(pod, p))
+    return out
 
 
 def _not_run(
@@ -255,11 +280,12 @@ async def _judge(
     request = c.case.request
     spec, envoy, asked = _models(setup, request)
     target.predicted[request] = _backends(spec.outcome, envoy.outcome)
-    both_miss = bool(
-        model_unmet(c.case.expect, spec.outcome, request)
-        and model_unmet(c.case.expect, envoy.outcome, request)
-    )
-    if both_miss:  # it cannot converge: our sidecars ACKed before the first case
+    # The sidecars ACKed their xDS before the first case, so there is nothing to wait
+    # for: where the Envoy model, reading that xDS, says the case is unmet (a cleartext
+    # cluster to a mesh peer, a dropped route), retrying until the budget ends would
+    # only repeat the same answer. One attempt is judged as it comes.
+    settled = bool(model_unmet(c.case.expect, envoy.outcome, request))
+    if settled:
         run = await _attempt(target, c, opts, limit)  # type: ignore[arg-type]
         attempts, problems = 1, live_unmet(run)
     else:
@@ -269,21 +295,22 @@ async def _judge(
     verdict = _verdict(target, spec.outcome, envoy.outcome, responses, met=not problems)
     if not asked:  # kube-proxy's answer: no Envoy to be odd; a miss is the case's (EV801)
         verdict = replace(verdict, odd_one_out=None)
+    w = wt.Witness(c.case.parent_key, request, wt.CASE, note=c.case.name)
     answer = Answer(
         setup.ctx,
-        wt.Witness(c.case.parent_key, request, wt.CASE, note=c.case.name),
+        w,
         spec,
         envoy,
         run.outcomes[0],
         verdict,
-        at=_at(setup.ctx, c, spec),
+        at=_at(setup.ctx, c, w, spec, envoy),
         ruleless=True,
     )
     findings = three_way_findings(answer)
     found = _attribution(responses, envoy, logged=logged)
     judged = routed(answer, found, met=not (problems or findings))
     if problems and not findings:
-        where = answer.where(answer.w)
+        where = _case_at(setup.ctx, c)  # the case itself fails: at it, as on the edge
         findings.append(
             new(
                 "EV801",
@@ -333,12 +360,20 @@ def _attribution(
     return Attribution(NO_ROUTE, model_route=found.model_route, verdict=verdict, why=KUBE_PROXY)
 
 
-def _at(ctx: Context, c: LiveCase, spec: Evaluation) -> Finding:
-    """Where a mesh case's findings go: at the case, the HTTPRoute the spec model chose
-    as its resource (a location only: no message of its own)."""
+def _at(ctx: Context, c: LiveCase, w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> Finding:
+    """Where a mesh case's three-way and attribution findings go, as ``check`` places
+    the models' disagreements (and the edge's live findings): at the HTTPRoute match
+    the spec model chose (else the one the xDS route that took it was made from), else
+    at the Service the request was sent to; at the case when neither is known. A
+    location only: no message of its own."""
+    file, line, resource = ctx.where(at_chosen_match(w, spec, envoy))
+    if not file:
+        return _case_at(ctx, c, resource)
+    return Finding(file, line, "", _rule(), "", "", resource=resource)
+
+
+def _case_at(ctx: Context, c: LiveCase, resource: str = "") -> Finding:
     file, line = ctx.case_locations.get(c.case.name, ("", 0))
-    route = spec.outcome.route
-    resource = f"HTTPRoute {route.httproute}" if route and route.httproute else ""
     return Finding(file, line, "", _rule(), "", "", resource=resource)
 
 
