@@ -21,6 +21,7 @@ from typing import Any
 import broken_translators as bt
 import pytest
 from test_fuzz_command import _fuzz
+from test_sidecar_model_vs_live import _twice_the_first_chain
 
 from verifier.fuzz.campaign import fixture_name, run_campaign
 from verifier.fuzz.fixtures import write_found
@@ -141,6 +142,26 @@ def test_an_envoy_model_that_mispredicts_a_sidecar_is_found_on_a_mesh_world(
     assert [r for r in failure.world.routes() if is_mesh_route(r)], failure.world.yaml()
     folder = write_found(tmp_path, failure, fixture_name(failure), "envoy-agrees")
     assert "from:" in (folder / "cases.yaml").read_text()  # mesh cases, from the client
+
+
+def test_a_sidecar_refusing_xds_the_model_takes_is_an_envoy_agrees_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every sidecar's outbound listener with its first filter chain twice (the same
+    match): the Envoy model reads it, the sidecar's Envoy NACKs it. A verdict on the
+    xDS, reported as the edge's NACK is, not a harness that failed to start."""
+    reference = Translator._reference_sidecars
+
+    def doubled(res: Any, clients: Any) -> Any:
+        return {s: _twice_the_first_chain(x) for s, x in reference(res, clients).items()}
+
+    monkeypatch.setattr(Translator, "_reference_sidecars", staticmethod(doubled))
+    campaign = _agrees(Env(Translator()), max_examples=30, shrink_steps=3)
+    (found,) = campaign.failures
+    assert found.failure.property == "envoy-agrees"
+    assert "NACKed xDS the model takes" in found.failure.summary
+    assert "refused its xDS" in found.failure.summary, found.failure.summary
+    assert [r for r in found.failure.world.routes() if is_mesh_route(r)]
 
 
 def test_xds_validate_takes_but_envoy_nacks_is_an_envoy_accepts_failure(

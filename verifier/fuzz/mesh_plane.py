@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from verifier.live.client import LiveResponse
 from verifier.live.harness import answer_outcome
 from verifier.live.mesh_pods import captured, mesh_pods
-from verifier.live.mesh_probe import Identities, MeshWorld
+from verifier.live.mesh_probe import Identities, MeshWorld, SidecarRefused
 from verifier.live.sidecar_verdict import NO_SIDECAR, NOT_CAPTURED, Prediction, compare, predict
 from verifier.semantics import witness as wt
 from verifier.semantics.request import Source
@@ -45,6 +45,7 @@ class MeshAsked:
 
     found: list[Mismatch] = field(default_factory=list)
     sent: int = 0
+    refused: str | None = None  # a sidecar's Envoy NACKed xDS the model takes: why
     not_sent: Counter[str] = field(default_factory=Counter)
 
 
@@ -93,41 +94,50 @@ async def ask_mesh(trial: Trial, identities: Identities) -> MeshAsked:
     senders = frozenset(j.client for j in judged)
     registry = trial.ctx.mesh_plane.registry
     world = MeshWorld(trial.res, sidecars, identities, registry, senders=senders)
-    async with world:
-        limit = asyncio.Semaphore(IN_FLIGHT)
-
-        async def sent(j: _Judged) -> tuple[str, LiveResponse]:
-            async with limit:
-                return await world.send(j.client, j.witness.request)
-
-        answers = await asyncio.gather(*(sent(j) for j in judged))
-        pairs = list(zip(judged, answers, strict=True))
-        logs = {
-            c: await world.logged(c, [s for j, (s, _a) in pairs if j.client == c and j.guess.chain])
-            for c in senders
-        }
-        found = [
-            (j, compare(trial.res, world.pods, j.guess, answer, logs[j.client].get(source)))
-            for j, (source, answer) in zip(judged, answers, strict=True)
-        ]
-
-        async def again(j: _Judged) -> Mismatch | None:
-            """A mismatch counts when the request meets it twice (a loaded machine can
-            time a request out; a model's mistake answers the same way again)."""
-            await asyncio.sleep(RECHECK_AFTER_S)
-            source, answer = await sent(j)
-            wanted = [source] if j.guess.chain else []
-            line = (await world.logged(j.client, wanted)).get(source)
-            problems = compare(trial.res, world.pods, j.guess, answer, line)
-            if not problems:
-                return None
-            outcome = j.guess.evaluation.outcome
-            return Mismatch(j.witness, answer_outcome(answer), outcome, tuple(problems))
-
-        done = await asyncio.gather(*(again(j) for j, problems in found if problems))
+    try:
+        async with world:
+            asked.found = await _sent(trial, world, judged)
+    except SidecarRefused as exc:  # a verdict on the xDS, not the harness failing
+        asked.refused = str(exc)
+        return asked
     asked.sent = len(judged)
-    asked.found = [m for m in done if m is not None]
     return asked
+
+
+async def _sent(trial: Trial, world: MeshWorld, judged: list[_Judged]) -> list[Mismatch]:
+    """Every request sent from its client's pod; the mismatches met twice."""
+    limit = asyncio.Semaphore(IN_FLIGHT)
+
+    async def sent(j: _Judged) -> tuple[str, LiveResponse]:
+        async with limit:
+            return await world.send(j.client, j.witness.request)
+
+    answers = await asyncio.gather(*(sent(j) for j in judged))
+    pairs = list(zip(judged, answers, strict=True))
+    logs = {
+        c: await world.logged(c, [s for j, (s, _a) in pairs if j.client == c and j.guess.chain])
+        for c in {j.client for j in judged}
+    }
+    first = [
+        (j, compare(trial.res, world.pods, j.guess, answer, logs[j.client].get(source)))
+        for j, (source, answer) in pairs
+    ]
+
+    async def again(j: _Judged) -> Mismatch | None:
+        """A mismatch counts when the request meets it twice (a loaded machine can time
+        a request out; a model's mistake answers the same way again)."""
+        await asyncio.sleep(RECHECK_AFTER_S)
+        source, answer = await sent(j)
+        wanted = [source] if j.guess.chain else []
+        line = (await world.logged(j.client, wanted)).get(source)
+        problems = compare(trial.res, world.pods, j.guess, answer, line)
+        if not problems:
+            return None
+        outcome = j.guess.evaluation.outcome
+        return Mismatch(j.witness, answer_outcome(answer), outcome, tuple(problems))
+
+    done = await asyncio.gather(*(again(j) for j, problems in first if problems))
+    return [m for m in done if m is not None]
 
 
 def identities_wanted(trial: Trial) -> set[str]:

@@ -178,6 +178,9 @@ def envoy_agrees(env: Env, world: World, data: Any) -> Failure | None:
     found = env.plane.ask(trial)
     if not found and trial.sidecars and trial.sidecar_problem is None:
         asked = env.plane.ask_mesh(trial)
+        if asked.refused is not None:
+            nacked = f"Envoy NACKed xDS the model takes: {asked.refused}"
+            return Failure("envoy-agrees", nacked, world)
         env.not_sent.update(asked.not_sent)
         env.mesh_sent += asked.sent
         found = asked.found

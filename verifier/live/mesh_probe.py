@@ -79,6 +79,10 @@ class MeshWorldError(RuntimeError):
     """The mesh could not be stood up (not a verdict on the configuration)."""
 
 
+class SidecarRefused(EnvoyError):
+    """A sidecar's Envoy NACKed its xDS: a verdict on the configuration."""
+
+
 @dataclass(frozen=True)
 class Identities:
     """The mesh CA and each workload identity's (certificate, key), all PEM."""
@@ -290,7 +294,7 @@ class MeshWorld:
         while True:
             if sidecar.ads.nacks:  # a refused listener never binds: say so at once
                 refused = "; ".join(a.message for a in sidecar.ads.nacks)
-                raise EnvoyError(f"sidecar of {sidecar.pod.name} refused its xDS: {refused}")
+                raise SidecarRefused(f"sidecar of {sidecar.pod.name} refused its xDS: {refused}")
             if all(sidecar.net.listening(p) for p in ports):
                 return
             if time.monotonic() > deadline:
