@@ -136,7 +136,7 @@ def test_an_envoy_model_that_mispredicts_a_sidecar_is_found_on_a_mesh_world(
     assert failure.property == "envoy-agrees"
     # Found by a mesh request, through its client's real sidecar: the edge's requests
     # meet no original_dst.
-    assert "through its sidecar" in failure.summary, failure.summary
+    assert "through the client's sidecar" in failure.summary, failure.summary
     assert "filter chain" in failure.summary, failure.summary
     assert failure.requests and all(w.request.source for w in failure.requests)
     assert [r for r in failure.world.routes() if is_mesh_route(r)], failure.world.yaml()

@@ -188,8 +188,8 @@ def envoy_agrees(env: Env, world: World, data: Any) -> Failure | None:
         return None
     first = found[0]
     more = f" (and {len(found) - 1} more requests)" if len(found) > 1 else ""
-    source = first.witness.request.source
-    sidecar = f" from {source.line()} through its sidecar" if source is not None else ""
+    # A mesh request's line names its client; it went through that client's sidecar.
+    sidecar = " through the client's sidecar" if first.witness.request.source else ""
     summary = (
         f"{first.witness.request.line()}{sidecar}: real Envoy answered {brief(first.live)}, "
         f"which the Envoy model does not predict ({'; '.join(first.problems)}){more}"
