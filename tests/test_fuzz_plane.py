@@ -2,7 +2,8 @@
 
 ``envoy-agrees`` holds on the reference translator, and finds an Envoy model
 that mispredicts real Envoy (a mutant of the model, made here: the property's
-power is shown on a real disagreement, not assumed). ``envoy-accepts --envoy``
+power is shown on a real disagreement, not assumed), at the edge and, on a
+mesh world, through a client's real sidecar. ``envoy-accepts --envoy``
 finds xDS that ``--mode validate`` takes and Envoy NACKs over ADS. Without a
 network namespace the live properties are refused, never skipped in silence.
 """
@@ -13,20 +14,26 @@ import errno
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import broken_translators as bt
 import pytest
 from test_fuzz_command import _fuzz
+from test_sidecar_model_vs_live import _twice_the_first_chain
 
 from verifier.fuzz.campaign import fixture_name, run_campaign
 from verifier.fuzz.fixtures import write_found
+from verifier.fuzz.mesh_worlds import is_mesh_route
 from verifier.fuzz.plane import everything_world, in_plane
 from verifier.fuzz.properties import Env
 from verifier.fuzz.trial import Translator, load_world
 from verifier.live import netns
 from verifier.live.envoy_process import envoy_available
+from verifier.live.sidecar_verdict import NO_SIDECAR, NOT_CAPTURED
+from verifier.semantics.envoy import listeners
+from verifier.semantics.envoy.downstream import Downstream
 from verifier.semantics.envoy.match import CompiledMatch
 from verifier.xds.snapshot import envoy_validate, from_config_dump
 
@@ -35,12 +42,14 @@ pytestmark = [
     pytest.mark.skipif(not envoy_available(), reason="no envoy binary"),
     pytest.mark.skipif(os.geteuid() != 0, reason=netns.NEEDS),
 ]
-EXAMPLES = 25
+EXAMPLES = 25  # edge worlds (--no-mesh: the edge's Envoy only)
+MESH_EXAMPLES = 8  # about a third have mesh routes, each ~1.3 s of pods and sidecars
+MESH_SHRINK_STEPS = 10  # a mesh world stands up its pods and sidecars: ~0.5 s each
 
 
-def _agrees(**options: Any) -> Any:
+def _agrees(env: Env | None = None, **options: Any) -> Any:
     return run_campaign(
-        Env(Translator()),
+        env or Env(Translator(), mesh=False),
         ["envoy-agrees"],
         budget=300,
         seed_value=0,
@@ -58,6 +67,19 @@ def test_real_envoy_does_what_the_envoy_model_says_on_drawn_worlds() -> None:
     assert run.examples >= EXAMPLES
     assert run.requests >= 20 * EXAMPLES
     assert campaign.coverage["match.path.PathPrefix"] > 0  # what the mutant below breaks
+
+
+def test_real_sidecars_do_what_the_envoy_model_says_on_drawn_mesh_worlds() -> None:
+    """Each mesh world's pods and sidecars stood up, its mesh requests sent from their
+    clients' pods: the Envoy model on each client's sidecar xDS predicts every answer.
+    Those no sidecar decides are counted, not passed over."""
+    campaign = _agrees(Env(Translator()), max_examples=MESH_EXAMPLES)
+    run = campaign.properties[0]
+    assert campaign.failures == [], campaign.failures[0].failure.summary
+    assert campaign.coverage["mesh.route.producer"] and campaign.coverage["mesh.route.consumer"]
+    assert run.mesh_sent >= 100, run
+    assert run.not_sent.keys() <= {NO_SIDECAR, NOT_CAPTURED}, run.not_sent
+    assert run.not_sent[NO_SIDECAR] > 0  # ns-c/client's: kube-proxy decides them
 
 
 def _separated_prefix_as_plain(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,6 +111,57 @@ def test_an_envoy_model_that_mispredicts_envoy_is_found_and_shrunk(
     folder = write_found(tmp_path, failure, fixture_name(failure), "envoy-agrees")
     assert "envoy-agrees" in (folder / "README.md").read_text()
     assert (folder / "cases.yaml").is_file()
+
+
+def _original_port_not_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Envoy model's original_dst restoring the destination address but not its
+    port: a captured connection then matches no Service's filter chain (they match
+    the port too) and the model predicts the passthrough, where the sidecar routes."""
+    original: Callable[..., Downstream] = listeners.inspect
+
+    def half(listener: Any, arrived: tuple[str, int], *rest: Any) -> Downstream:
+        conn = original(listener, arrived, *rest)
+        return replace(conn, port=arrived[1]) if conn.restored else conn
+
+    monkeypatch.setattr(listeners, "inspect", half)  # the plane's children inherit it
+
+
+def test_an_envoy_model_that_mispredicts_a_sidecar_is_found_on_a_mesh_world(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _original_port_not_restored(monkeypatch)
+    campaign = _agrees(Env(Translator()), max_examples=60, shrink_steps=MESH_SHRINK_STEPS)
+    assert len(campaign.failures) == 1
+    failure = campaign.failures[0].failure
+    assert failure.property == "envoy-agrees"
+    # Found by a mesh request, through its client's real sidecar: the edge's requests
+    # meet no original_dst.
+    assert "through the client's sidecar" in failure.summary, failure.summary
+    assert "filter chain" in failure.summary, failure.summary
+    assert failure.requests and all(w.request.source for w in failure.requests)
+    assert [r for r in failure.world.routes() if is_mesh_route(r)], failure.world.yaml()
+    folder = write_found(tmp_path, failure, fixture_name(failure), "envoy-agrees")
+    assert "from:" in (folder / "cases.yaml").read_text()  # mesh cases, from the client
+
+
+def test_a_sidecar_refusing_xds_the_model_takes_is_an_envoy_agrees_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every sidecar's outbound listener with its first filter chain twice (the same
+    match): the Envoy model reads it, the sidecar's Envoy NACKs it. A verdict on the
+    xDS, reported as the edge's NACK is, not a harness that failed to start."""
+    reference = Translator._reference_sidecars
+
+    def doubled(res: Any, clients: Any) -> Any:
+        return {s: _twice_the_first_chain(x) for s, x in reference(res, clients).items()}
+
+    monkeypatch.setattr(Translator, "_reference_sidecars", staticmethod(doubled))
+    campaign = _agrees(Env(Translator()), max_examples=30, shrink_steps=3)
+    (found,) = campaign.failures
+    assert found.failure.property == "envoy-agrees"
+    assert "NACKed xDS the model takes" in found.failure.summary
+    assert "refused its xDS" in found.failure.summary, found.failure.summary
+    assert [r for r in found.failure.world.routes() if is_mesh_route(r)]
 
 
 def test_xds_validate_takes_but_envoy_nacks_is_an_envoy_accepts_failure(

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -48,19 +47,16 @@ from verifier.check import Context
 from verifier.gatewayapi.resources import Resources
 from verifier.live import netns
 from verifier.live.client import LiveResponse
-from verifier.live.echo_model import echo_reply
 from verifier.live.envoy_process import EnvoyError, envoy_available
-from verifier.live.harness import answer_outcome
-from verifier.live.mesh_pods import MeshPod, captured, mesh_pods, service_endpoints
-from verifier.live.mesh_probe import Identities, LogLine, MeshWorld
-from verifier.live.podnet import CAPTURE_PORT, LINK_PREFIX
+from verifier.live.mesh_pods import captured, mesh_pods
+from verifier.live.mesh_probe import Identities, MeshWorld
+from verifier.live.podnet import LINK_PREFIX
 from verifier.live.served import ads_bootstrap
-from verifier.live.verdict import live_mismatches
+from verifier.live.sidecar_verdict import NO_SIDECAR, NOT_CAPTURED, Prediction, compare, predict
 from verifier.pipeline import load_cases, with_ports
 from verifier.semantics.directory import backend_directory_from
-from verifier.semantics.envoy.model import EnvoyModel, Redirect
-from verifier.semantics.request import Evaluation, Request
-from verifier.xds import read
+from verifier.semantics.envoy.model import EnvoyModel
+from verifier.semantics.request import Request
 from verifier.xds.snapshot import Snapshot
 
 pytestmark = [
@@ -69,11 +65,8 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason=netns.NEEDS),
 ]
 
-CAPTURED = Redirect(CAPTURE_PORT)
 PARALLEL_SCENARIOS = 2
 IN_FLIGHT = 16  # requests at once in one scenario
-NOT_CAPTURED = "not captured by the sidecar (kube-proxy's path)"
-NO_SIDECAR = "sent from a workload without a sidecar"
 SCENARIOS = sorted({s for s, _ns, _wl in mesh_proxies()})
 PROXIES = [pytest.param(s.name, ns, wl, id=f"{s.name}:{ns}/{wl}") for s, ns, wl in mesh_proxies()]
 
@@ -130,90 +123,6 @@ def probes(scenario: Path, res: Resources) -> list[Probe]:
         if (source := c.request.source) is not None
     ]
     return found
-
-
-_XDS_PATH = re.compile(r"routes\[(.*)\]\.virtual_hosts\[(.*)\]\.routes\[(\d+)\]")
-
-
-def route_clusters(snap: Snapshot, xds_path: str | None) -> set[str]:
-    """The clusters the route at ``xds_path`` may send to (empty name: none, it answers)."""
-    found = _XDS_PATH.fullmatch(xds_path or "")
-    if found is None:
-        return {""}
-    rc_name, vh_name, index = found.group(1), found.group(2), int(found.group(3))
-    for rc in snap.routes:
-        for vh in rc.virtual_hosts if rc.name == rc_name else ():
-            if vh.name != vh_name or index >= len(vh.routes):
-                continue
-            action = vh.routes[index].route
-            if read.one_of(vh.routes[index], "action")[0] != "route" or action is None:
-                return {""}
-            if action.weighted_clusters is not None:
-                return {c.name for c in action.weighted_clusters.clusters if c.weight}
-            return {action.cluster}
-    return {""}
-
-
-@dataclass(frozen=True)
-class Prediction:
-    evaluation: Evaluation
-    chain: str | None  # None: no filter chain takes the connection (nothing is logged)
-    clusters: set[str]
-
-
-def predict(model: EnvoyModel, snap: Snapshot, request: Request) -> Prediction:
-    found = model.evaluate(request, echo_reply(request), redirect=CAPTURED)
-    selected = model.connection_of(request, CAPTURED)
-    if selected is None:
-        return Prediction(found, None, set())
-    chain = selected.chain
-    if chain.tcp is not None:
-        return Prediction(found, chain.name, {name for name, _w in chain.tcp.clusters})
-    route = found.outcome.route
-    return Prediction(
-        found, chain.name, route_clusters(snap, route.xds_path if route is not None else None)
-    )
-
-
-def compare(
-    res: Resources,
-    pods: list[MeshPod],
-    guess: Prediction,
-    answer: LiveResponse,
-    line: LogLine | None,
-) -> list[str]:
-    """Why real Envoy's handling of one request is not the predicted one."""
-    outcome = guess.evaluation.outcome
-    live = answer_outcome(answer)
-    problems = live_mismatches(outcome, live)
-    if answer.error and live.status == 0 and outcome.status != 0:
-        problems.append(f"no answer: {answer.error}")
-    if (line is None) != (guess.chain is None):
-        problems.append(f"access log {line}, model's filter chain {guess.chain}")
-    elif line is not None:
-        route = outcome.route.xds_name if outcome.route is not None else None
-        if line.chain != guess.chain:
-            problems.append(f"filter chain {line.chain!r}, model {guess.chain!r}")
-        if line.route != (route or ""):
-            problems.append(f"route {line.route!r}, model {route!r}")
-        if line.cluster not in guess.clusters:
-            problems.append(f"cluster {line.cluster!r}, model {sorted(guess.clusters)}")
-    echo = answer.echo
-    if echo is not None and live.status == 200 and outcome.backends:
-        endpoints = service_endpoints(res)
-        allowed = {
-            ip
-            for b in outcome.backends
-            if b.weight > 0
-            for ns, name, _port in ((b.namespace, b.name, b.port), *b.aliases)
-            for ip in endpoints.get((ns, name), set())
-        }
-        who = (echo["namespace"], echo["pod"])
-        pod = next((p for p in pods if (p.namespace, p.name) == who), None)
-        if pod is None or pod.ip not in allowed:
-            got = f"{echo['namespace']}/{echo['pod']}"
-            problems.append(f"answered by pod {got}, not an endpoint of {outcome.backends}")
-    return problems
 
 
 def _pod_links() -> list[str]:

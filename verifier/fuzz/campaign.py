@@ -59,6 +59,10 @@ class PropertyRun:
     name: str
     examples: int = 0
     requests: int = 0
+    # Requests drawn but not sent to real Envoy, by reason (envoy-agrees' mesh requests
+    # no sidecar decides, or whose answer rests on an assumption).
+    not_sent: dict[str, int] = field(default_factory=dict)
+    mesh_sent: int = 0  # mesh requests sent through real sidecars
     seconds: float = 0.0
     found: Found | None = None
 
@@ -133,6 +137,8 @@ def run_property(
             raise
         if run.found is None:
             run.requests = sum(env.seen.values())
+            run.not_sent = dict(env.not_sent)
+            run.mesh_sent = env.mesh_sent
         if progress is not None:
             progress(run)
         if failure is None:
@@ -248,6 +254,8 @@ def _campaign(
 
     def one(name: str) -> tuple[PropertyRun, Counter[str], dict[str, int]]:
         env.seen.clear()
+        env.not_sent.clear()
+        env.mesh_sent = 0
         part = Campaign()
         run = run_property(
             name,

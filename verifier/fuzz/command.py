@@ -271,6 +271,9 @@ def report(campaign: Campaign, args: argparse.Namespace, env: Env) -> dict[str, 
                 "name": p.name,
                 "examples": p.examples,
                 "requests": p.requests,
+                # requests drawn but not sent to real Envoy, by reason (envoy-agrees)
+                "not_sent": dict(sorted(p.not_sent.items())),
+                "mesh_sent": p.mesh_sent,  # of them, through real sidecars
                 "seconds": round(p.seconds, 2),
                 "failed": p.found is not None,
             }
@@ -350,6 +353,11 @@ def _text(doc: dict[str, Any]) -> str:
         else:
             rate = p["examples"] / p["seconds"] if p["seconds"] else 0.0
             lines.append(head + f"in {p['seconds']:.1f}s ({rate:.1f} worlds/s)")
+        if p.get("mesh_sent"):
+            lines.append(f"  {_count_of(p['mesh_sent'], 'mesh request')} through real sidecars")
+        if p.get("not_sent"):
+            reasons = ", ".join(f"{n} {why}" for why, n in p["not_sent"].items())
+            lines.append(f"  not sent to real Envoy: {reasons}")
     for f in doc["failures"]:
         lines.append(
             f"  {f['property']}: {f['summary']}\n    found after "

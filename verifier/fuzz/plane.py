@@ -22,6 +22,7 @@ only. What the campaign found comes back to the parent pickled.
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -39,14 +40,17 @@ from verifier.live.echo import EchoBackend
 from verifier.live.echo_model import echo_reply
 from verifier.live.harness import GATEWAY_ADDRESS, HarnessError
 from verifier.live.isolated import NamespaceHarness
+from verifier.live.mesh_probe import Identities
 from verifier.live.netns import bring_up, local_addresses, run_in_namespace
 from verifier.live.served import namespace_addresses
 from verifier.live.verdict import live_mismatches
+from verifier.orphans import private_dir
 from verifier.semantics import witness as wt
 from verifier.xds.layout import CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE
 from verifier.xds.snapshot import Snapshot, bound_addresses
 
 from .mesh_base import MESH_SERVICES
+from .mesh_plane import MeshAsked, ask_mesh, identities_wanted
 from .properties import Mismatch
 from .trial import Translator, Trial
 from .worlds import CLASS, GATEWAY_NS, GATEWAYS, GROUP, PORTS, RENAME_PREFIX, SERVICES, World
@@ -127,6 +131,8 @@ class Plane(NamespaceHarness):
     def __init__(self, first: Trial, **options: Any) -> None:
         super().__init__(first.res, first.snapshot, log_level="error", **options)
         self.http: aiohttp.ClientSession | None = None
+        self.identities: Identities | None = None  # the mesh's CA and certificates, so far
+        self.pki_dirs: list[str] = []
 
     async def start(self) -> Plane:
         await super().start()
@@ -136,7 +142,23 @@ class Plane(NamespaceHarness):
     async def stop(self) -> None:
         if self.http is not None:
             await self.http.close()
+        for directory in self.pki_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
         await super().stop()
+
+    async def ask_mesh(self, trial: Trial) -> MeshAsked:
+        """The trial's mesh requests through its pods' real sidecars, stood up for it in
+        a network namespace of their own (``verifier.fuzz.mesh_plane``)."""
+        wanted = identities_wanted(trial)
+        if self.identities is None or not wanted <= set(self.identities.issued):
+            have = set(self.identities.issued) if self.identities is not None else set()
+            directory = private_dir("edge-verify-fuzz-pki-")
+            self.pki_dirs.append(str(directory))
+            self.identities = await Identities.issue(directory, wanted | have)
+        identities = self.identities
+        done = await run_in_namespace(lambda: ask_mesh(trial, identities), [])
+        asked: MeshAsked = done.value
+        return asked
 
     async def load(self, res: Resources, snap: Snapshot) -> str | None:
         """Serve ``snap``: Envoy's NACK message, or None once it ACKed every type and
@@ -258,6 +280,10 @@ class SyncPlane:
     def ask(self, trial: Trial) -> list[Mismatch]:
         found: list[Mismatch] = self._run(self.plane.ask(trial))
         return found
+
+    def ask_mesh(self, trial: Trial) -> MeshAsked:
+        asked: MeshAsked = self._run(self.plane.ask_mesh(trial))
+        return asked
 
 
 def _addresses(first: Trial) -> list[str]:

@@ -11,9 +11,10 @@ translator and passes with a correct one.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from verifier.check import brief, outcome_diff
 from verifier.semantics import witness as wt
@@ -24,6 +25,9 @@ from .names import LIVE_PROPERTIES
 from .requests import neighbours
 from .trial import Translator, TranslatorCrashed, Trial
 from .worlds import GATEWAY_NS, World, renamed
+
+if TYPE_CHECKING:
+    from .mesh_plane import MeshAsked
 
 # Requests per world: every witness, and drawn neighbours up to at least this many.
 MIN_REQUESTS = 40
@@ -57,6 +61,9 @@ class LivePlane(Protocol):
     def ask(self, trial: Trial) -> list[Mismatch]:
         """Send every request of the (loaded) trial; where the Envoy model mispredicts."""
 
+    def ask_mesh(self, trial: Trial) -> MeshAsked:
+        """Send the trial's mesh requests through its pods' real sidecars."""
+
 
 @dataclass
 class Env:
@@ -65,6 +72,9 @@ class Env:
     translator: Translator
     validate: Callable[[Trial], str | None] | None = None  # Envoy's refusal, or None
     seen: dict[str, int] = field(default_factory=dict)  # coverage: witness features
+    # Requests a live property could not send, by reason (reported, never passed over).
+    not_sent: Counter[str] = field(default_factory=Counter)
+    mesh_sent: int = 0  # mesh requests sent through real sidecars (envoy-agrees)
     plane: LivePlane | None = None  # set inside ``plane.in_plane`` for the live properties
     live: bool = False  # --envoy: envoy-accepts also pushes each translation over ADS
     # False (--no-mesh): worlds without mesh routes, for a translator of the edge only
@@ -153,7 +163,10 @@ def envoy_accepts(env: Env, world: World, data: Any) -> Failure | None:
 
 def envoy_agrees(env: Env, world: World, data: Any) -> Failure | None:
     """Real Envoy, serving the translation, answers every request as the Envoy model
-    says it will (``verifier.live.verdict.live_mismatches``: what a wire shows)."""
+    says it will (``verifier.live.verdict.live_mismatches``: what a wire shows); a
+    world's mesh requests, from their clients' pods through real sidecars
+    (``verifier.fuzz.mesh_plane``), as the Envoy model on each client's sidecar xDS
+    says."""
     if env.plane is None:
         raise RuntimeError("envoy-agrees runs only inside verifier.fuzz.plane.in_plane")
     trial = _asked(env, world, data, "envoy-agrees")
@@ -163,12 +176,22 @@ def envoy_agrees(env: Env, world: World, data: Any) -> Failure | None:
     if nack is not None:
         return Failure("envoy-agrees", f"Envoy NACKed xDS the model takes: {nack}", world)
     found = env.plane.ask(trial)
+    if not found and trial.sidecars and trial.sidecar_problem is None:
+        asked = env.plane.ask_mesh(trial)
+        if asked.refused is not None:
+            nacked = f"Envoy NACKed xDS the model takes: {asked.refused}"
+            return Failure("envoy-agrees", nacked, world)
+        env.not_sent.update(asked.not_sent)
+        env.mesh_sent += asked.sent
+        found = asked.found
     if not found:
         return None
     first = found[0]
     more = f" (and {len(found) - 1} more requests)" if len(found) > 1 else ""
+    # A mesh request's line names its client; it went through that client's sidecar.
+    sidecar = " through the client's sidecar" if first.witness.request.source else ""
     summary = (
-        f"{first.witness.request.line()}: real Envoy answered {brief(first.live)}, "
+        f"{first.witness.request.line()}{sidecar}: real Envoy answered {brief(first.live)}, "
         f"which the Envoy model does not predict ({'; '.join(first.problems)}){more}"
     )
     return Failure("envoy-agrees", summary, world, tuple(m.witness for m in found[:5]))

@@ -79,6 +79,10 @@ class MeshWorldError(RuntimeError):
     """The mesh could not be stood up (not a verdict on the configuration)."""
 
 
+class SidecarRefused(EnvoyError):
+    """A sidecar's Envoy NACKed its xDS: a verdict on the configuration."""
+
+
 @dataclass(frozen=True)
 class Identities:
     """The mesh CA and each workload identity's (certificate, key), all PEM."""
@@ -154,6 +158,9 @@ class MeshWorld:
     sidecar needs one. ``identities``: the CA and a certificate for each pod's SPIFFE ID.
     ``controls``: the workloads whose pods' echoes also serve Istio's echo control service
     (``ForwardEcho``: the in-mesh client), on a port of their own (``control_ports``).
+    ``senders``: when given, only the pods that answer on some port (backends) and those
+    of these workloads (the clients that send) are started: a world asked from two
+    clients need not stand up every other client's pod and sidecar.
     ``timings``: seconds each stage of ``start`` took (pods, kube-proxy and DNS, echoes,
     sidecars). ``additions``: what was added to each sidecar's xDS (its access log).
     """
@@ -164,6 +171,7 @@ class MeshWorld:
     registry: frozenset[tuple[str, str]] = frozenset()
     trust_domain: str = "cluster.local"
     controls: frozenset[tuple[str, str]] = frozenset()
+    senders: frozenset[tuple[str, str]] | None = None
     pods: list[MeshPod] = field(default_factory=list)
     control_ports: dict[str, int] = field(default_factory=dict)  # pod name -> its control port
     timings: dict[str, float] = field(default_factory=dict)
@@ -191,7 +199,11 @@ class MeshWorld:
         await self.stop()
 
     async def start(self) -> MeshWorld:
-        self.pods = mesh_pods(self.res)
+        self.pods = [
+            p
+            for p in mesh_pods(self.res)
+            if self.senders is None or p.ports or p.client in self.senders | self.controls
+        ]
         missing = sorted({p.client for p in self.pods if p.sidecar} - set(self.sidecars))
         if missing:
             raise MeshWorldError(f"no sidecar xDS for {', '.join('/'.join(c) for c in missing)}")
@@ -282,7 +294,7 @@ class MeshWorld:
         while True:
             if sidecar.ads.nacks:  # a refused listener never binds: say so at once
                 refused = "; ".join(a.message for a in sidecar.ads.nacks)
-                raise EnvoyError(f"sidecar of {sidecar.pod.name} refused its xDS: {refused}")
+                raise SidecarRefused(f"sidecar of {sidecar.pod.name} refused its xDS: {refused}")
             if all(sidecar.net.listening(p) for p in ports):
                 return
             if time.monotonic() > deadline:
