@@ -299,9 +299,9 @@ def match_witnesses(
         # A Host naming another port than the one the request reached: the spec
         # derives a redirect's port from the scheme or the listener, never from
         # the Host, while Envoy keeps the Host's port unless told one.
-        name = host.rsplit(":", 1)[0] if ":" in host.rpartition("]")[2] else host
-        other = OTHER_HOST_PORTS[0] if port != OTHER_HOST_PORTS[0] else OTHER_HOST_PORTS[1]
-        yield w(FILTERS, "Host with another port", full, headers, h=f"{name}:{other}")
+        bare = host.rsplit(":", 1)[0] if ":" in host.rpartition("]")[2] else host
+        elsewhere = OTHER_HOST_PORTS[0] if port != OTHER_HOST_PORTS[0] else OTHER_HOST_PORTS[1]
+        yield w(FILTERS, "Host with another port", full, headers, h=f"{bare}:{elsewhere}")
     for i, (name, value) in enumerate(headers):
         others = headers[:i] + headers[i + 1 :]
         yield w(HEADER, f"without {name}", full, others)
