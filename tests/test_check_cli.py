@@ -175,10 +175,15 @@ def section(doc: dict[str, Any], kind: str) -> dict[str, Any]:
     return found[0]
 
 
-def xds_route(doc: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
-    """The xDS route called ``name`` and its xDS path, as findings spell it."""
+def xds_route(
+    doc: dict[str, Any], name: str, config: str | None = None
+) -> tuple[dict[str, Any], str]:
+    """The xDS route called ``name`` (in RouteConfiguration ``config``, else the first
+    that has one) and its xDS path, as findings spell it."""
     for entry in section(doc, "Routes")["dynamic_route_configs"]:
         rc = entry["route_config"]
+        if config is not None and rc["name"] != config:
+            continue
         for vh in rc.get("virtual_hosts", []):
             for i, route in enumerate(vh.get("routes", [])):
                 if route.get("name") == name:
@@ -231,6 +236,11 @@ def _drop_header_matcher(route: dict[str, Any]) -> None:
     del route["match"]["headers"]
 
 
+def _port_left_to_the_host(route: dict[str, Any]) -> None:
+    """A scheme redirect without port_redirect: Envoy keeps a port the Host names."""
+    assert route["redirect"].pop("port_redirect") == 443
+
+
 def _302_for_303(route: dict[str, Any]) -> None:
     assert route["redirect"]["response_code"] == "SEE_OTHER"
     route["redirect"]["response_code"] = "FOUND"
@@ -252,6 +262,7 @@ class Breakage:
     edit: Callable[[dict[str, Any]], None]
     code: str
     points_at: str  # the field of the HTTPRoute the finding's location names
+    config: str | None = None  # the RouteConfiguration edited; None: the first with the route
 
     @property
     def xds_name(self) -> str:
@@ -294,6 +305,19 @@ BREAKAGES = [
         "EV213",
         "spec.rules[0].filters[0]",
     ),
+    Breakage(
+        "scheme-redirect-port-left-to-the-host",
+        "httproute-scheme-redirect",
+        "edge-infra/scheme-redirect",
+        0,
+        0,
+        _port_left_to_the_host,
+        "EV211",
+        "spec.rules[0].filters[0]",
+        # Port 80's: only a Host naming another port shows it (Envoy drops ":80" on
+        # the scheme change; on the 8080 listener the Host's own port would do).
+        "edge-edge-infra-same-namespace-80",
+    ),
 ]
 
 
@@ -313,7 +337,7 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BrokenXds]:
         folder = tmp_path_factory.mktemp(b.id)
         good = folder / "xds.json"
         doc = translated(good, b.scenario)
-        route, path = xds_route(doc, b.xds_name)
+        route, path = xds_route(doc, b.xds_name, b.config)
         b.edit(route)
         file, camel = folder / "broken.json", folder / "broken-camel.json"
         file.write_text(json.dumps(doc, indent=2), encoding="utf-8")
@@ -483,7 +507,8 @@ def test_broken_xds_is_reported_at_the_match(
     assert finding["scenario"] == breakage.scenario
     request = finding["request"]
     assert set(request) == REQUEST_KEYS
-    assert request["host"].endswith(".example.com") and request["path"].startswith("/")
+    hostname = request["host"].rsplit(":", 1)[0]  # a Host may name a port
+    assert hostname.endswith(".example.com") and request["path"].startswith("/")
     assert set(finding["expected"]) == set(finding["actual"]) == OUTCOME_KEYS
     assert finding["expected"] != finding["actual"]
     assert finding["actual"]["route"]["xds_path"] == bx.xds_path

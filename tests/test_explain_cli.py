@@ -327,6 +327,25 @@ def test_findings_request_replayed_shows_the_disagreement(tmp_path: Path, cli: C
     assert cli(*args, "--format", "json").json()["agree"] is True
 
 
+def test_a_host_header_is_the_requests_host(cli: CLI) -> None:
+    """-H 'Host: ...' (with a port the listener is not on) is the request's Host, as curl
+    sends it; the URL still picks the Gateway port and, for https, the SNI."""
+    r = cli(
+        "explain", *scenario_args("httproute-scheme-redirect"),
+        "--request", "GET http://scheme-redirect.example.com/scheme",
+        "-H", "Host: scheme-redirect.example.com:8080", "--format", "json",
+    )  # fmt: skip
+    assert (r.rc, r.err) == (0, "")
+    doc = r.json()
+    assert (doc["request"]["host"], doc["request"]["port"], doc["request"]["headers"]) == (
+        "scheme-redirect.example.com:8080",
+        80,
+        {},
+    )
+    assert doc["agree"] is True
+    assert doc["spec"]["redirect"]["port"] == doc["envoy"]["redirect"]["port"] == 443
+
+
 # ---------------------------------------------------------------- bad input
 
 

@@ -6,8 +6,8 @@ one ERROR finding at the HTTPRoute it breaks (at the Service when no route is
 involved), carrying a request from that client that shows it; the reference dump must
 be clean. The mistakes: a route on the wrong Service, a consumer route leaking into
 another namespace's client, a producer route left where the consumer route replaces
-it, a parentRef.port ignored, cleartext to a mesh backend (no transport socket, or a
-frontend passed through), the wrong SAN.
+it, a parentRef.port ignored, a redirect's port left to the Host header, cleartext to
+a mesh backend (no transport socket, or a frontend passed through), the wrong SAN.
 """
 
 from __future__ import annotations
@@ -110,6 +110,17 @@ def _port_ignored(doc: Dump, _other: Dump) -> None:
     route_table(doc, "outbound/mesh-apps/echo-v1/8080")["routes"] = routes
 
 
+def _redirect_port_left_to_the_host(doc: Dump, _other: Dump) -> None:
+    """echo:80's scheme redirect (rule 0) without port_redirect: Envoy keeps a port the
+    Host names (a client calling echo:80 as echo...:8080 is sent to https :8080)."""
+    (route,) = [
+        r
+        for r in route_table(doc, "outbound/mesh-apps/echo/80")["routes"]
+        if r["name"] == "mesh-apps/echo-scheme-redirect/rule/0/match/0"
+    ]
+    assert route["redirect"].pop("port_redirect") == 443
+
+
 def _cleartext(doc: Dump, _other: Dump) -> None:
     del cluster(doc, "mesh/mesh-apps/echo-v1/80")["transport_socket"]
 
@@ -156,6 +167,9 @@ MISTAKES = (
             ("mesh-client", "echo-v2-consumer"), ECHO_V2),
     Mistake("parent-ref-port-ignored", "mesh-ports", APPS, CLIENTS, _port_ignored, "EV220",
             ("mesh-apps", "echo-v1-port-80"), ECHO_V1),
+    Mistake("redirect-port-left-to-the-host", "mesh-scheme-redirect", APPS, CLIENTS,
+            _redirect_port_left_to_the_host, "EV211", ("mesh-apps", "echo-scheme-redirect"),
+            "10.96.41.3"),
     Mistake("cleartext-to-a-mesh-backend", CONSUMER, APPS, CLIENTS, _cleartext, "EV919",
             ("mesh-apps", "echo-v1-producer"), ECHO_V1),
     Mistake("frontend-passed-through-in-cleartext", CONSUMER, APPS, CLIENTS, _passed_through,
@@ -182,13 +196,14 @@ def dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Pat
 
 def _route_lines(scenario: str, key: tuple[str, str]) -> tuple[str, set[int]]:
     """The file of HTTPRoute ``key`` and the lines a finding about it may name: the
-    route, each rule and each match."""
+    route, each rule, each match and each filter (what a filter does)."""
     res, _graph = load_scenario(FIXTURES / scenario)
     route = res.httproutes[key]
     paths = [""]
     for i, rule in enumerate(route.rules):
         paths += [f"spec.rules[{i}]"]
         paths += [f"spec.rules[{i}].matches[{j}]" for j in range(len(rule.matches))]
+        paths += [f"spec.rules[{i}].filters[{j}]" for j in range(len(rule.filters))]
     wheres = [route.meta.where(p) for p in paths]
     return wheres[0].file, {w.line for w in wheres}
 

@@ -109,6 +109,41 @@ def test_a_sidecar_dump_from_elsewhere_is_explained_and_other_clients_are_not(
     assert r.rc == 2 and r.err.startswith("--proxy:"), r.err
 
 
+def test_a_host_header_is_the_requests_host_its_port_included(explain: CLI, tmp_path: Path) -> None:
+    """curl's -H 'Host: ...': the URL picks the Service and port (echo:80), the Host
+    (echo's name with :8080) is what both models read. A scheme redirect without
+    port_redirect keeps that port in Envoy, where the spec says 443."""
+    scenario = "mesh-scheme-redirect"
+    url = "GET http://echo.mesh-apps.svc.cluster.local/scheme"
+    host = ("-H", "Host: echo.mesh-apps.svc.cluster.local:8080")
+    sent = ("--from", "mesh-apps/client", "--request", url, *host, "--format", "json")
+    r = explain(*scenario_args(scenario), *sent)
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    request = doc["request"]
+    assert (request["host"], request["port"], request["address"], request["headers"]) == (
+        "echo.mesh-apps.svc.cluster.local:8080",
+        80,
+        "10.96.41.3",
+        {},
+    )
+    assert doc["agree"] is True
+    assert doc["spec"]["redirect"]["port"] == doc["envoy"]["redirect"]["port"] == 443
+    dump = sidecar_dump(tmp_path / "apps.json", scenario, "mesh-apps/client")
+    for route in route_table(dump, "outbound/mesh-apps/echo/80")["routes"]:
+        if "host_redirect" not in route.get("redirect", {"host_redirect": ""}):
+            del route["redirect"]["port_redirect"]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(dump), encoding="utf-8")
+    given = ("--xds", str(broken), "--proxy", "mesh-apps/client")
+    doc = json.loads(explain(*scenario_args(scenario), *given, *sent).out)
+    assert doc["agree"] is False
+    assert (doc["spec"]["redirect"]["port"], doc["envoy"]["redirect"]["port"]) == (443, 8080)
+    two = ("-H", "Host: a.example")
+    r = explain(*scenario_args(scenario), *sent, *two)
+    assert r.rc == 2 and r.err.startswith("-H:"), r.err
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [

@@ -963,7 +963,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.source is not None:
         return _explain_mesh(args, ctx, request)
     gateway = explain.pick_gateway(res, args.controller_name, request.port, args.gateway)
-    result = explain.explain_request(ctx, gateway, request)
+    result = explain.explain_request(ctx, gateway, explain.with_host_header(request))
     if args.format == "json":
         _write(json.dumps(result.to_json(), indent=2, sort_keys=True), None)
     elif sys.stdout.isatty():
@@ -996,7 +996,8 @@ def _explain_mesh(args: argparse.Namespace, ctx: Any, request: Any) -> int:
         raise InputErrors([InputError("--request", 0, "", "scheme", message)])
     source = explain.parse_source(ctx.res, args.source)
     service = explain.pick_service(ctx.res, request)
-    result = explain.explain_mesh_request(ctx, service, replace(request, source=source))
+    request = explain.with_host_header(replace(request, source=source))
+    result = explain.explain_mesh_request(ctx, service, request)
     if args.format == "json":
         _write(json.dumps(result.to_json(), indent=2, sort_keys=True), None)
     elif isinstance(result, explain.MeshExplanation):

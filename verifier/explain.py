@@ -118,6 +118,21 @@ def parse_request(line: str, headers: Sequence[str], cert: ClientCert | None = N
     return request
 
 
+def with_host_header(request: Request) -> Request:
+    """A ``-H 'Host: ...'`` is the Host the request carries, as curl sends it: the URL
+    still says where it goes (the Gateway port, the Service and its port) and, for
+    https, the SNI. Kept as a plain header instead, both models would read the URL's
+    host and lose what the Host says, its port included (a redirect keeps it)."""
+    hosts = request.header("host")
+    if not hosts:
+        return request
+    if len(hosts) > 1 or not hosts[0]:
+        raise _bad("-H", "header", f"expected one non-empty Host header, got {list(hosts)!r}")
+    headers = tuple((name, values) for name, values in request.headers if name != "host")
+    sni = request.sni or (request.hostname if request.scheme == "https" else None)
+    return replace(request, host=hosts[0], headers=headers, sni=sni)
+
+
 def pick_gateway(res: Resources, controller: str, port: int, named: str | None) -> tuple[str, str]:
     """The Gateway a request on ``port`` reaches: named, or the only one on that port."""
     if named:

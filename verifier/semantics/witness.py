@@ -53,6 +53,10 @@ LISTENER_SET = "ListenerSet"
 
 # The issuer of a client certificate no configuration trusts: the SHA-256 of no
 # real CA certificate (the live pass presents a throw-away CA's certificate).
+# The port a "Host with another port" witness names (the second when the request
+# is sent to the first): a Service's usual second port.
+OTHER_HOST_PORTS = (8080, 8081)
+
 UNTRUSTED_ISSUER = hashlib.sha256(b"edge-verifier: a CA nobody trusts").hexdigest()
 
 
@@ -291,6 +295,13 @@ def match_witnesses(
     if host_probes or _reads_host(match):
         yield w(HOST, "port in Host", full, headers, h=f"{host}:{port}")
         yield w(HOST, "Host case", full, headers, h=host.upper())
+    if any(f.request_redirect is not None for f in rule.filters):
+        # A Host naming another port than the one the request reached: the spec
+        # derives a redirect's port from the scheme or the listener, never from
+        # the Host, while Envoy keeps the Host's port unless told one.
+        bare = host.rsplit(":", 1)[0] if ":" in host.rpartition("]")[2] else host
+        elsewhere = OTHER_HOST_PORTS[0] if port != OTHER_HOST_PORTS[0] else OTHER_HOST_PORTS[1]
+        yield w(FILTERS, "Host with another port", full, headers, h=f"{bare}:{elsewhere}")
     for i, (name, value) in enumerate(headers):
         others = headers[:i] + headers[i + 1 :]
         yield w(HEADER, f"without {name}", full, others)

@@ -203,15 +203,17 @@ def _redirect(redirect: m.Redirect, src: RouteSource) -> RedirectAction:
     if redirect.hostname:
         action.host_redirect = redirect.hostname
     # Spec: without a port, use the scheme's well-known port when a scheme is
-    # given, else the listener's port; well-known ports SHOULD be left out of
-    # Location. Without port_redirect Envoy keeps the port of the Host header,
-    # so the port can only be left out when clients send none (or the default
-    # one, which Envoy drops on a scheme change): on a well-known listener port.
+    # given, else the listener's (a mesh route's: the Service port). Without
+    # port_redirect Envoy keeps the port of the Host header (dropping only the
+    # request scheme's default port on a scheme change), and a client may name
+    # any port there (a Service's other port, say): so the port is written out,
+    # even a well-known one ("SHOULD NOT add the port number" yields to the
+    # MUST). Only host_redirect drops the Host's port, leaving the new scheme's
+    # default: then a well-known port can be left out of Location.
     port = redirect.port
     if port is None:
         port = WELL_KNOWN_PORTS[redirect.scheme] if redirect.scheme else src.listener_port
-    listener_default = WELL_KNOWN_PORTS.get(src.listener_scheme) == src.listener_port
-    if port != WELL_KNOWN_PORTS.get(scheme) or not listener_default:
+    if not redirect.hostname or port != WELL_KNOWN_PORTS.get(scheme):
         action.port_redirect = port
     if redirect.path is not None:
         full, prefix, regex = _path_rewrite(redirect.path, src.match)
