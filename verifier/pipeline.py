@@ -113,9 +113,11 @@ class ScenarioResult:
     # Each cases table replayed and how many cases it holds, in the order read.
     cases: tuple[tuple[str, int], ...] = ()
     # The witness requests, how many the models were asked about (fewer with a
-    # baseline), and the digests of those they agree on (--save-baseline).
+    # baseline), how many the decision lists proved without asking, and the digests
+    # of those they agree on (--save-baseline).
     requests: int = 0
     asked: int = 0
+    proven: int = 0
     agreed: frozenset[bytes] = frozenset()
     # Cases stating expectations no model can show (cases.LIVE_ONLY), which only
     # the live pass judges: (file, line, case, those expectations).
@@ -975,6 +977,7 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
             result.input_errors += judged.missing
     if "comparisons" in ctx.__dict__:  # the models were asked (cached_property)
         result.requests, result.asked, result.agreed = len(ctx.witnesses), ctx.asked, ctx.agreed
+        result.proven = ctx.proven
         result.unjudged = len(ctx.assumed)
     return result
 
@@ -1100,5 +1103,8 @@ def summary(results: Sequence[ScenarioResult], *, baseline: bool = False) -> dic
         out["baseline"] = {
             "requests": sum(r.requests for r in results),
             "asked": sum(r.asked for r in results),
+            # Proven by the decision lists, never asked (docs/check.md): without them a
+            # reader could not tell a cache hit from a proof.
+            "proven": sum(r.proven for r in results),
         }
     return out

@@ -70,9 +70,11 @@ def summary_line(summary: dict[str, Any]) -> str:
         parts.append(f"{notes} input note{'s' if notes != 1 else ''}")
     if "baseline" in summary:
         b = summary["baseline"]
-        if b["asked"] < b["requests"]:
-            asked = f"{b['asked']:,} of {b['requests']:,} requests asked"
-            parts.append(f"{asked} (the rest agreed at the baseline)")
-        else:
-            parts.append(f"all {b['requests']:,} requests asked (none agreed at the baseline)")
+        proven = b.get("proven", 0)
+        cached = b["requests"] - b["asked"] - proven
+        asked = f"{b['asked']:,} of {b['requests']:,} requests asked"
+        said = [f"{proven:,} proven by the decision lists"] if proven else []
+        said.append(f"{cached:,}" if cached else "none")
+        said[-1] += " agreed at the baseline"
+        parts.append(f"{asked} ({', '.join(said)})")
     return "edge-verify check: " + ", ".join(parts)
