@@ -58,7 +58,8 @@ def mesh_lines(doc: dict[str, Any]) -> list[str]:
     if not mesh:
         return []
     cases = [c for c in doc["cases"] if c["scenario"] in mesh]
-    attributed = sum(1 for c in cases if c.get("attribution", "").startswith("sidecar of "))
+    # The attribution record (docs/live.md, "Which route served each answer").
+    attributed = sum(1 for c in cases if (c.get("attribution") or {}).get("route"))
     lines = [
         f"mesh: {len(mesh)} scenarios, {len(cases)} cases "
         f"({sum(c['passed'] for c in cases)} passed, {attributed} attributed to a sidecar route)"
