@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -301,11 +303,13 @@ def _comm(pid: int) -> str:
 @pytest.mark.live
 @pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
 @pytest.mark.skipif(os.geteuid() != 0, reason="pod namespaces need root")
-def test_an_interrupted_live_run_of_mesh_cases_leaves_nothing(tmp_path: Path) -> None:
+def test_an_interrupted_live_run_of_mesh_cases_leaves_nothing() -> None:
     """``edge-verify live`` with mesh cases, interrupted (Ctrl-C) once its sidecars run:
     it exits 130, and every sidecar Envoy, the run's worker, its namespaces (node and
     pods) and its directories go. (SIGKILL: the mesh SIGKILL test above; the worker
-    and the directory reaper are the same.)"""
+    and the directory reaper are the same.) Its TMPDIR is short, so the run's directory
+    is made in it, where this test looks (the next test: a deep one)."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="ev-", dir="/tmp"))
     run = subprocess.Popen(
         [sys.executable, "-m", "verifier.cli", "live", "fixtures/base", "fixtures/mesh-basic"],
         cwd=Path(__file__).resolve().parent.parent,
@@ -343,3 +347,32 @@ def test_an_interrupted_live_run_of_mesh_cases_leaves_nothing(tmp_path: Path) ->
         for pid in seen:
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(os.geteuid() != 0, reason="pod namespaces need root")
+def test_a_mesh_run_under_a_deep_tmpdir_still_binds_its_sidecars_admin_sockets(
+    tmp_path: Path,
+) -> None:
+    """A sidecar's admin endpoint is a Unix socket, and a socket's path must fit in 107
+    bytes or Envoy refuses its bootstrap: CI's pytest ``tmp_path`` once made every mesh
+    case fail. Under a TMPDIR deeper than that, the run's directory goes in /tmp, the
+    cases pass, and nothing is left there."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    before = {p.name for p in Path("/tmp").glob("edge-verify-mesh-*")}
+    done = subprocess.run(
+        [sys.executable, "-m", "verifier.cli", "live", "fixtures/base", "fixtures/mesh-basic"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(deep)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 passed, 0 failed" in done.stdout + done.stderr
+    assert {p.name for p in Path("/tmp").glob("edge-verify-mesh-*")} <= before
+    assert list(deep.iterdir()) == []

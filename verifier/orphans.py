@@ -155,14 +155,26 @@ def release_leash(leash: str) -> None:
     _tell_reaper(b"\0-" + leash.encode())
 
 
-def private_dir(prefix: str, *, reap: bool = True) -> Path:
+# sockaddr_un.sun_path holds 108 bytes with its NUL: a longer socket path cannot be
+# bound at all (Envoy refuses its bootstrap), so where sockets live must leave room.
+UNIX_PATH_MAX = 107
+
+
+def private_dir(prefix: str, *, reap: bool = True, room: int = 0) -> Path:
     """A new directory of mode 0700 (``mkdtemp``) that is removed when the tool ends,
     even by SIGKILL (unless ``reap`` is False: kept for a person to read). The caller
-    still removes it when done; this is the backstop."""
+    still removes it when done; this is the backstop.
+
+    ``room``: the longest path the caller will put under it that must fit in a Unix
+    socket's address. Where the temporary directory (``TMPDIR``, pytest's deep
+    ``tmp_path``) leaves less than that, the directory goes in ``/tmp`` instead."""
+    parent = tempfile.gettempdir()
+    if room and len(os.fsencode(parent)) + 1 + len(prefix) + 12 + room > UNIX_PATH_MAX:
+        parent = "/tmp"
     while True:
         # Named and handed to the reaper before it exists: no instant in which the
         # directory is there and nobody would remove it.
-        path = os.path.join(tempfile.gettempdir(), prefix + secrets.token_hex(6))
+        path = os.path.join(parent, prefix + secrets.token_hex(6))
         if reap:
             _tell_reaper(os.fsencode(path))
         try:

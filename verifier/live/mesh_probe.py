@@ -73,6 +73,7 @@ REQUEST_TIMEOUT = 5.0
 # A hard bound on a sidecar binding its listeners: reached only when it never does (a
 # loaded 2-core machine starting 40 sidecars at once took 13 s; 20 s was too close).
 READY_TIMEOUT = 60.0
+ADMIN_SOCKETS = "admin"  # the sidecars' admin sockets, in the world's directory
 
 
 class MeshWorldError(RuntimeError):
@@ -207,7 +208,8 @@ class MeshWorld:
         missing = sorted({p.client for p in self.pods if p.sidecar} - set(self.sidecars))
         if missing:
             raise MeshWorldError(f"no sidecar xDS for {', '.join('/'.join(c) for c in missing)}")
-        self.workdir = private_dir("edge-verify-mesh-")
+        self.workdir = private_dir("edge-verify-mesh-", room=len(f"/{ADMIN_SOCKETS}/99999.sock"))
+        (self.workdir / ADMIN_SOCKETS).mkdir()
         self.node = Node()
         self.spaces.append(self.node.inode())
         began = time.perf_counter()
@@ -261,7 +263,10 @@ class MeshWorld:
         ads = AdsServer(served, extra_secrets=secrets)
         at = await ads.start(GATEWAY, 0)
         boot = ads_bootstrap(at, (GATEWAY, self.dns.port))
-        boot["admin"] = {"address": {"pipe": {"path": str(workdir / "admin.sock")}}}
+        # Named by the pod's place, not its name: a workload's name may be 253 bytes,
+        # and a socket's whole path must fit in 107.
+        admin = self.workdir / ADMIN_SOCKETS / f"{self.pods.index(pod)}.sock"
+        boot["admin"] = {"address": {"pipe": {"path": str(admin)}}}
         net = self.nets[pod.name]
         envoy = EnvoyProcess(
             boot, workdir, listeners=[], extra_args=FLUSH_ARGS, preexec=_as_proxy(net.preexec())
