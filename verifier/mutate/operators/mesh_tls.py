@@ -14,8 +14,10 @@ import copy
 import dataclasses
 import re
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from envoy_data_plane.envoy.config.cluster.v3 import Cluster
+from envoy_data_plane.envoy.config.core.v3 import TransportSocket
 from envoy_data_plane.envoy.config.listener.v3 import FilterChain, Listener
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
     CertificateValidationContext,
@@ -38,18 +40,25 @@ from verifier.mutate.proofs import prove_unused_cluster
 from verifier.xds.codec import XdsLoadError, pack_any, unpack_any
 from verifier.xds.snapshot import Snapshot, resource_name
 
+T = TypeVar("T")
+
 # --- mesh clusters: client certificate, tunnel port, SAN matchers --------------------------------
 
 
-def _upstream_tls(c: Cluster) -> UpstreamTlsContext | None:
-    ts = c.transport_socket
+def _tls(ts: TransportSocket | None, kind: type[T]) -> T | None:
+    """A transport socket's TLS context of ``kind``, decoded (a copy the operator may
+    edit); None when it has none, or another, or one that does not decode."""
     if ts is None or ts.typed_config is None:
         return None
     try:
         msg = unpack_any(ts.typed_config)
     except XdsLoadError:
         return None
-    return msg if isinstance(msg, UpstreamTlsContext) else None
+    return msg if isinstance(msg, kind) else None
+
+
+def _upstream_tls(c: Cluster) -> UpstreamTlsContext | None:
+    return _tls(c.transport_socket, UpstreamTlsContext)
 
 
 def _validation(common: CommonTlsContext | None) -> CertificateValidationContext | None:
@@ -212,14 +221,7 @@ def _endpoints_builder(snap: Snapshot, i: int, port: int) -> Callable[[], Snapsh
 
 
 def _downstream_tls(chain: FilterChain) -> DownstreamTlsContext | None:
-    ts = chain.transport_socket
-    if ts is None or ts.typed_config is None:
-        return None
-    try:
-        msg = unpack_any(ts.typed_config)
-    except XdsLoadError:
-        return None
-    return msg if isinstance(msg, DownstreamTlsContext) else None
+    return _tls(chain.transport_socket, DownstreamTlsContext)
 
 
 def _inbound(snap: Snapshot) -> Iterator[tuple[int, Listener, list[int]]]:
