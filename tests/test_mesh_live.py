@@ -24,17 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import re
+import signal
 from pathlib import Path
 
 import pytest
-from conftest import BASE, rel
+from conftest import BASE, FIXTURES, rel, translate_proxy
 
 from verifier import pipeline
 from verifier.errors import InputErrors
 from verifier.live import attribution as attr
-from verifier.live import mesh_live
+from verifier.live import mesh_live, netns
 from verifier.live.client import AccessEntry, LiveResponse
-from verifier.live.envoy_process import envoy_available
+from verifier.live.envoy_process import EnvoyError, envoy_available
+from verifier.live.mesh_live import MeshTarget
+from verifier.live.mesh_pods import mesh_pods
+from verifier.live.mesh_probe import Identities, MeshWorld
 from verifier.live.mesh_runner import KUBE_PROXY, MeshRun, _at, _attribution, run_mesh_cases
 from verifier.live.results import (
     AGREES,
@@ -213,3 +219,47 @@ def test_attribution_disagrees_when_the_sidecar_names_another_route(scenario: li
     assert finding.code == attr.CODE and (finding.file, finding.line) == (at.file, at.line)
     assert finding.resource == "HTTPRoute mesh-apps/echo-v1-mesh"
     assert judged.problems and judged.attribution.verdict == DISAGREES
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(mesh_live.mesh_unavailable() is not None, reason="needs root and nft")
+def test_a_sidecar_that_dies_mid_run_ends_the_run_naming_it(tmp_path: Path) -> None:
+    """A sidecar killed while cases run (a crash, a stray signal) leaves a mesh the xDS
+    does not describe: the next answer ends the run with the sidecar's name, where it
+    once retried for a minute and blamed both models (EV802) for a dead process."""
+    (prepared,) = prepare_all([rel(BASE), "fixtures/mesh-basic"], pipeline.CheckOptions())
+    request = next(c.case.request for c in prepared.cases if c.case.mesh)
+    assert request.source is not None
+    client = (request.source.namespace, request.source.workload)
+    res = prepared.ctx.res
+    pods = [p for p in mesh_pods(res) if p.sidecar]
+    sidecars = {p.client: translate_proxy(FIXTURES / "mesh-basic", *p.client) for p in pods}
+
+    async def main() -> tuple[int, str]:
+        identities = await Identities.issue(tmp_path, {p.identity() for p in pods})
+
+        async def run() -> tuple[int, str]:
+            world = MeshWorld(res, sidecars, identities, controls=frozenset({client}))
+            async with world:
+                target = MeshTarget(world)
+                try:
+                    before = await target.send(request)
+                    envoy = world.running[world.pod_of(client).name].envoy
+                    assert envoy.pid is not None
+                    os.kill(envoy.pid, signal.SIGKILL)
+                    try:
+                        await target.send(request)
+                    except EnvoyError as exc:
+                        return before.status, str(exc).splitlines()[0]
+                    return before.status, "no error"
+                finally:
+                    target.close()
+
+        return (await netns.run_in_namespace(run, [])).value
+
+    status, error = asyncio.run(main())
+    assert status == 200
+    assert re.fullmatch(
+        r"the sidecar of pod client-\S+ ended during the live run \(exit status -9\); .*", error
+    ), error

@@ -50,6 +50,15 @@ def _tail(path: Path, limit: int = 6000) -> str:
     return text[-limit:]
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: it ended and waits to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
 def listening_sockets(ip: str, port: int) -> int | None:
     """How many LISTEN sockets exist on ip:port (or the wildcard of its family: an
     IPv6 address is looked up in /proc/net/tcp6); None off Linux."""
@@ -239,6 +248,20 @@ class EnvoyProcess:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+
+    async def ensure_running(self, who: str = "Envoy") -> None:
+        """Raise if this Envoy has ended (or was never started): an answer after that
+        is not its, and a run that went on would blame the models for its absence."""
+        proc = self.proc
+        if proc is not None and proc.returncode is None and _running(proc.pid):
+            return
+        if proc is not None:  # a zombie: its status comes once the event loop reaps it
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 2.0)
+        raise EnvoyError(
+            f"{who} ended during the live run (exit status {self.exit_status}); "
+            f"no answer after that is its\n{self.output()}"
+        )
 
     @property
     def exit_status(self) -> int | None:

@@ -327,17 +327,8 @@ class NamespaceHarness(EmbeddedHarness):
 
     async def alive(self) -> None:
         """Raise if Envoy has ended: answers after that are not Envoy's."""
-        envoy = self.envoy
-        proc = envoy.proc if envoy is not None else None
-        if envoy is None or (proc is not None and proc.returncode is None and _running(proc.pid)):
-            return
-        if proc is not None:  # a zombie: its status comes once the event loop reaps it
-            with suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 2.0)
-        raise EnvoyError(
-            f"Envoy ended during the live run (exit status {envoy.exit_status}); "
-            f"no answer after that is Envoy's\n{envoy.output()}"
-        )
+        if self.envoy is not None:
+            await self.envoy.ensure_running()
 
     def kill_now(self) -> None:
         """For a stopped run (SIGTERM): no event loop to wait on, just end things."""
@@ -352,15 +343,6 @@ class NamespaceHarness(EmbeddedHarness):
         await super().stop()
         if self.ads is not None:
             await self.ads.stop()
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not: it ended and waits to be reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 # --- the run --------------------------------------------------------------------------------

@@ -130,12 +130,15 @@ class MeshTarget:
         try:
             reply = await EchoTestServiceStub(channel).forward_echo(call, timeout=timeout + 5)
         except GRPCError as exc:  # the request failed: no HTTP answer (status 0)
+            await self.world.sidecars_running()  # not the xDS's doing if a sidecar died
             return LiveResponse(request, 0, error=exc.message or str(exc), correlation=tag)
         except (OSError, StreamTerminatedError, TimeoutError) as exc:
             why = f"ForwardEcho to {pod.name}: {type(exc).__name__}: {exc}"
             self._channels.pop(pod.name, None)
             channel.close()
+            await self.world.sidecars_running()
             return LiveResponse(request, 0, error=why, correlation=tag)
+        await self.world.sidecars_running()
         return replace(
             parse_output(request, reply.output[0] if reply.output else ""), correlation=tag
         )

@@ -306,6 +306,12 @@ class MeshWorld:
                 raise MeshWorldError(f"sidecar of {sidecar.pod.name}: nothing listens on {ports}")
             await asyncio.sleep(0.02)
 
+    async def sidecars_running(self) -> None:
+        """Raise (``EnvoyError``) if a sidecar has ended: the mesh is then not the one
+        the xDS describes, and the answers after it are not the sidecars' to judge."""
+        for name, sidecar in list(self.running.items()):
+            await sidecar.envoy.ensure_running(f"the sidecar of pod {name}")
+
     def pod_of(self, client: tuple[str, str]) -> MeshPod:
         return next(p for p in self.pods if p.client == client)
 
