@@ -100,7 +100,11 @@ def test_the_line_table_is_kept_packed_until_asked() -> None:
     ("text", "line", "code"),
     [
         ("kind: A\nkind: B\n", 2, "duplicate-key"),
-        ("kind: A\nx: [1,\n", 3, "yaml-syntax"),
+        # An unclosed bracket or quote is met lines later; the line is where it opened.
+        ("kind: A\nx: [1,\n", 3, "yaml-syntax"),  # libyaml names no bracket here
+        ('kind: A\nx: "abc\n  y: 1\n---\nkind: B\n', 2, "yaml-syntax"),
+        ("kind: A\nx: {a: 1,\n  b: 2\nkind: B\n", 2, "yaml-syntax"),
+        ("kind: A\nx:\n  y: 1\n z: 2\n", 4, "yaml-syntax"),  # a bad indent: its own line
         ("kind: A\nx: !!python/name:os.system\n", 2, "yaml-syntax"),
         ("- a\n- b\n", 1, "type"),
         # An explicit tag the text does not fit: PyYAML raises a plain exception.

@@ -185,14 +185,39 @@ def yaml_problem(exc: BaseException, path: str) -> InputError:
         )
         return InputError(path, line, "", "yaml-depth", why)
     if isinstance(exc, yaml.YAMLError):
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(exc, "problem", None) or str(exc)
-        return InputError(path, line, "", "yaml-syntax", f"invalid YAML: {problem}")
+        return _yaml_syntax(exc, path)
     if isinstance(exc, RecursionError):
         why = "nested too deep for the parser (no flag raises it), or an alias that contains itself"
         return InputError(path, 1, "", "yaml-depth", why)
     return InputError(path, 1, "", "yaml-value", f"a value the safe loader refuses: {exc}")
+
+
+# What the parser was reading when it failed, where the line it started on is the
+# mistake: an unclosed quote or bracket is found lines later (at the next document
+# marker, or the next line), and that later line is not where to look.
+_OPENED_EARLIER = ("while scanning a quoted scalar", "while parsing a flow")
+
+
+def _yaml_syntax(exc: yaml.YAMLError, path: str) -> InputError:
+    problem_mark = getattr(exc, "problem_mark", None)
+    context_mark = getattr(exc, "context_mark", None)
+    context = str(getattr(exc, "context", None) or "")
+    problem = getattr(exc, "problem", None) or str(exc)
+    mark = problem_mark or context_mark
+    why = f"invalid YAML: {problem}"
+    if (
+        context_mark is not None
+        and problem_mark is not None
+        and context_mark.line != problem_mark.line
+    ):
+        if context.startswith(_OPENED_EARLIER):
+            mark = context_mark
+            what = context.removeprefix("while scanning a ").removeprefix("while parsing a ")
+            why += f" at line {problem_mark.line + 1}, in the {what} that starts here"
+        else:
+            why += f" ({context} at line {context_mark.line + 1})"
+    line = mark.line + 1 if mark is not None else 1
+    return InputError(path, line, "", "yaml-syntax", why)
 
 
 def check_size(text: str, path: str) -> None:
