@@ -32,7 +32,7 @@ import itertools
 import os
 import shutil
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import replace
 
@@ -50,6 +50,7 @@ from verifier.live.served import CORRELATION_HEADER
 from verifier.semantics.request import Backend, Outcome, Request
 
 LOG_WAIT_S = 5.0  # for a sidecar to flush a request's line (every 50 ms)
+HTTP1_ONLY = "the in-mesh client (ForwardEcho) sends plain HTTP/1.1 only"
 
 
 def mesh_unavailable() -> str | None:
@@ -68,77 +69,25 @@ def mesh_unavailable() -> str | None:
     return None
 
 
-class MeshTarget:
-    """A started ``MeshWorld`` as the live runner's target (module docstring).
+class MeshAnswers:
+    """What reads a mesh answer, whoever runs the mesh: the answering pod named by the
+    Service the models named (``named``), and the runner's interface but ``send``.
 
-    ``predicted``: the backends the models allow for a
-    request, so the pod that answered is named by the Service the models named (a
-    pod behind two Services is the same pod to both)."""
+    ``pods``: every pod that may answer, by (namespace, name); ``predicted``: the
+    backends the models allow for a request, so the pod that answered is named by the
+    Service the models named (a pod behind two Services is the same pod to both).
+    ``logs``: the mesh writes our access log (attribution reads it); ``acked``: every
+    sidecar had ACKed its xDS before the first case (a case the Envoy model says is
+    unmet cannot converge, so it is sent once)."""
 
-    def __init__(self, world: MeshWorld) -> None:
-        self.world = world
-        self.res: Resources = world.res
-        self._logs: dict[tuple[str, str], AccessLogReader] = {}  # per client sidecar
-        self.endpoints = service_endpoints(world.res)
-        self.by_name: dict[tuple[str, str], MeshPod] = {
-            (p.namespace, p.name): p for p in world.pods
-        }
+    logs = True
+    acked = True
+
+    def __init__(self, res: Resources, pods: Mapping[tuple[str, str], MeshPod]) -> None:
+        self.res = res
+        self.endpoints = service_endpoints(res)
+        self.by_name = dict(pods)
         self.predicted: dict[Request, tuple[Backend, ...]] = {}
-        self._ids = itertools.count(1)
-        self._channels: dict[str, Channel] = {}
-
-    def close(self) -> None:
-        """Close the control channels (before the world stops)."""
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            channel.close()
-
-    # --- the runner's interface ---------------------------------------------------------------
-
-    async def send(
-        self,
-        request: Request,
-        *,
-        protocol: str = "http1",
-        websocket_messages: Sequence[str] = (),
-        timeout: float = 10.0,
-    ) -> LiveResponse:
-        """One request from the client's pod, by its echo's ``ForwardEcho``."""
-        if protocol != "http1" or websocket_messages:
-            why = "the in-mesh client (ForwardEcho) sends plain HTTP/1.1 only"
-            return LiveResponse(request, 0, error=why)
-        assert request.source is not None
-        pod = self.world.pod_of((request.source.namespace, request.source.workload))
-        port = self.world.control_ports[pod.name]
-        tag = f"mesh-{os.getpid()}-{next(self._ids)}"
-        log = self._log(pod.client)
-        if log is not None:  # before any read that may pass its line
-            log.expect(tag)
-        headers = [Header("Host", request.host)] if request.host else []
-        headers += [Header(k, v) for k, vs in request.headers for v in vs if k.lower() != "host"]
-        headers.append(Header(CORRELATION_HEADER, tag))
-        call = ForwardEchoRequest(
-            count=1,
-            url=f"http://{request.address}:{request.port}{request.path}",
-            method=request.method,
-            headers=headers,
-            timeout_micros=int(timeout * 1e6),
-        )
-        channel = self._channels.get(pod.name)
-        if channel is None:  # one HTTP/2 connection per client pod, for all its calls
-            channel = self._channels[pod.name] = Channel(pod.ip, port)
-        try:
-            reply = await EchoTestServiceStub(channel).forward_echo(call, timeout=timeout + 5)
-        except GRPCError as exc:  # the request failed: no HTTP answer (status 0)
-            return LiveResponse(request, 0, error=exc.message or str(exc), correlation=tag)
-        except (OSError, StreamTerminatedError, TimeoutError) as exc:
-            why = f"ForwardEcho to {pod.name}: {type(exc).__name__}: {exc}"
-            self._channels.pop(pod.name, None)
-            channel.close()
-            return LiveResponse(request, 0, error=why, correlation=tag)
-        return replace(
-            parse_output(request, reply.output[0] if reply.output else ""), correlation=tag
-        )
 
     def observe_mirrors(self, resp: LiveResponse) -> LiveResponse:
         return resp  # mirrors are not observed in the mesh (the runner skips those cases)
@@ -168,6 +117,81 @@ class MeshTarget:
                     return answer_outcome(resp, (Backend(ns, name, port),))
         name = pod.workload or pod.name
         return answer_outcome(resp, (Backend(pod.namespace, name, resp.request.port),))
+
+    async def attribute(
+        self, responses: Sequence[LiveResponse], *, logged: bool = True
+    ) -> list[LiveResponse]:
+        """No log of ours: the answers as they are (``MeshTarget`` reads its sidecars')."""
+        return list(responses)
+
+
+def forward_headers(request: Request) -> list[Header]:
+    """The request's headers as ``ForwardEcho`` carries them: ``Host`` first (the
+    authority the echo sends), then the others in order."""
+    headers = [Header("Host", request.host)] if request.host else []
+    headers += [Header(k, v) for k, vs in request.headers for v in vs if k.lower() != "host"]
+    return headers
+
+
+class MeshTarget(MeshAnswers):
+    """A started ``MeshWorld`` as the live runner's target (module docstring)."""
+
+    def __init__(self, world: MeshWorld) -> None:
+        super().__init__(world.res, {(p.namespace, p.name): p for p in world.pods})
+        self.world = world
+        self._logs: dict[tuple[str, str], AccessLogReader] = {}  # per client sidecar
+        self._ids = itertools.count(1)
+        self._channels: dict[str, Channel] = {}
+
+    def close(self) -> None:
+        """Close the control channels (before the world stops)."""
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    # --- the runner's interface ---------------------------------------------------------------
+
+    async def send(
+        self,
+        request: Request,
+        *,
+        protocol: str = "http1",
+        websocket_messages: Sequence[str] = (),
+        timeout: float = 10.0,
+    ) -> LiveResponse:
+        """One request from the client's pod, by its echo's ``ForwardEcho``."""
+        if protocol != "http1" or websocket_messages:
+            return LiveResponse(request, 0, error=HTTP1_ONLY)
+        assert request.source is not None
+        pod = self.world.pod_of((request.source.namespace, request.source.workload))
+        port = self.world.control_ports[pod.name]
+        tag = f"mesh-{os.getpid()}-{next(self._ids)}"
+        log = self._log(pod.client)
+        if log is not None:  # before any read that may pass its line
+            log.expect(tag)
+        headers = [*forward_headers(request), Header(CORRELATION_HEADER, tag)]
+        call = ForwardEchoRequest(
+            count=1,
+            url=f"http://{request.address}:{request.port}{request.path}",
+            method=request.method,
+            headers=headers,
+            timeout_micros=int(timeout * 1e6),
+        )
+        channel = self._channels.get(pod.name)
+        if channel is None:  # one HTTP/2 connection per client pod, for all its calls
+            channel = self._channels[pod.name] = Channel(pod.ip, port)
+        try:
+            reply = await EchoTestServiceStub(channel).forward_echo(call, timeout=timeout + 5)
+        except GRPCError as exc:  # the request failed: no HTTP answer (status 0)
+            return LiveResponse(request, 0, error=exc.message or str(exc), correlation=tag)
+        except (OSError, StreamTerminatedError, TimeoutError) as exc:
+            why = f"ForwardEcho to {pod.name}: {type(exc).__name__}: {exc}"
+            self._channels.pop(pod.name, None)
+            channel.close()
+            return LiveResponse(request, 0, error=why, correlation=tag)
+        return replace(
+            parse_output(request, reply.output[0] if reply.output else ""), correlation=tag
+        )
 
     # --- attribution --------------------------------------------------------------------------
 
