@@ -9,9 +9,10 @@ ready pod of its ``from:`` workload (``pods.wait_for_clients``), by that pod's e
   control port (``--mesh-control-port``, 7070: the ``--grpc`` port of Istio's echo in
   the Gateway API mesh manifests, where it serves ``EchoTestService``), relayed from
   127.0.0.1 (``portforward``), and a ``ForwardEcho`` over it (grpclib). Before the
-  first case each client pod is asked ``Echo`` once: a port-forward the server
-  refuses (403: the role lacks ``create`` on ``pods/portforward``), a pod gone, or no
-  echo control service there is an exit-2 error naming the pod, not N failed cases.
+  first case each client pod is asked ``Echo`` once, within ``--cluster-timeout``: a
+  port-forward the server refuses (403: the role lacks ``create`` on
+  ``pods/portforward``), a pod gone, a server that stalls, or no echo control service
+  there is an exit-2 error naming the pod, not N failed cases.
 - **Where to**: ``http://SVC.NS.svc.cluster.local:PORT/path``, the Service's cluster
   DNS name, as an application in the pod calls it, with the case's headers (``Host``:
   the case's host).
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
 
 DEFAULT_CONTROL_PORT = 7070  # Istio's echo --grpc port in the Gateway API mesh manifests
 DEFAULT_WAIT = 120.0
-PROBE_TIMEOUT = 10.0  # the Echo each client pod is asked before the first case
 
 
 @dataclass(frozen=True)
@@ -174,13 +174,13 @@ class ClusterMeshTarget(MeshAnswers):
             ws = await forward.open()
             await ws.close()
             asked = EchoRequest(message="edge-verify")
-            await EchoTestServiceStub(channel).echo(asked, timeout=PROBE_TIMEOUT)
+            await EchoTestServiceStub(channel).echo(asked, timeout=forward.timeout)
         except PortForwardRefused as exc:
             return _refused(where, pod.namespace, exc)
         except (GRPCError, OSError, StreamTerminatedError, TimeoutError) as exc:
             said = forward.said() or f"{type(exc).__name__}: {exc}"
             message = (
-                f"{where}: no echo control service (EchoTestService) answered Echo on port "
+                f"no echo control service (EchoTestService) answered Echo on port "
                 f"{self.port} through the port-forward (--mesh-control-port): {said}"
             )
             return InputError(where, 0, "--mesh-control-port", "no-echo", message)
@@ -233,11 +233,11 @@ class ClusterMeshTarget(MeshAnswers):
 def _refused(where: str, namespace: str, exc: PortForwardRefused) -> InputError:
     if exc.status == 403:
         message = (
-            f"{where}: port-forward forbidden ({exc.message}): live --mesh needs verb 'create' "
+            f"port-forward forbidden ({exc.message}): live --mesh needs verb 'create' "
             f'on pods/portforward in apiGroup "" in namespace {namespace} (see {MESH_ROLE})'
         )
         return InputError(where, 0, "pods/portforward", "forbidden", message)
-    message = f"{where}: the API server refused the port-forward: {exc.message}"
+    message = f"the API server refused the port-forward: {exc.message}"
     return InputError(where, 0, "pods/portforward", "port-forward", message)
 
 

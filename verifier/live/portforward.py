@@ -127,6 +127,8 @@ class PortForward:
                     server_hostname=self.endpoint.server_name,
                     proxy=self.endpoint.proxy,
                     max_msg_size=MAX_MESSAGE,
+                    # A close the server never answers waits no longer than a request.
+                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=self.timeout),
                     autoclose=True,
                     autoping=True,
                 )
@@ -156,6 +158,8 @@ class PortForward:
             return
         try:
             await _relay(self, ws, reader, writer)
+        except asyncio.CancelledError:
+            pass  # ``close`` ends it: the relay's end, not an error of its own
         finally:
             writer.close()
             with contextlib.suppress(Exception):
