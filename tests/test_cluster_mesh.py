@@ -25,15 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cluster_mesh_world import ClusterMeshWorld, cluster_mesh
 from conftest import BASE, FIXTURES
 from k8s_standin import StandIn, fixture_objects, pod_object
 
 from verifier.cli import main
+from verifier.gatewayapi.resources import load_resources
 from verifier.live.dns import DnsServer
 from verifier.live.envoy_process import envoy_available
 from verifier.live.forward import ClusterResolver
-from verifier.live.mesh_live import mesh_unavailable
+from verifier.live.mesh_live import MeshAnswers, mesh_unavailable, parse_output
+from verifier.live.mesh_pods import mesh_pods
+from verifier.semantics.request import Backend
 
 SCENARIO = FIXTURES / "mesh-basic"
 CASES = SCENARIO / "cases.yaml"
@@ -225,3 +229,45 @@ def test_the_forwarders_resolver_follows_a_pods_search_path() -> None:
     assert resolver.names("echo.mesh-apps.svc.cluster.local.") == [
         "echo.mesh-apps.svc.cluster.local"
     ]
+
+
+def test_the_shipped_mesh_role_grants_what_the_mesh_pass_asks() -> None:
+    """Pods listed (never watched, never written), and the port-forward, by either verb an
+    API server checks for its WebSocket upgrade."""
+    from verifier.gatewayapi.pods import MESH_ROLE
+
+    role = yaml.safe_load((FIXTURES.parent / MESH_ROLE).read_text())
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    pf = "pods/portforward"
+    assert granted == {("", "pods", "list"), ("", pf, "get"), ("", pf, "create")}
+
+
+def test_an_echo_that_omits_its_namespace_is_named_by_its_pod() -> None:
+    """Istio's echo may not write ``Namespace=``: the answering pod is then the one pod of
+    that name read, and named by the Service whose endpoints hold it."""
+    res = load_resources([str(BASE), str(SCENARIO)])
+    pods = {(p.namespace, p.name): p for p in mesh_pods(res)}
+    v1 = next(p for p in pods.values() if p.workload == "echo-v1")
+    (request,) = [c.request for c in load_ctx_cases() if c.name.endswith("echo-v1")]
+    lines = ["[0] StatusCode=200", "[0 body] Host=h", "[0 body] URL=/", "[0 body] Method=GET"]
+    resp = parse_output(request, "\n".join([*lines, f"[0 body] Hostname={v1.name}"]))
+    echo_v1 = Backend("mesh-apps", "echo-v1", 80)
+    assert MeshAnswers(res, pods).named(resp, [echo_v1]).backends == (echo_v1,)
+    del pods[(v1.namespace, v1.name)]  # a pod not read is not guessed at
+    assert MeshAnswers(res, pods).named(resp, [echo_v1]).backends == ()
+
+
+def load_ctx_cases() -> list[Any]:
+    from verifier import pipeline
+
+    opts = pipeline.CheckOptions()
+    (scn,) = pipeline.discover([str(BASE), str(SCENARIO)], opts)
+    ctx, _ = pipeline.prepare(scn, opts)
+    assert ctx is not None
+    return list(ctx.mesh_cases)

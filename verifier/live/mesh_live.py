@@ -109,6 +109,9 @@ class MeshAnswers:
         if echo is None or not 200 <= resp.status < 300:
             return answer_outcome(resp)
         pod = self.by_name.get((str(echo.get("namespace")), str(echo.get("pod"))))
+        if pod is None and not echo.get("namespace"):  # an echo that does not say its own:
+            named = [p for (_, name), p in self.by_name.items() if name == echo.get("pod")]
+            pod = named[0] if len(named) == 1 else None  # the one pod of that name
         if pod is None:
             return answer_outcome(resp, (), (f"echo pod {echo.get('pod')!r} is not one of ours",))
         for b in predicted:
