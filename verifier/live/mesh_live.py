@@ -12,10 +12,10 @@ live runner (``send``, ``to_outcome``, ``observe_mirrors``, ``settle``), so a me
 case is judged by the same code as an edge case.
 
 - **Where to.** The URL names the Service's ClusterIP and port, the ``Host`` header
-  the case's host (by default the Service's name). The pods have no cluster DNS of
-  their own (a pod's resolver would be the host's: there is no mount namespace per
-  pod), and the mesh's routing never looks at the name (MeshClusterIPMatching): the
-  address is what the client dials either way.
+  the case's host (by default the Service's name). The mesh's routing never looks at
+  the name (MeshClusterIPMatching): the address is what the client dials either way.
+  (A name works too: the pods' echoes resolve it through the mesh's DNS, as a
+  cluster's mesh is driven, ``mesh_cluster``.)
 - **Which route served it.** Each request carries our request id
   (``served.CORRELATION_HEADER``); the client's sidecar logs it with the filter
   chain, route and cluster it chose (the one addition to the served xDS), read as

@@ -200,7 +200,7 @@ async def run_mesh_cases(
         f"mesh: {len(setup.sidecars)} sidecars fed their translate --proxy xDS over ADS, "
         f"unrewritten but for an access log on every HTTP connection manager and tcp_proxy "
         f"({', '.join(LOG_FIELDS)}); each case sent by its client pod's echo (ForwardEcho) "
-        "to the Service's ClusterIP, the Service's name as Host (pods have no cluster DNS)"
+        "to the Service's ClusterIP, the Service's name as Host"
     )
     return MeshRun([*found, *judged], (note,), timings, additions)
 
