@@ -13,12 +13,14 @@ It also serves a pod's port-forward as the API server and kubelet do over a WebS
 relayed to the connection ``portforward`` (the test's choice) opens for (namespace,
 pod, port), and the kubelet's words on channel 1 when that fails. ``forbidden``
 holding ``pods/portforward`` answers the upgrade 403; ``stall_portforward`` upgrades
-and then says nothing (a hostile server).
+and then says nothing, and ``lie`` breaks the protocol in one of the ``LIES`` ways (a
+hostile server).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import socket
@@ -150,6 +152,8 @@ class StandIn:
     # is the kubelet's failure to dial, its words sent on the error channel
     portforward: Callable[[str, str, int], socket.socket] | None = None
     stall_portforward: bool = False
+    # A port-forward that breaks the protocol after the upgrade (LIES: how)
+    lie: str = ""
 
     @property
     def url(self) -> str:
@@ -184,7 +188,9 @@ class StandIn:
             self.server.socket = self.tls.wrap_socket(
                 self.server.socket, server_side=True, do_handshake_on_connect=False
             )
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -390,6 +396,13 @@ def _port_forward(
         with lock:
             client.sendall(_frame(opcode, payload))
 
+    if standin.lie:
+        with contextlib.suppress(OSError):
+            for opcode, payload in LIES[standin.lie](port):
+                send(opcode, payload)
+            while _read_frame(h.rfile) is not None:
+                pass
+        return
     header = struct.pack("<H", port)
     send(2, b"\x00" + header)
     send(2, b"\x01" + header)
@@ -402,6 +415,17 @@ def _port_forward(
         send(8, struct.pack("!H", 1000))
         return
     _relay_frames(h, target, send)
+
+
+# Ways a server breaks the port-forward protocol after the upgrade: the frames it sends.
+LIES: dict[str, Callable[[int], list[tuple[int, bytes]]]] = {
+    "wrong-port": lambda port: [(2, b"\x00" + struct.pack("<H", port + 1))],
+    "text-message": lambda port: [(1, b"hello")],
+    "third-channel": lambda port: [(2, b"\x05" + struct.pack("<H", port))],
+    "flood": lambda port: (
+        [(2, b"\x00" + struct.pack("<H", port))] + [(2, b"\x00" + bytes(65536))] * 64
+    ),
+}
 
 
 def _relay_frames(

@@ -94,6 +94,10 @@ def test_mesh_cases_pass_through_the_clusters_pods_and_sidecars(
     assert code == 0, err
     results = report["cases"]
     assert len(results) == 4 and all(r["passed"] and not r["skipped"] for r in results)
+    # run: check of the cluster's objects, then the same live pass.
+    code, _, err = run(["run", *argv[1:], "--mesh-wait", "5"], capsys)
+    assert code == 0, err
+    assert "4 passed, 0 failed" in err
     assert report["findings"] == []
     for r in results:  # every answer from the pod the case names, judged three ways
         assert r["spec_agrees"] is True
@@ -183,6 +187,27 @@ def test_a_server_that_stalls_the_port_forward_does_not_hang_the_run(
     assert time.monotonic() - started < 10
     assert "no echo control service" in err
     assert any(p.endswith("/portforward") for _, p, _ in standin.requests)
+
+
+@pytest.mark.parametrize(
+    ("lie", "said"),
+    [
+        ("wrong-port", "opened for port 7071, not 7070"),
+        ("text-message", "a TEXT message"),
+        ("third-channel", "channel 5 (one port asked)"),
+        ("flood", "more than 100,000 bytes"),
+    ],
+)
+def test_a_port_forward_that_breaks_the_protocol_is_exit_2_saying_how(
+    lie: str, said: str, serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, kubeconfig = serve(_fake_pods(ready=True), lie=lie)
+    argv = ["live", "--kubeconfig", kubeconfig, "--mesh", "--cases", str(CASES)]
+    started = time.monotonic()
+    code, _, err = run([*argv, "--cluster-timeout", "1", "--max-input-bytes", "100000"], capsys)
+    assert code == 2, err
+    assert time.monotonic() - started < 10
+    assert said in err and "Traceback" not in err
 
 
 def test_mesh_needs_a_cluster_and_mesh_cases(

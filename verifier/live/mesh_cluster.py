@@ -49,7 +49,14 @@ from verifier.live.dns import service_fqdn
 from verifier.live.echoproto.proto import EchoRequest, EchoTestServiceStub, ForwardEchoRequest
 from verifier.live.mesh_live import HTTP1_ONLY, MeshAnswers, forward_headers, parse_output
 from verifier.live.mesh_pods import MeshPod, mesh_pods
-from verifier.live.mesh_runner import MIRRORS_SKIPPED, PARALLEL_CASES, MeshRun, _judge, _Setup
+from verifier.live.mesh_runner import (
+    MIRRORS_SKIPPED,
+    PARALLEL_CASES,
+    MeshRun,
+    _judge,
+    _models,
+    _Setup,
+)
 from verifier.live.portforward import PortForward, PortForwardRefused
 from verifier.live.replay import LiveCase, looks_for_mirrors
 from verifier.live.results import CaseResult
@@ -97,8 +104,6 @@ def setup(ctx: Context, cases: Sequence[LiveCase]) -> _Setup:
 def place(ctx: Context, cases: Sequence[LiveCase], mesh: ClusterMesh, plan: _Setup) -> Placement:
     """A ready pod of each client (waited for), and the pods of every namespace a case's
     answer may come from: its Service's and those of the backends the models name."""
-    from verifier.live.mesh_runner import _models
-
     labels = {}
     for c in cases:
         client = _client(c.case.request)
