@@ -22,7 +22,6 @@ import os
 import shutil
 import socket
 import struct
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +35,7 @@ from verifier.gatewayapi import workloads as wl
 from verifier.live import netns
 from verifier.live.mesh_pods import MeshPod, mesh_pods
 from verifier.live.mesh_probe import Identities, MeshWorld
+from verifier.orphans import private_dir
 
 CONTROL_PORT = 7070  # Istio's echo --grpc port, where edge-verify's --mesh looks by default
 START_TIMEOUT = 90.0
@@ -103,7 +103,8 @@ class ClusterMeshWorld:
         self.sidecars = pipeline.sidecar_snapshots(
             ctx.res, {p.client for p in self.pods if p.sidecar}, self.trust_domain, self.registry
         )
-        self.folder = Path(tempfile.mkdtemp(prefix="ev-cm-", dir="/tmp"))
+        # Removed by ``stop``, and by the reaper if the tests are killed.
+        self.folder = private_dir("ev-cluster-mesh-", room=len("/9999.sock"))
         self.pid = 0
         self.read_fd = -1
 
