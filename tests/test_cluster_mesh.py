@@ -97,8 +97,11 @@ def test_mesh_cases_pass_through_the_clusters_pods_and_sidecars(
     # run: check of the cluster's objects, then the same live pass.
     code, _, err = run(["run", *argv[1:], "--mesh-wait", "5"], capsys)
     assert code == 0, err
-    assert "4 passed, 0 failed" in err
+    assert "4 passed, 0 failed" in err and "(the cluster's mesh, from pods " in err
     assert report["findings"] == []
+    clients = sorted(f"{p.namespace}/{p.name}" for p in world.pods if p.client in world.clients)
+    assert report["summary"]["remote"] == f"mesh, from pods {', '.join(clients)}"
+    assert report["summary"]["rewritten"] is False
     for r in results:  # every answer from the pod the case names, judged three ways
         assert r["spec_agrees"] is True
         assert r["request"].startswith("from ")

@@ -60,6 +60,7 @@ from verifier.live.mesh_runner import (
 from verifier.live.portforward import PortForward, PortForwardRefused
 from verifier.live.replay import LiveCase, looks_for_mirrors
 from verifier.live.results import CaseResult
+from verifier.report.live import MESH_REMOTE
 from verifier.semantics.directory import backend_directory_from
 from verifier.semantics.envoy.model import EnvoyModel
 from verifier.semantics.request import Request
@@ -277,10 +278,11 @@ async def run_cluster_mesh_cases(
     finally:
         await target.close()
     pods = ", ".join(f"{p.namespace}/{p.name}" for _, p in sorted(placement.clients.items()))
+    where = f"remote: {MESH_REMOTE}{pods}"  # LiveReport.remote: who answered
     note = (
         f"mesh: against the cluster, each case sent by a ready pod of its client workload "
-        f"({pods}) through its echo's ForwardEcho on port {port}, reached by the API server's "
+        f"through its echo's ForwardEcho on port {port}, reached by the API server's "
         "port-forward; the URL names the Service's cluster DNS name; the cluster's sidecars "
         "write no access log of ours, so no answer is attributed to a route"
     )
-    return MeshRun(found, (note,), {"port_forward_and_echo": probed})
+    return MeshRun(found, (where, note), {"port_forward_and_echo": probed})
