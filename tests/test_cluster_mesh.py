@@ -130,6 +130,15 @@ def test_mesh_cases_pass_through_the_clusters_pods_and_sidecars(
     # All three agree the answer is echo's: the case is what is wrong.
     assert [f["code"] for f in report["findings"]] == ["EV801"]
 
+    # A ForwardEcho that errors (here: the echo's request set times out) is a failed
+    # case with the echo's words, not a pass and not a crash.
+    argv = ["live", "--kubeconfig", kubeconfig, "--mesh", "--cases", str(CASES)]
+    argv += ["--format", "json", "--request-timeout", "0.001", "--consistency-budget", "0.5"]
+    code, report, err = run(argv, capsys)
+    assert code == 1, err
+    assert not any(r["passed"] for r in report["cases"])
+    assert all("ForwardEcho: request set timed out" in r["problems"][0] for r in report["cases"])
+
 
 @pytest.mark.live
 def test_a_port_forward_to_a_port_nothing_serves_is_exit_2_naming_it(
