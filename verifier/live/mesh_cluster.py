@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from verifier import pipeline
 from verifier.errors import InputError, InputErrors
 from verifier.findings import Finding
 from verifier.gatewayapi import workloads as wl
@@ -48,7 +47,7 @@ from verifier.live.client import LiveResponse
 from verifier.live.dns import service_fqdn
 from verifier.live.echoproto.proto import EchoRequest, EchoTestServiceStub, ForwardEchoRequest
 from verifier.live.mesh_live import HTTP1_ONLY, MeshAnswers, forward_headers, parse_output
-from verifier.live.mesh_pods import MeshPod, mesh_pods
+from verifier.live.mesh_pods import MeshPod
 from verifier.live.mesh_runner import (
     MIRRORS_SKIPPED,
     PARALLEL_CASES,
@@ -56,13 +55,12 @@ from verifier.live.mesh_runner import (
     _judge,
     _models,
     _Setup,
+    _setup,
 )
 from verifier.live.portforward import PortForward, PortForwardRefused
 from verifier.live.replay import LiveCase, looks_for_mirrors
 from verifier.live.results import CaseResult
 from verifier.report.live import MESH_REMOTE
-from verifier.semantics.directory import backend_directory_from
-from verifier.semantics.envoy.model import EnvoyModel
 from verifier.semantics.request import Request
 
 if TYPE_CHECKING:
@@ -91,15 +89,7 @@ def _client(request: Request) -> tuple[str, str]:
 def setup(ctx: Context, cases: Sequence[LiveCase]) -> _Setup:
     """The client workloads' sidecar xDS (the reference translator's) and their Envoy
     models; the pods as the resources run them, for the capture facts."""
-    pods = mesh_pods(ctx.res)
-    clients = {_client(c.case.request) for c in cases}
-    wanted = {p.client for p in pods if p.sidecar and p.client in clients}
-    sidecars = pipeline.sidecar_snapshots(ctx.res, wanted, ctx.trust_domain, ctx.mesh_registry)
-    directory = backend_directory_from(
-        ctx.res, trust_domain=ctx.trust_domain, registry=ctx.mesh_registry
-    )
-    models = {c: EnvoyModel(s, directory) for c, s in sidecars.items()}
-    return _Setup(ctx, pods, sidecars, models)
+    return _setup(ctx, None, {_client(c.case.request) for c in cases})
 
 
 def place(ctx: Context, cases: Sequence[LiveCase], mesh: ClusterMesh, plan: _Setup) -> Placement:

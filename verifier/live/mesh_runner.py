@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -98,9 +98,15 @@ class _Setup:
         return next(p for p in self.pods if p.client == client)
 
 
-def _setup(ctx: Context, given: Mapping[tuple[str, str], Snapshot] | None) -> _Setup:
+def _setup(
+    ctx: Context,
+    given: Mapping[tuple[str, str], Snapshot] | None,
+    clients: Collection[tuple[str, str]] | None = None,
+) -> _Setup:
+    """``given`` sidecars' xDS, the reference translator's for the rest (of ``clients``
+    only, when given: a cluster's mesh runs the others), and their Envoy models."""
     pods = mesh_pods(ctx.res)
-    wanted = {p.client for p in pods if p.sidecar}
+    wanted = {p.client for p in pods if p.sidecar and (clients is None or p.client in clients)}
     given = dict(given or {})
     sidecars = {
         **pipeline.sidecar_snapshots(
