@@ -6,15 +6,28 @@ It serves the objects of fixture YAML the way an API server would answer for the
 paged with ``limit``/``continue``, single objects by name, bearer-token auth, 403
 for kinds the test forbids and 404 for CRDs the test leaves out. It records every
 request, so a test can prove the reader only ever read.
+
+It also serves a pod's port-forward as the API server and kubelet do over a WebSocket
+(``GET .../pods/NAME/portforward?ports=P``, subprotocol ``v4.channel.k8s.io``): the
+101 upgrade, each channel opened with the port (two bytes, little-endian), channel 0
+relayed to the connection ``portforward`` (the test's choice) opens for (namespace,
+pod, port), and the kubelet's words on channel 1 when that fails. ``forbidden``
+holding ``pods/portforward`` answers the upgrade 403; ``stall_portforward`` upgrades
+and then says nothing, and ``lie`` breaks the protocol in one of the ``LIES`` ways (a
+hostile server).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import json
+import socket
 import ssl
+import struct
 import threading
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,6 +44,7 @@ RESOURCE_VERSION = "4242"
 # kind -> (API group, plural, namespaced)
 KINDS: dict[str, tuple[str, str, bool]] = {
     "Namespace": ("", "namespaces", False),
+    "Pod": ("", "pods", True),
     "Service": ("", "services", True),
     "Secret": ("", "secrets", True),
     "ConfigMap": ("", "configmaps", True),
@@ -134,6 +148,12 @@ class StandIn:
     server: ThreadingHTTPServer | None = None
     # https with this context; a client certificate it verified stands for the token
     tls: ssl.SSLContext | None = None
+    # (namespace, pod, port) -> a connected socket to relay a port-forward to; OSError
+    # is the kubelet's failure to dial, its words sent on the error channel
+    portforward: Callable[[str, str, int], socket.socket] | None = None
+    stall_portforward: bool = False
+    # A port-forward that breaks the protocol after the upgrade (LIES: how)
+    lie: str = ""
 
     @property
     def url(self) -> str:
@@ -168,7 +188,9 @@ class StandIn:
             self.server.socket = self.tls.wrap_socket(
                 self.server.socket, server_side=True, do_handshake_on_connect=False
             )
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -200,6 +222,14 @@ class StandIn:
         authorization = h.headers.get("Authorization")
         if isinstance(h.connection, ssl.SSLSocket) and h.connection.getpeercert():
             authorization = f"Bearer {TOKEN}"  # a client certificate the CA signed
+        segs = [unquote(x) for x in parts.path.strip("/").split("/")]
+        if (
+            segs[:3] == ["api", "v1", "namespaces"]
+            and segs[4:5] == ["pods"]
+            and segs[6:] == ["portforward"]
+        ):
+            _port_forward(self, h, method, segs[3], segs[5], query, authorization)
+            return
         code, body = reply(
             self.objects,
             method,
@@ -302,3 +332,170 @@ def _send(h: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None:
     h.send_header("Content-Length", str(len(data)))
     h.end_headers()
     h.wfile.write(data)
+
+
+# ------------------------------------------------------------------ port-forward
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455
+PORT_FORWARD_PROTOCOL = "v4.channel.k8s.io"
+
+
+def _port_forward(
+    standin: StandIn,
+    h: BaseHTTPRequestHandler,
+    method: str,
+    ns: str,
+    pod: str,
+    query: dict[str, list[str]],
+    authorization: str | None,
+) -> None:
+    """The kubelet's WebSocket port-forward of one port (the module docstring)."""
+    if authorization != f"Bearer {TOKEN}":
+        _send(h, 401, _status(401, "Unauthorized", "no token"))
+        return
+    if "pods/portforward" in standin.forbidden:
+        message = (
+            f'pods "{pod}" is forbidden: User "edge" cannot create resource "pods/portforward" '
+            f'in API group "" in the namespace "{ns}"'
+        )
+        _send(h, 403, _status(403, "Forbidden", message))
+        return
+    if not any(
+        o["kind"] == "Pod" and (o["metadata"].get("namespace"), o["metadata"]["name"]) == (ns, pod)
+        for o in standin.objects
+    ):
+        _send(h, 404, _status(404, "NotFound", f'pods "{pod}" not found'))
+        return
+    offered = [p.strip() for p in h.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+    ports = query.get("ports", [""])[0]
+    if method != "GET" or h.headers.get("Upgrade", "").lower() != "websocket" or not ports:
+        _send(h, 400, _status(400, "BadRequest", "a WebSocket upgrade with ports= is needed"))
+        return
+    if PORT_FORWARD_PROTOCOL not in offered:
+        _send(h, 400, _status(400, "BadRequest", "unsupported subprotocol"))
+        return
+    key = h.headers.get("Sec-WebSocket-Key", "")
+    accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+    h.send_response(101, "Switching Protocols")
+    h.send_header("Upgrade", "websocket")
+    h.send_header("Connection", "Upgrade")
+    h.send_header("Sec-WebSocket-Accept", accept)
+    h.send_header("Sec-WebSocket-Protocol", PORT_FORWARD_PROTOCOL)
+    h.end_headers()
+    h.wfile.flush()
+    h.close_connection = True
+    client = h.connection
+    if standin.stall_portforward:
+        while _read_frame(h.rfile) is not None:
+            pass  # read, never answer
+        return
+    port = int(ports)
+    lock = threading.Lock()
+
+    def send(opcode: int, payload: bytes) -> None:
+        with lock:
+            client.sendall(_frame(opcode, payload))
+
+    if standin.lie:
+        with contextlib.suppress(OSError):
+            for opcode, payload in LIES[standin.lie](port):
+                send(opcode, payload)
+            while _read_frame(h.rfile) is not None:
+                pass
+        return
+    header = struct.pack("<H", port)
+    send(2, b"\x00" + header)
+    send(2, b"\x01" + header)
+    assert standin.portforward is not None
+    try:
+        target = standin.portforward(ns, pod, port)
+    except OSError as exc:
+        words = f"error forwarding port {port} to pod {pod}: {exc}"
+        send(2, b"\x01" + words.encode())
+        send(8, struct.pack("!H", 1000))
+        return
+    _relay_frames(h, target, send)
+
+
+# Ways a server breaks the port-forward protocol after the upgrade: the frames it sends.
+LIES: dict[str, Callable[[int], list[tuple[int, bytes]]]] = {
+    "wrong-port": lambda port: [(2, b"\x00" + struct.pack("<H", port + 1))],
+    "text-message": lambda port: [(1, b"hello")],
+    "third-channel": lambda port: [(2, b"\x05" + struct.pack("<H", port))],
+    "flood": lambda port: (
+        [(2, b"\x00" + struct.pack("<H", port))] + [(2, b"\x00" + bytes(65536))] * 64
+    ),
+}
+
+
+def _relay_frames(
+    h: BaseHTTPRequestHandler, target: socket.socket, send: Callable[[int, bytes], None]
+) -> None:
+    """Channel 0 to ``target`` and back, until either side ends."""
+
+    def down() -> None:
+        try:
+            while data := target.recv(65536):
+                send(2, b"\x00" + data)
+            send(8, struct.pack("!H", 1000))
+        except OSError:
+            pass
+
+    threading.Thread(target=down, daemon=True).start()
+    try:
+        while (frame := _read_frame(h.rfile)) is not None:
+            opcode, payload = frame
+            if opcode == 8:
+                break
+            if opcode == 9:
+                send(10, payload)
+            elif opcode == 2 and payload[:1] == b"\x00":
+                target.sendall(payload[1:])
+    except OSError:
+        pass
+    finally:
+        target.close()
+
+
+def _read_frame(rfile: Any) -> tuple[int, bytes] | None:
+    """One client frame (masked, as RFC 6455 has clients send), or None at the end."""
+    head = rfile.read(2)
+    if len(head) < 2:
+        return None
+    opcode, size = head[0] & 0x0F, head[1] & 0x7F
+    if size == 126:
+        (size,) = struct.unpack("!H", rfile.read(2))
+    elif size == 127:
+        (size,) = struct.unpack("!Q", rfile.read(8))
+    mask = rfile.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+    data = rfile.read(size)
+    return opcode, bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+
+
+def _frame(opcode: int, payload: bytes) -> bytes:
+    """One server frame: final, unmasked."""
+    size = len(payload)
+    if size < 126:
+        head = bytes([0x80 | opcode, size])
+    elif size < 1 << 16:
+        head = bytes([0x80 | opcode, 126]) + struct.pack("!H", size)
+    else:
+        head = bytes([0x80 | opcode, 127]) + struct.pack("!Q", size)
+    return head + payload
+
+
+def pod_object(
+    namespace: str, name: str, ip: str, labels: dict[str, str], ready: bool = True
+) -> dict[str, Any]:
+    """A Pod as the API server stores a scheduled one: Running, Ready as given."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {"containers": [{"name": "echo", "image": "echo"}]},
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }

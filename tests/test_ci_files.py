@@ -14,6 +14,7 @@ replaced by the line itself.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -31,6 +32,7 @@ from small_suite import BROKEN, WRONG_CASE, WRONG_LINE, small_suite
 
 from verifier.cli import build_parser
 from verifier.live.envoy_process import envoy_available
+from verifier.live.mesh_live import mesh_unavailable
 
 ACTION = "action.yml"
 HOOKS = ".pre-commit-hooks.yaml"
@@ -50,9 +52,11 @@ class StandIn:
     needs: str = ""
     rc: int = 0
     live: bool = False  # needs the envoy binary
+    mesh: bool = False  # runs the embedded mesh: needs root and nft too
 
 
-# (file, subcommand) -> stand-in. Every edge-verify line of every CI file has one entry.
+# (file, subcommand) -> stand-in (``label``: "live --mesh" for the mesh job's line).
+# Every edge-verify line of every CI file has one entry.
 STAND_INS: dict[tuple[str, str], StandIn] = {
     (ACTION, "check"): StandIn(),
     (HOOKS, "check"): StandIn(),
@@ -72,10 +76,22 @@ STAND_INS: dict[tuple[str, str], StandIn] = {
         "at the address an API-server stand-in publishes)",
         live=True,
     ),
+    (NIGHTLY, "live --mesh"): StandIn(
+        needs="the cluster's API server, its mesh and its echo client pods; the mesh "
+        "fixture's YAML stands in for its objects and the embedded mesh (real sidecars, a "
+        "network namespace per pod, each case by its client pod's ForwardEcho) for its "
+        "mesh (tests/test_cluster_mesh.py sends the cases through an API-server stand-in's "
+        "Pods and WebSocket port-forward into such a mesh)",
+        live=True,
+        mesh=True,
+    ),
 }
+MESH_SCENARIO = FIXTURES / "mesh-basic"
+MESH_OVERLAY = REPO_ROOT / "docs" / "ci" / "mesh-overlay"
 
 # Options that read a cluster or a control plane, with whether they take a value.
 CLUSTER_OPTIONS = {"--kubeconfig": True, "--context": True, "--gateway": True}
+MESH_OPTIONS = {"--mesh": False, "--mesh-wait": True, "--mesh-control-port": True}
 PULL_OPTIONS = {"--ads": True, "--node-id": True, "--node-cluster": True, "--admin": True}
 
 
@@ -83,11 +99,18 @@ def load(name: str) -> Any:
     return yaml.safe_load((REPO_ROOT / name).read_text())
 
 
-def steps(name: str) -> list[dict[str, Any]]:
+def steps(name: str, job: str | None = None) -> list[dict[str, Any]]:
+    """The file's steps (a workflow's: every job's, or ``job``'s)."""
     doc = load(name)
     if name == ACTION:
         return list(doc["runs"]["steps"])
-    return [s for job in doc["jobs"].values() for s in job["steps"]]
+    jobs = [doc["jobs"][job]] if job else doc["jobs"].values()
+    return [s for j in jobs for s in j["steps"]]
+
+
+def label(argv: list[str]) -> str:
+    """How STAND_INS names a command line: its subcommand, and --mesh when given."""
+    return argv[0] + (" --mesh" if "--mesh" in argv else "")
 
 
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
@@ -122,6 +145,7 @@ def values_for(name: str, tmp: Path, inputs: dict[str, str] | None = None) -> di
         for key, value in load(name)["env"].items():
             values[key] = fill(str(value), values)
         values["EDGE_CASES"] = str(SCENARIO / "cases.yaml")
+        values["MESH_CASES"] = str(MESH_SCENARIO / "cases.yaml")
     return values
 
 
@@ -148,6 +172,9 @@ def stand_in(argv: list[str]) -> list[str]:
     cluster options give way to the scenario's paths. Every other option is kept."""
     if argv[0] == "pull":
         return ["translate", *SCENARIO_PATHS, *_drop(argv[1:], PULL_OPTIONS | {"--delta": False})]
+    if "--mesh" in argv:  # the embedded mesh sends the mesh fixture's cases
+        paths = (str(BASE), str(MESH_SCENARIO))
+        return [argv[0], *paths, *_drop(argv[1:], CLUSTER_OPTIONS | MESH_OPTIONS)]
     return [argv[0], *SCENARIO_PATHS, *_drop(argv[1:], CLUSTER_OPTIONS)]
 
 
@@ -226,7 +253,7 @@ def test_the_nightly_builds_the_cluster_runs_and_keeps_the_evidence() -> None:
     triggers = doc[True]  # pyyaml reads the bare key `on` as a boolean
     assert "schedule" in triggers and "workflow_dispatch" in triggers
     assert doc["env"]["GATEWAY_API_VERSION"] == "v1.5.1"
-    everything = "\n".join(s.get("run", "") for s in steps(NIGHTLY))
+    everything = "\n".join(s.get("run", "") for s in steps(NIGHTLY, "live"))
     for needed in (
         "kind create cluster",
         "cloud-provider-kind",
@@ -243,20 +270,76 @@ def test_the_nightly_builds_the_cluster_runs_and_keeps_the_evidence() -> None:
         "logs -l app.kubernetes.io/name=aether-edge",
     ):
         assert needed in everything, needed
-    uploads = [s for s in steps(NIGHTLY) if s.get("uses", "").startswith("actions/upload-art")]
+    live = steps(NIGHTLY, "live")
+    uploads = [s for s in live if s.get("uses", "").startswith("actions/upload-art")]
     reports, logs = uploads
     assert reports["if"] == "${{ !cancelled() }}"
     assert {"conformance-report.yaml", "check-junit.xml"} <= set(reports["with"]["path"].split())
     assert logs["if"] == "failure()"
-    collect = next(s for s in steps(NIGHTLY) if "kind export logs" in s.get("run", ""))
+    collect = next(s for s in live if "kind export logs" in s.get("run", ""))
     assert collect["if"] == "failure()"
+    assert "continue-on-error" not in doc["jobs"]["live"]  # the edge's run must pass
+
+
+def test_the_nightly_mesh_job_is_opt_in_allowed_to_fail_and_keeps_its_report() -> None:
+    doc = load(NIGHTLY)
+    mesh = doc["jobs"]["mesh"]
+    assert mesh["continue-on-error"] is True
+    # Run only when asked: a dispatch with mesh: true, or the repository variable.
+    (asked,) = EXPRESSION.findall(mesh["if"])
+    assert asked == "inputs.mesh || vars.EDGE_VERIFY_MESH == 'true'"
+    dispatch = doc[True]["workflow_dispatch"]["inputs"]["mesh"]
+    assert (dispatch["type"], dispatch["default"]) == ("boolean", False)
+    runs = [s.get("run", "") for s in steps(NIGHTLY, "mesh")]
+    overlay = next(i for i, r in enumerate(runs) if 'kubectl apply -k "$MESH_OVERLAY"' in r)
+    sent = next(i for i, r in enumerate(runs) if r.strip().startswith("edge-verify live"))
+    assert overlay < sent and "rollout status" in runs[overlay]  # pods exist before
+    assert {"--mesh", "--kubeconfig", "--format"} <= set(runs[sent].split())
+    assert "--gateway" not in runs[sent]  # the mesh job sends the mesh cases only
+    uploads = [s for s in steps(NIGHTLY, "mesh") if "upload-artifact" in s.get("uses", "")]
+    reports, logs = uploads
+    assert reports["if"] == "${{ !cancelled() }}"
+    assert reports["with"]["path"] == "mesh-conformance-report.yaml"
+    assert "-o mesh-conformance-report.yaml" in runs[sent]
+    assert logs["if"] == "failure()"
+
+
+def test_the_mesh_overlay_has_what_a_mesh_needs_and_its_cases_check() -> None:
+    """The overlay's namespaces, ServiceAccounts, capture annotation and echo ports, read
+    as edge-verify reads them; and mesh-basic's cases hold on its objects (check)."""
+    from verifier.gatewayapi import workloads as wl
+    from verifier.gatewayapi.resources import load_resources
+    from verifier.live.mesh_cluster import DEFAULT_CONTROL_PORT
+
+    kustomization = yaml.safe_load((MESH_OVERLAY / "kustomization.yaml").read_text())
+    files = [str(MESH_OVERLAY / f) for f in kustomization["resources"]]
+    res = load_resources(files)
+    assert wl.mesh_namespace(res, "mesh-apps") and wl.mesh_namespace(res, "mesh-client")
+    assert not wl.mesh_namespace(res, "edge-web")
+    clients = [w for w in res.workloads.values() if w.meta.name == "client"]
+    assert len(clients) == 3 and all(wl.captures_all(w) for w in clients)
+    accounts = {w.meta.name: w.service_account for w in res.workloads.values()}
+    assert accounts["echo-v1"] == "echo-v1" and accounts["echo-v2"] == "echo-v2"
+    for doc in yaml.safe_load_all("\n---\n".join(Path(f).read_text() for f in files)):
+        if doc and doc["kind"] == "Deployment":
+            (container,) = doc["spec"]["template"]["spec"]["containers"]
+            assert "echo-advanced" in container["image"]  # Istio's echo, as upstream's
+            assert f"--grpc={DEFAULT_CONTROL_PORT}" in container["args"]
+            assert {"name": "grpc", "containerPort": DEFAULT_CONTROL_PORT} in container["ports"]
+    gateways = [str(BASE / "gatewayclass.yaml"), str(BASE / "gateways.yaml")]
+    cases = ["--cases", str(MESH_SCENARIO / "cases.yaml"), "--format", "json"]
+    proc = edge_verify(["check", *files, *gateways, *cases], REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["findings"] == [] and report["summary"]["mesh_requests"] > 0
+    assert report["scenarios"][0]["cases"][0]["cases"] == 4
 
 
 # ---------------------------------------------------------------- every command line
 
 
 def test_every_command_line_has_a_stand_in(tmp_path: Path) -> None:
-    found = {(name, argv[0]) for name, argv in every_command(tmp_path)}
+    found = {(name, label(argv)) for name, argv in every_command(tmp_path)}
     assert found == set(STAND_INS), "update STAND_INS with the CI files"
     assert len(every_command(tmp_path)) == len(found)  # one line per (file, subcommand)
 
@@ -265,7 +348,7 @@ def test_every_command_line_has_a_stand_in(tmp_path: Path) -> None:
 def test_a_line_parses_unless_pending(key: tuple[str, str], tmp_path: Path) -> None:
     """A line not ``pending`` parses as written; a pending one must not parse yet: when
     its options arrive this fails, so ``pending`` is dropped and the line runs as written."""
-    (argv,) = [a for name, a in every_command(tmp_path) if (name, a[0]) == key]
+    (argv,) = [a for name, a in every_command(tmp_path) if (name, label(a)) == key]
     if STAND_INS[key].pending:
         assert not parses(argv), (
             f"{shlex.join(argv)} parses now: make it run as written ({STAND_INS[key].pending})"
@@ -280,9 +363,11 @@ def run_file_commands(name: str, tmp_path: Path) -> None:
     for file, argv in every_command(tmp_path):
         if file != name:
             continue
-        how = STAND_INS[(file, argv[0])]
+        how = STAND_INS[(file, label(argv))]
         if how.live and not envoy_available():
             pytest.skip("no envoy binary")
+        if how.mesh and mesh_unavailable() is not None:
+            continue  # the mesh line needs root and nft; the others still run
         run = stand_in(argv) if how.pending or how.needs else argv
         assert parses(run), shlex.join(run)
         proc = edge_verify(run, tmp_path)
@@ -305,6 +390,10 @@ def test_the_nightly_stand_ins_write_the_reports_it_uploads(tmp_path: Path) -> N
     run_file_commands(NIGHTLY, tmp_path)
     report = yaml.safe_load((tmp_path / "conformance-report.yaml").read_text())
     assert report["kind"] == "ConformanceReport"
+    mesh = tmp_path / "mesh-conformance-report.yaml"
+    if mesh_unavailable() is None:  # the mesh job's report: its MESH-HTTP profile
+        (profile,) = yaml.safe_load(mesh.read_text())["profiles"]
+        assert (profile["name"], profile["core"]["result"]) == ("MESH-HTTP", "success")
     assert (tmp_path / "check-junit.xml").read_text().startswith("<?xml")
 
 

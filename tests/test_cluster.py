@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 from k8s_standin import StandIn, fixture_objects
+from relay import splice
 
 from verifier.cli import main
 from verifier.findings import catalogue
@@ -350,19 +351,8 @@ class DataPlane:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
 
     def forward(self, ip: str) -> None:
-        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while data := await reader.read(65536):
-                    writer.write(data)
-                    await writer.drain()
-            except OSError:
-                pass
-            finally:
-                writer.close()
-
         async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+            await splice((reader, writer), await asyncio.open_connection(*self.target))
 
         async def start() -> asyncio.Server:
             return await asyncio.start_server(relay, ip, 80)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import BASE, FIXTURES
-from k8s_standin import StandIn, fixture_objects
+from k8s_standin import StandIn, fixture_objects, pod_object
 
 from verifier.cli import main
 
@@ -184,3 +184,54 @@ def test_kubeconfig_files_merge_as_kubectl_merges_them(tmp_path: Path) -> None:
     (error,) = caught.value.errors
     line = 1 + second.read_text().splitlines().index("    user: v")
     assert (error.file, error.field, error.line) == (str(second), "contexts[0].context.user", line)
+
+
+def test_the_mesh_port_forward_upgrade_carries_the_kubeconfig_tls_and_certificate(
+    pki: Path, tmp_path: Path
+) -> None:
+    """``live --mesh``'s WebSocket port-forward is made as the reads are: the kubeconfig's
+    CA and ``tls-server-name``, its client certificate (here the only credential); the
+    server's 403 on the upgrade is then the RBAC message, not an unreachable server."""
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(pki / "server.crt", pki / "server.key")
+    tls.load_verify_locations(pki / "ca.crt")
+    tls.verify_mode = ssl.CERT_OPTIONAL
+    mesh = FIXTURES / "mesh-basic"
+    pods = [
+        pod_object(ns, "client-0", f"10.244.9.{i}", {"app": "client"})
+        for i, ns in enumerate(("mesh-apps", "mesh-client", "edge-web"), 1)
+    ]
+    objects = [*fixture_objects([BASE, mesh]), *pods]
+    standin = StandIn(objects, tls=tls, forbidden={"pods/portforward"}).start()
+    try:
+        cluster = {
+            "server": standin.url,
+            "certificate-authority-data": _data(pki / "ca.crt"),
+            "tls-server-name": "kube.test",
+        }
+        user = {
+            "client-certificate-data": _data(pki / "client.crt"),
+            "client-key-data": _data(pki / "client.key"),
+        }
+        config = tmp_path / "kc"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "clusters": [{"name": "c", "cluster": cluster}],
+                    "users": [{"name": "u", "user": user}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
+        )
+        err = io.StringIO()
+        argv = ["live", "--kubeconfig", str(config), "--mesh", "--cases", str(mesh / "cases.yaml")]
+        with redirect_stdout(io.StringIO()), redirect_stderr(err):
+            code = main(argv)
+        assert code == 2, err.getvalue()
+        assert "'create' on pods/portforward" in err.getvalue() and "403" in err.getvalue()
+        upgrades = {p for _, p, _ in standin.requests if p.endswith("/portforward")}
+        spaces = ("mesh-apps", "mesh-client", "edge-web")  # each client's pod, asked once
+        assert upgrades == {f"/api/v1/namespaces/{ns}/pods/client-0/portforward" for ns in spaces}
+    finally:
+        standin.stop()

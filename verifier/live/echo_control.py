@@ -25,7 +25,7 @@ from verifier.live.echoproto.proto import (
     ForwardEchoRequest,
     ForwardEchoResponse,
 )
-from verifier.live.forward import Refused, SocketFactory, forward, plan
+from verifier.live.forward import ClusterResolver, Refused, SocketFactory, forward, plan
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +34,22 @@ SERVICE = "proto.EchoTestService"
 
 class EchoControl:
     """The service of one echo (pod): ``pod`` is its ``Hostname``, ``ip`` the address its
-    forwarded requests leave from (None: the kernel's choice)."""
+    forwarded requests leave from (None: the kernel's choice), ``nameserver`` the
+    cluster DNS its forwarded requests' names are resolved through (None: the host's)."""
 
     def __init__(
-        self, namespace: str, pod: str, ip: str | None, sockets: SocketFactory | None = None
+        self,
+        namespace: str,
+        pod: str,
+        ip: str | None,
+        sockets: SocketFactory | None = None,
+        nameserver: tuple[str, int] | None = None,
     ) -> None:
         self.namespace = namespace
         self.pod = pod
         self.ip = ip
         self.sockets = sockets  # makes forwarded connections' sockets (a pod's own)
+        self.nameserver = nameserver
         self.port = 0  # the bound control port, once serving
 
     async def echo(self, stream: grpclib.server.Stream[EchoRequest, EchoResponse]) -> None:
@@ -73,7 +80,10 @@ class EchoControl:
         request = await stream.recv_message()
         assert request is not None
         try:
-            output = await forward(plan(request), self.ip, self.sockets)
+            resolver = None
+            if self.nameserver is not None:
+                resolver = ClusterResolver(self.nameserver, self.namespace, self.sockets)
+            output = await forward(plan(request), self.ip, self.sockets, resolver)
         except Refused as refused:
             log.debug("%s: ForwardEcho %s refused: %s", self.pod, request.url, refused.message)
             raise GRPCError(refused.status, refused.message) from None

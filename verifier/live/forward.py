@@ -25,11 +25,13 @@ JSON; that answer is written as the lines Istio's echo would have answered with
 (``Hostname``), the authority and path it saw, and the request headers it received.
 
 The requests are plain HTTP/1.1 from this process (aiohttp), from the echo's own
-address, bounded in number (``MAX_COUNT``) and time (the request's ``timeout_micros``,
-Istio's 15 s when 0, at most ``MAX_TIMEOUT_S`` for the whole set). A field this client
-cannot honour is refused with the gRPC status and the field's name (``Refused``), never
-ignored; ``message`` is accepted and not sent, as Istio's own HTTP forwarder does
-(Istio's ``client`` sets it on every call).
+address (a pod's echo: on the pod's own sockets), names resolved as a pod resolves them
+when the echo is given a cluster DNS server (``ClusterResolver``: the pod's search
+path, then the name, over UDP from the pod), bounded in number (``MAX_COUNT``) and time
+(the request's ``timeout_micros``, Istio's 15 s when 0, at most ``MAX_TIMEOUT_S`` for
+the whole set). A field this client cannot honour is refused with the gRPC status and
+the field's name (``Refused``), never ignored; ``message`` is accepted and not sent,
+as Istio's own HTTP forwarder does (Istio's ``client`` sets it on every call).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from typing import Any
 
 import aiohttp
 import yarl
+from aiohttp.abc import AbstractResolver, ResolveResult
+from dnslib import QTYPE, DNSRecord
 from grpclib.const import Status
 
 from verifier.live.echo_model import go_canonical
@@ -91,6 +95,8 @@ _ATTRIBUTE = {
 # Makes the socket of a connection (aiohttp's ``socket_factory``: a getaddrinfo entry in).
 SocketFactory = Callable[[Any], socket.socket]
 _MESSAGES = {"alpn", "hbone", "double_hbone", "expectedResponse"}
+DNS_TIMEOUT_S = 2.0  # one query, as a pod's resolver waits (resolv.conf timeout:2)
+NDOTS = 5  # kubelet's resolv.conf: names with fewer dots try the search path first
 _FAMILIES = {"": socket.AF_UNSPEC, "tcp4": socket.AF_INET, "tcp6": socket.AF_INET6}
 
 
@@ -232,14 +238,92 @@ def _check_url(url: str) -> None:
         raise Refused(Status.INVALID_ARGUMENT, f"url: {url!r} names no host")
 
 
+class ClusterResolver(AbstractResolver):
+    """Names resolved as a pod of ``namespace`` resolves them: through the cluster DNS
+    ``server`` (host, port), the pod's search path first for a name of fewer than
+    ``NDOTS`` dots (``echo`` is ``echo.<namespace>.svc.cluster.local``), over UDP on a
+    socket ``sockets`` makes (the pod's own); A records only (the mesh is IPv4)."""
+
+    def __init__(
+        self,
+        server: tuple[str, int],
+        namespace: str,
+        sockets: SocketFactory | None = None,
+        domain: str = "cluster.local",
+    ) -> None:
+        self.server = server
+        self.search = (f"{namespace}.svc.{domain}", f"svc.{domain}", domain)
+        self.sockets = sockets
+
+    def names(self, host: str) -> list[str]:
+        """The names asked for ``host``, in order (resolv.conf's search and ndots)."""
+        name = host.rstrip(".")
+        if host.endswith(".") or name.count(".") >= NDOTS:
+            return [name]
+        return [*(f"{name}.{suffix}" for suffix in self.search), name]
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        for name in self.names(host):
+            found = await self._ask(name)
+            if found:
+                return [
+                    ResolveResult(
+                        hostname=host,
+                        host=ip,
+                        port=port,
+                        family=socket.AF_INET,
+                        proto=0,
+                        flags=socket.AI_NUMERICHOST,
+                    )
+                    for ip in found
+                ]
+        raise OSError(f"lookup {host} on {self.server[0]}:{self.server[1]}: no such host")
+
+    async def _ask(self, name: str) -> list[str]:
+        info = (socket.AF_INET, socket.SOCK_DGRAM, 0, "", self.server)
+        sock = self.sockets(info) if self.sockets else socket.socket(*info[:3])
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[bytes] = loop.create_future()
+
+        class _Answer(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+                if not reply.done():
+                    reply.set_result(data)
+
+        try:
+            sock.setblocking(False)
+            sock.connect(self.server)
+        except OSError:
+            sock.close()
+            raise
+        transport, _ = await loop.create_datagram_endpoint(_Answer, sock=sock)
+        try:
+            transport.sendto(DNSRecord.question(name, "A").pack())
+            answer = DNSRecord.parse(await asyncio.wait_for(reply, DNS_TIMEOUT_S))
+        except TimeoutError:
+            raise OSError(f"lookup {name}: no answer from {self.server[0]}") from None
+        finally:
+            transport.close()
+        return [str(r.rdata) for r in answer.rr if r.rtype == QTYPE.A]
+
+    async def close(self) -> None:
+        return None
+
+
 async def forward(
-    fwd: Forward, source: str | None = None, sockets: SocketFactory | None = None
+    fwd: Forward,
+    source: str | None = None,
+    sockets: SocketFactory | None = None,
+    resolver: AbstractResolver | None = None,
 ) -> list[str]:
     """Send the requests (from ``source``, the echo's own address, if given; on sockets
-    ``sockets`` makes, if given: a pod's own) and return one output string per
-    request; ``Refused`` if any failed or the set timed out, as Istio's forwarder
-    fails the whole call."""
+    ``sockets`` makes, if given: a pod's own; names through ``resolver``, if given, else
+    the host's) and return one output string per request; ``Refused`` if any failed or
+    the set timed out, as Istio's forwarder fails the whole call."""
     connector = aiohttp.TCPConnector(
+        resolver=resolver,
         socket_factory=sockets,
         local_addr=(source, 0) if source else None,
         force_close=fwd.new_connection,

@@ -12,10 +12,10 @@ live runner (``send``, ``to_outcome``, ``observe_mirrors``, ``settle``), so a me
 case is judged by the same code as an edge case.
 
 - **Where to.** The URL names the Service's ClusterIP and port, the ``Host`` header
-  the case's host (by default the Service's name). The pods have no cluster DNS of
-  their own (a pod's resolver would be the host's: there is no mount namespace per
-  pod), and the mesh's routing never looks at the name (MeshClusterIPMatching): the
-  address is what the client dials either way.
+  the case's host (by default the Service's name). The mesh's routing never looks at
+  the name (MeshClusterIPMatching): the address is what the client dials either way.
+  (A name works too: the pods' echoes resolve it through the mesh's DNS, as a
+  cluster's mesh is driven, ``mesh_cluster``.)
 - **Which route served it.** Each request carries our request id
   (``served.CORRELATION_HEADER``); the client's sidecar logs it with the filter
   chain, route and cluster it chose (the one addition to the served xDS), read as
@@ -32,7 +32,7 @@ import itertools
 import os
 import shutil
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import replace
 
@@ -50,6 +50,7 @@ from verifier.live.served import CORRELATION_HEADER
 from verifier.semantics.request import Backend, Outcome, Request
 
 LOG_WAIT_S = 5.0  # for a sidecar to flush a request's line (every 50 ms)
+HTTP1_ONLY = "the in-mesh client (ForwardEcho) sends plain HTTP/1.1 only"
 
 
 def mesh_unavailable() -> str | None:
@@ -68,22 +69,80 @@ def mesh_unavailable() -> str | None:
     return None
 
 
-class MeshTarget:
-    """A started ``MeshWorld`` as the live runner's target (module docstring).
+class MeshAnswers:
+    """What reads a mesh answer, whoever runs the mesh: the answering pod named by the
+    Service the models named (``named``), and the runner's interface but ``send``.
 
-    ``predicted``: the backends the models allow for a
-    request, so the pod that answered is named by the Service the models named (a
-    pod behind two Services is the same pod to both)."""
+    ``pods``: every pod that may answer, by (namespace, name); ``predicted``: the
+    backends the models allow for a request, so the pod that answered is named by the
+    Service the models named (a pod behind two Services is the same pod to both).
+    ``logs``: the mesh writes our access log (attribution reads it); ``acked``: every
+    sidecar had ACKed its xDS before the first case (a case the Envoy model says is
+    unmet cannot converge, so it is sent once)."""
+
+    logs = True
+    acked = True
+
+    def __init__(self, res: Resources, pods: Mapping[tuple[str, str], MeshPod]) -> None:
+        self.res = res
+        self.endpoints = service_endpoints(res)
+        self.by_name = dict(pods)
+        self.predicted: dict[Request, tuple[Backend, ...]] = {}
+
+    def observe_mirrors(self, resp: LiveResponse) -> LiveResponse:
+        return resp  # mirrors are not observed in the mesh (the runner skips those cases)
+
+    async def settle(self) -> None:
+        return None
+
+    def to_outcome(self, resp: LiveResponse) -> Outcome:
+        """The shared Outcome; ``backends`` the Service the models named whose ready
+        endpoints hold the pod that answered (else the pod's workload, which no model
+        names: a wrong pod shows as a wrong backend)."""
+        return self.named(resp, self.predicted.get(resp.request, ()))
+
+    def named(self, resp: LiveResponse, predicted: Sequence[Backend]) -> Outcome:
+        """``to_outcome`` with the answering pod named as ``predicted`` names it: the
+        models may name one pod's Service differently (a pod behind two Services), and
+        each is held to the pod, not to the name."""
+        echo = resp.echo
+        if echo is None or not 200 <= resp.status < 300:
+            return answer_outcome(resp)
+        pod = self.by_name.get((str(echo.get("namespace")), str(echo.get("pod"))))
+        if pod is None and not echo.get("namespace"):  # an echo that does not say its own:
+            named = [p for (_, name), p in self.by_name.items() if name == echo.get("pod")]
+            pod = named[0] if len(named) == 1 else None  # the one pod of that name
+        if pod is None:
+            return answer_outcome(resp, (), (f"echo pod {echo.get('pod')!r} is not one of ours",))
+        for b in predicted:
+            for ns, name, port in ((b.namespace, b.name, b.port), *b.aliases):
+                if pod.ip in self.endpoints.get((ns, name), set()):
+                    return answer_outcome(resp, (Backend(ns, name, port),))
+        name = pod.workload or pod.name
+        return answer_outcome(resp, (Backend(pod.namespace, name, resp.request.port),))
+
+    async def attribute(
+        self, responses: Sequence[LiveResponse], *, logged: bool = True
+    ) -> list[LiveResponse]:
+        """No log of ours: the answers as they are (``MeshTarget`` reads its sidecars')."""
+        return list(responses)
+
+
+def forward_headers(request: Request) -> list[Header]:
+    """The request's headers as ``ForwardEcho`` carries them: ``Host`` first (the
+    authority the echo sends), then the others in order."""
+    headers = [Header("Host", request.host)] if request.host else []
+    headers += [Header(k, v) for k, vs in request.headers for v in vs if k.lower() != "host"]
+    return headers
+
+
+class MeshTarget(MeshAnswers):
+    """A started ``MeshWorld`` as the live runner's target (module docstring)."""
 
     def __init__(self, world: MeshWorld) -> None:
+        super().__init__(world.res, {(p.namespace, p.name): p for p in world.pods})
         self.world = world
-        self.res: Resources = world.res
         self._logs: dict[tuple[str, str], AccessLogReader] = {}  # per client sidecar
-        self.endpoints = service_endpoints(world.res)
-        self.by_name: dict[tuple[str, str], MeshPod] = {
-            (p.namespace, p.name): p for p in world.pods
-        }
-        self.predicted: dict[Request, tuple[Backend, ...]] = {}
         self._ids = itertools.count(1)
         self._channels: dict[str, Channel] = {}
 
@@ -105,8 +164,7 @@ class MeshTarget:
     ) -> LiveResponse:
         """One request from the client's pod, by its echo's ``ForwardEcho``."""
         if protocol != "http1" or websocket_messages:
-            why = "the in-mesh client (ForwardEcho) sends plain HTTP/1.1 only"
-            return LiveResponse(request, 0, error=why)
+            return LiveResponse(request, 0, error=HTTP1_ONLY)
         assert request.source is not None
         pod = self.world.pod_of((request.source.namespace, request.source.workload))
         port = self.world.control_ports[pod.name]
@@ -114,9 +172,7 @@ class MeshTarget:
         log = self._log(pod.client)
         if log is not None:  # before any read that may pass its line
             log.expect(tag)
-        headers = [Header("Host", request.host)] if request.host else []
-        headers += [Header(k, v) for k, vs in request.headers for v in vs if k.lower() != "host"]
-        headers.append(Header(CORRELATION_HEADER, tag))
+        headers = [*forward_headers(request), Header(CORRELATION_HEADER, tag)]
         call = ForwardEchoRequest(
             count=1,
             url=f"http://{request.address}:{request.port}{request.path}",
@@ -142,35 +198,6 @@ class MeshTarget:
         return replace(
             parse_output(request, reply.output[0] if reply.output else ""), correlation=tag
         )
-
-    def observe_mirrors(self, resp: LiveResponse) -> LiveResponse:
-        return resp  # mirrors are not observed in the mesh (the runner skips those cases)
-
-    async def settle(self) -> None:
-        return None
-
-    def to_outcome(self, resp: LiveResponse) -> Outcome:
-        """The shared Outcome; ``backends`` the Service the models named whose ready
-        endpoints hold the pod that answered (else the pod's workload, which no model
-        names: a wrong pod shows as a wrong backend)."""
-        return self.named(resp, self.predicted.get(resp.request, ()))
-
-    def named(self, resp: LiveResponse, predicted: Sequence[Backend]) -> Outcome:
-        """``to_outcome`` with the answering pod named as ``predicted`` names it: the
-        models may name one pod's Service differently (a pod behind two Services), and
-        each is held to the pod, not to the name."""
-        echo = resp.echo
-        if echo is None or not 200 <= resp.status < 300:
-            return answer_outcome(resp)
-        pod = self.by_name.get((str(echo.get("namespace")), str(echo.get("pod"))))
-        if pod is None:
-            return answer_outcome(resp, (), (f"echo pod {echo.get('pod')!r} is not one of ours",))
-        for b in predicted:
-            for ns, name, port in ((b.namespace, b.name, b.port), *b.aliases):
-                if pod.ip in self.endpoints.get((ns, name), set()):
-                    return answer_outcome(resp, (Backend(ns, name, port),))
-        name = pod.workload or pod.name
-        return answer_outcome(resp, (Backend(pod.namespace, name, resp.request.port),))
 
     # --- attribution --------------------------------------------------------------------------
 

@@ -158,7 +158,9 @@ class MeshWorld:
     ``sidecars``: each (namespace, workload) with a sidecar -> its xDS; every pod with a
     sidecar needs one. ``identities``: the CA and a certificate for each pod's SPIFFE ID.
     ``controls``: the workloads whose pods' echoes also serve Istio's echo control service
-    (``ForwardEcho``: the in-mesh client), on a port of their own (``control_ports``).
+    (``ForwardEcho``: the in-mesh client), on a port of their own (``control_ports``;
+    ``control_port`` when not 0, as a cluster's echo pods all serve it on one), their
+    forwarded requests' names resolved through the world's DNS, as a pod's are.
     ``senders``: when given, only the pods that answer on some port (backends) and those
     of these workloads (the clients that send) are started: a world asked from two
     clients need not stand up every other client's pod and sidecar.
@@ -172,6 +174,7 @@ class MeshWorld:
     registry: frozenset[tuple[str, str]] = frozenset()
     trust_domain: str = "cluster.local"
     controls: frozenset[tuple[str, str]] = frozenset()
+    control_port: int = 0  # where the controls' echoes serve it (0: a free port each)
     senders: frozenset[tuple[str, str]] | None = None
     pods: list[MeshPod] = field(default_factory=list)
     control_ports: dict[str, int] = field(default_factory=dict)  # pod name -> its control port
@@ -240,7 +243,8 @@ class MeshWorld:
             pod.name,
             listen=net.listen,
             sockets=net.socket,
-            control=0 if pod.client in self.controls else None,
+            control=self.control_port if pod.client in self.controls else None,
+            nameserver=(GATEWAY, self.dns.port) if self.dns is not None else None,
         )
         self.echoes.append(echo)
         await echo.start()

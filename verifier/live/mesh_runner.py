@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -43,7 +43,7 @@ from verifier.live import attribution as attr
 from verifier.live import mesh_inbound_live as inbound
 from verifier.live.client import LiveResponse
 from verifier.live.echo_model import echo_reply, spec_client_view
-from verifier.live.mesh_live import MeshTarget
+from verifier.live.mesh_live import MeshAnswers, MeshTarget
 from verifier.live.mesh_pods import MeshPod, captured, mesh_pods
 from verifier.live.mesh_probe import LOG_FIELDS, Identities, MeshWorld
 from verifier.live.netns import NamespaceRunError, NamespaceUnavailable, run_in_namespace
@@ -98,9 +98,15 @@ class _Setup:
         return next(p for p in self.pods if p.client == client)
 
 
-def _setup(ctx: Context, given: Mapping[tuple[str, str], Snapshot] | None) -> _Setup:
+def _setup(
+    ctx: Context,
+    given: Mapping[tuple[str, str], Snapshot] | None,
+    clients: Collection[tuple[str, str]] | None = None,
+) -> _Setup:
+    """``given`` sidecars' xDS, the reference translator's for the rest (of ``clients``
+    only, when given: a cluster's mesh runs the others), and their Envoy models."""
     pods = mesh_pods(ctx.res)
-    wanted = {p.client for p in pods if p.sidecar}
+    wanted = {p.client for p in pods if p.sidecar and (clients is None or p.client in clients)}
     given = dict(given or {})
     sidecars = {
         **pipeline.sidecar_snapshots(
@@ -200,7 +206,7 @@ async def run_mesh_cases(
         f"mesh: {len(setup.sidecars)} sidecars fed their translate --proxy xDS over ADS, "
         f"unrewritten but for an access log on every HTTP connection manager and tcp_proxy "
         f"({', '.join(LOG_FIELDS)}); each case sent by its client pod's echo (ForwardEcho) "
-        "to the Service's ClusterIP, the Service's name as Host (pods have no cluster DNS)"
+        "to the Service's ClusterIP, the Service's name as Host"
     )
     return MeshRun([*found, *judged], (note,), timings, additions)
 
@@ -267,7 +273,7 @@ def _backends(*outcomes: Outcome) -> tuple[Backend, ...]:
 
 
 async def _judge(
-    target: MeshTarget,
+    target: MeshAnswers,
     setup: _Setup,
     scenario: str,
     c: LiveCase,
@@ -280,11 +286,12 @@ async def _judge(
     request = c.case.request
     spec, envoy, asked = _models(setup, request)
     target.predicted[request] = _backends(spec.outcome, envoy.outcome)
-    # The sidecars ACKed their xDS before the first case, so there is nothing to wait
+    # Our sidecars ACKed their xDS before the first case, so there is nothing to wait
     # for: where the Envoy model, reading that xDS, says the case is unmet (a cleartext
     # cluster to a mesh peer, a dropped route), retrying until the budget ends would
-    # only repeat the same answer. One attempt is judged as it comes.
-    settled = bool(model_unmet(c.case.expect, envoy.outcome, request))
+    # only repeat the same answer. One attempt is judged as it comes. (A cluster's
+    # sidecars may still be taking their configuration in: retried there.)
+    settled = target.acked and bool(model_unmet(c.case.expect, envoy.outcome, request))
     if settled:
         run = await _attempt(target, c, opts, limit)  # type: ignore[arg-type]
         attempts, problems = 1, live_unmet(run)
@@ -307,7 +314,10 @@ async def _judge(
         ruleless=True,
     )
     findings = three_way_findings(answer)
-    found = _attribution(responses, envoy, logged=logged)
+    if target.logs:
+        found = _attribution(responses, envoy, logged=logged)
+    else:  # no log of ours (a cluster's sidecars): unattributed, never the model's guess
+        found = attr.judge(responses, envoy, logged=False)
     judged = routed(answer, found, met=not (problems or findings))
     if problems and not findings:
         where = _case_at(setup.ctx, c)  # the case itself fails: at it, as on the edge
@@ -378,7 +388,7 @@ def _case_at(ctx: Context, c: LiveCase, resource: str = "") -> Finding:
 
 
 def _verdict(
-    target: MeshTarget,
+    target: MeshAnswers,
     spec: Outcome,
     envoy: Outcome,
     responses: Sequence[LiveResponse],

@@ -41,6 +41,7 @@ from verifier import pipeline
 from verifier.check import Comparison, Context, at_chosen_match, brief
 from verifier.errors import InputError, InputErrors
 from verifier.findings import Finding, new
+from verifier.gatewayapi.pods import Placement
 from verifier.inputs import load_yaml_file
 from verifier.live import attribution as attr
 from verifier.live.bootstrap import BootstrapError
@@ -49,8 +50,10 @@ from verifier.live.echo_model import echo_reply, spec_client_view
 from verifier.live.envoy_process import EnvoyError
 from verifier.live.harness import EmbeddedHarness, HarnessError
 from verifier.live.isolated import Isolated, Rejected, with_isolated_harness
+from verifier.live.mesh_cluster import ClusterMesh, place, run_cluster_mesh_cases
+from verifier.live.mesh_cluster import setup as mesh_setup
 from verifier.live.mesh_live import mesh_unavailable
-from verifier.live.mesh_runner import MeshRun, run_mesh_cases
+from verifier.live.mesh_runner import MeshRun, _Setup, run_mesh_cases
 from verifier.live.remote import MIRRORS_SKIPPED, Remote, RemoteTarget
 from verifier.live.replay import (
     CaseRun,
@@ -83,10 +86,14 @@ from verifier.semantics import witness as wt
 from verifier.semantics.request import Evaluation, Outcome, Request, evolve
 
 RULE = "live-three-way"
-# Why a mesh case is not sent against a cluster (docs/mesh.md): only our own mesh runs them.
+# Why a case is not sent against a cluster: each kind goes only where it was asked to.
 MESH_SKIPPED = (
-    "a mesh case: against a cluster (--kubeconfig) mesh cases are not sent yet; "
-    "without it they run through the live pass's own sidecars"
+    "a mesh case: against a cluster (--kubeconfig) mesh cases are sent from the client "
+    "workloads' pods with --mesh"
+)
+EDGE_SKIPPED = (
+    "an edge case: against a cluster (--kubeconfig) edge cases are sent to its Gateway "
+    "with --gateway NS/NAME"
 )
 RETRY_DELAY = 1.0  # upstream AwaitConvergence's pause after a failed attempt
 PARALLEL_REQUESTS = 16
@@ -111,6 +118,13 @@ class LiveOptions:
     parallel_scenarios: int = 8
     # A cluster's Gateway to send the cases to instead of an embedded data plane.
     remote: Remote | None = None
+    # A cluster's mesh to send the mesh cases in, from its client pods (--mesh).
+    cluster_mesh: ClusterMesh | None = None
+
+    @property
+    def cluster(self) -> bool:
+        """Against a cluster (--kubeconfig): nothing of ours answers."""
+        return self.remote is not None or self.cluster_mesh is not None
 
 
 Progress = Callable[[ScenarioRun], None]
@@ -121,6 +135,8 @@ class _Prepared:
     scenario: pipeline.Scenario
     ctx: Context
     cases: list[LiveCase]
+    # Against a cluster's mesh: the clients' sidecar models and where the cases go from.
+    placed: tuple[_Setup, Placement] | None = None
 
 
 def prepare_all(paths: Sequence[str], check: pipeline.CheckOptions) -> list[_Prepared]:
@@ -177,18 +193,29 @@ def run_live(
     prepared = prepare_all(paths, check)
     where = " ".join(paths)
     mesh = sum(1 for p in prepared for c in p.cases if c.case.mesh)
-    total = sum(len(p.cases) for p in prepared) - (mesh if opts.remote is not None else 0)
+    edge = sum(len(p.cases) for p in prepared) - mesh
+    if opts.cluster_mesh is not None and not mesh:
+        message = (
+            f"--mesh sends mesh cases (from: and service:), and the cases have none "
+            f"({edge} edge cases)"
+        )
+        raise InputErrors([InputError(where, 0, "--mesh", "nothing-to-run", message)])
+    total = (edge if opts.remote is not None or not opts.cluster else 0) + (
+        mesh if opts.cluster_mesh is not None or not opts.cluster else 0
+    )
     if total == 0 and not opts.witnesses:
-        also = f" ({mesh} mesh cases, which a cluster's run does not send yet)" if mesh else ""
+        also = f" ({mesh} mesh cases, which a cluster's run sends with --mesh)" if mesh else ""
         message = (
             f"no case to run{also}: give a scenario with a cases.yaml, --cases FILE or --witnesses"
         )
         raise InputErrors([InputError(where, 0, "", "nothing-to-run", message)])
-    missing = mesh_unavailable() if mesh and opts.remote is None else None
+    missing = mesh_unavailable() if mesh and not opts.cluster else None
     if missing is not None:  # never a silent fallback: a mesh case is sent through sidecars
         message = f"{mesh} mesh cases to send: {missing}"
         raise InputErrors([InputError(where, 0, "", "mesh-unavailable", message)])
     started = time.monotonic()
+    if opts.cluster_mesh is not None:
+        prepared = _placed(paths, check, prepared, opts.cluster_mesh)
     report = LiveReport(
         consistency={
             "successes": opts.successes,
@@ -199,6 +226,29 @@ def run_live(
     report.scenarios = asyncio.run(_run_all(prepared, check, opts, progress))
     report.seconds = time.monotonic() - started
     return report
+
+
+def _placed(
+    paths: Sequence[str],
+    check: pipeline.CheckOptions,
+    prepared: list[_Prepared],
+    mesh: ClusterMesh,
+) -> list[_Prepared]:
+    """Each scenario with a ready pod of every client its mesh cases name (waited for:
+    ``--mesh-wait``). Where some had none at first, the cluster is read again once they
+    have: its EndpointSlices then name the pods that are ready now."""
+    for again in (False, True):
+        waited = False
+        for p in prepared:
+            cases = [c for c in p.cases if c.case.mesh]
+            if cases:
+                plan = mesh_setup(p.ctx, cases)
+                p.placed = (plan, place(p.ctx, cases, mesh, plan))
+                waited |= p.placed[1].waited
+        if not waited or again:
+            break
+        prepared = prepare_all(paths, check)
+    return prepared
 
 
 async def _run_all(
@@ -276,7 +326,11 @@ async def _run_scenario(
 
     edge = [c for c in p.cases if not c.case.mesh]
     meshed = await _mesh(p, opts)
-    if not edge and not opts.witnesses:  # no edge Envoy is started for nothing
+    alone = opts.cluster and opts.remote is None  # --mesh alone: no Gateway to send to
+    if alone:
+        meshed.found += [(_unsent(p, c, skipped=EDGE_SKIPPED), []) for c in edge]
+        edge = []
+    if not edge and (alone or not opts.witnesses):  # no edge Envoy is started for nothing
         return _scenario_run(p, meshed.found, False, meshed.notes, meshed.timings, meshed.additions)
     # Envoy runs exactly the checked xDS, in a network namespace of the run's own
     # (or, where none can be made, a rewritten copy on loopback, and the report says so);
@@ -310,12 +364,17 @@ async def _run_scenario(
 
 
 async def _mesh(p: _Prepared, opts: LiveOptions) -> MeshRun:
-    """The scenario's mesh cases: through its own mesh (``mesh_runner``); skipped,
-    with the reason, against a cluster."""
+    """The scenario's mesh cases: through its own mesh (``mesh_runner``), or from a
+    cluster's client pods with --mesh (``mesh_cluster``); skipped, with the reason,
+    against a cluster without it."""
     cases = [c for c in p.cases if c.case.mesh]
     if not cases:
         return MeshRun([])
-    if opts.remote is not None:
+    if opts.cluster_mesh is not None and p.placed is not None:
+        plan, placement = p.placed
+        name, port = p.scenario.name, opts.cluster_mesh.port
+        return await run_cluster_mesh_cases(name, p.ctx, cases, opts, plan, placement, port)
+    if opts.cluster:
         return MeshRun([(_unsent(p, c, skipped=MESH_SKIPPED), []) for c in cases])
     return await run_mesh_cases(p.scenario.name, p.ctx, cases, opts)
 

@@ -35,13 +35,20 @@ def render_json(report: LiveReport) -> str:
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
+# How a cluster's mesh names itself in ``remote`` (``mesh_cluster``); no Gateway's
+# "NS/NAME at IP" starts so.
+MESH_REMOTE = "mesh, from pods "
+
+
 def summary_line(summary: dict[str, Any]) -> str:
     copy = "a rewritten copy of the xDS" if summary["rewritten"] else "the xDS as checked"
-    who = (
-        f"the cluster's Gateway {summary['remote']} answered"
-        if summary.get("remote")
-        else (f"Envoy ran {copy}")
-    )
+    remote = summary.get("remote")
+    if not remote:
+        who = f"Envoy ran {copy}"
+    elif remote.startswith(MESH_REMOTE):  # the cluster's own sidecars, not ours
+        who = f"the cluster's {remote} answered"
+    else:
+        who = f"the cluster's Gateway {remote} answered"
     return (
         f"edge-verify live: {summary['passed']} passed, {summary['failed']} failed, "
         f"{summary['skipped']} skipped in {summary['seconds']:.1f}s ({who})"
