@@ -44,7 +44,6 @@ from verifier.gatewayapi.pods import MESH_ROLE, Placement, wait_for_clients
 from verifier.gatewayapi.resources import Resources
 from verifier.inputs import limits
 from verifier.live.client import LiveResponse
-from verifier.live.dns import service_fqdn
 from verifier.live.echoproto.proto import EchoRequest, EchoTestServiceStub, ForwardEchoRequest
 from verifier.live.mesh_live import HTTP1_ONLY, MeshAnswers, forward_headers, parse_output
 from verifier.live.mesh_pods import MeshPod
@@ -127,12 +126,6 @@ class ClusterMeshTarget(MeshAnswers):
         super().__init__(res, pods)
         self.placement = placement
         self.port = port
-        self.services = {
-            (svc.cluster_ip, port.port): svc.meta.key
-            for svc in res.services.values()
-            if svc.cluster_ip
-            for port in svc.ports
-        }
         self._forwards: dict[tuple[str, str], PortForward] = {}
         self._channels: dict[tuple[str, str], Channel] = {}
 
@@ -188,12 +181,6 @@ class ClusterMeshTarget(MeshAnswers):
             channel.close()
         forwards, self._forwards = list(self._forwards.values()), {}
         await asyncio.gather(*(f.close() for f in forwards), return_exceptions=True)
-
-    def url(self, request: Request) -> str:
-        """The Service's cluster DNS name, port and path, as the pod's application calls it."""
-        ns, name = self.services.get((request.address, request.port), ("", ""))
-        host = service_fqdn(ns, name) if name else request.address
-        return f"http://{host}:{request.port}{request.path}"
 
     async def send(
         self,

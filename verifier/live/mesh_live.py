@@ -42,6 +42,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from verifier.gatewayapi.resources import Resources
 from verifier.live.access_log import AccessLogReader
 from verifier.live.client import AccessEntry, LiveResponse
+from verifier.live.dns import service_fqdn
 from verifier.live.echoproto.proto import EchoTestServiceStub, ForwardEchoRequest, Header
 from verifier.live.harness import answer_outcome
 from verifier.live.mesh_pods import MeshPod, service_endpoints
@@ -88,6 +89,20 @@ class MeshAnswers:
         self.endpoints = service_endpoints(res)
         self.by_name = dict(pods)
         self.predicted: dict[Request, tuple[Backend, ...]] = {}
+        self.services = {
+            (svc.cluster_ip, port.port): svc.meta.key
+            for svc in res.services.values()
+            if svc.cluster_ip
+            for port in svc.ports
+        }
+
+    def url(self, request: Request) -> str:
+        """The Service's cluster DNS name, port and path, as the pod's application calls
+        it (the pod resolves the name: the cluster's DNS, or the embedded mesh's); an
+        address no Service holds is dialled as it is."""
+        ns, name = self.services.get((request.address, request.port), ("", ""))
+        host = service_fqdn(ns, name) if name else request.address
+        return f"http://{host}:{request.port}{request.path}"
 
     def observe_mirrors(self, resp: LiveResponse) -> LiveResponse:
         return resp  # mirrors are not observed in the mesh (the runner skips those cases)
@@ -175,7 +190,7 @@ class MeshTarget(MeshAnswers):
         headers = [*forward_headers(request), Header(CORRELATION_HEADER, tag)]
         call = ForwardEchoRequest(
             count=1,
-            url=f"http://{request.address}:{request.port}{request.path}",
+            url=self.url(request),
             method=request.method,
             headers=headers,
             timeout_micros=int(timeout * 1e6),

@@ -206,7 +206,8 @@ async def run_mesh_cases(
         f"mesh: {len(setup.sidecars)} sidecars fed their translate --proxy xDS over ADS, "
         f"unrewritten but for an access log on every HTTP connection manager and tcp_proxy "
         f"({', '.join(LOG_FIELDS)}); each case sent by its client pod's echo (ForwardEcho) "
-        "to the Service's ClusterIP, the Service's name as Host"
+        "to the Service's cluster DNS name, which the pod resolves through the mesh's DNS "
+        "to its ClusterIP (an address no Service holds is dialled as it is)"
     )
     return MeshRun([*found, *judged], (note,), timings, additions)
 
