@@ -245,7 +245,7 @@ def _edge_or_proxy(res: Resources, args: argparse.Namespace) -> None:
 
     from verifier.gatewayapi.mesh_attach import is_mesh_route
 
-    empty = nothing_to_check(res, args.controller_name, " ".join(args.paths))
+    empty = nothing_to_check(res, args.controller_name, " ".join(args.paths), mesh=False)
     if empty is None:
         return
     if "proxy" in vars(args) and any(is_mesh_route(r) for r in res.httproutes.values()):
@@ -907,7 +907,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     )
     res, _where = _load(args)
     _warn(res)
-    empty = nothing_to_check(res, args.controller_name, "explain")
+    table = pipeline.load_cases(args.cases) if args.cases else None
+    mesh_cases = bool(args.source) or any(c.mesh for c in (table[0] if table else ()))
+    empty = nothing_to_check(res, args.controller_name, "explain", mesh_cases=mesh_cases)
     if empty is not None and not args.proxy:
         raise InputErrors([empty])
     if args.xds:
@@ -933,9 +935,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         where = args.xds or "the reference translation"
         message = f"the Envoy model cannot read this xDS: {ctx.models_problem}"
         raise InputErrors([InputError(where, 0, "", "xds", message)])
-    if args.cases:
-        cases, lines = pipeline.load_cases(args.cases)
-        cases = pipeline.with_ports(res, cases, args.cases, lines)
+    if args.cases and table is not None:
+        cases = pipeline.with_ports(res, table[0], args.cases, table[1])
         results: list[explain.Explanation | explain.MeshExplanation] = [
             explain.explain_mesh_case(ctx, c) if c.mesh else explain.explain_case(ctx, c)
             for c in cases

@@ -801,15 +801,17 @@ def prepare(
         if loading is not None:
             loading.close()
     warnings = list(res.warnings)
-    empty = nothing_to_check(res, opts.controller_name, " ".join(scn.paths) or scn.name)
-    if empty is not None and not opts.proxy:  # with --proxy, a sidecar is what is checked
-        return None, ScenarioResult(scn, input_errors=[empty], warnings=warnings)
     try:
         cases: list[Case] = []
         locations: dict[str, tuple[str, int]] = {}
         tables: list[tuple[str, int]] = []
-        for path in scn.cases:
-            loaded, lines = load_cases(path)
+        read = [(path, *load_cases(path)) for path in scn.cases]
+        where = " ".join(scn.paths) or scn.name
+        mesh_cases = any(c.mesh for _path, loaded, _lines in read for c in loaded)
+        empty = nothing_to_check(res, opts.controller_name, where, mesh_cases=mesh_cases)
+        if empty is not None and not opts.proxy:  # with --proxy, a sidecar is what is checked
+            raise InputErrors([empty])
+        for path, loaded, lines in read:
             cases.extend(with_ports(res, loaded, path, lines))
             locations.update(lines)
             tables.append((path, len(loaded)))

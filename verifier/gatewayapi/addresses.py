@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from verifier.errors import InputError, InputErrors
+from verifier.gatewayapi.mesh_status import is_service_parent
 
 if TYPE_CHECKING:
     from verifier.gatewayapi.resources import Resources
@@ -113,20 +114,33 @@ def ours(res: Resources, controller: str) -> dict[GatewayKey, object]:
     return {k: gw for k, gw in res.gateways.items() if gw.class_name in classes}
 
 
-def nothing_to_check(res: Resources, controller: str, where: str) -> InputError | None:
-    """A run with no Gateway of the controller would check nothing and pass: that is
-    bad input, and a mistyped controller name is named with the ones that were seen."""
+def nothing_to_check(
+    res: Resources, controller: str, where: str, *, mesh: bool = True, mesh_cases: bool = False
+) -> InputError | None:
+    """A run with nothing to judge would pass: that is bad input, and a mistyped
+    controller name is named with the ones that were seen. A Gateway of the controller
+    is something to judge, and so (``mesh``: the command judges sidecars too) is a mesh
+    route (an HTTPRoute whose parent is a Service) or a mesh case (``mesh_cases``: a
+    request to a Service with no route is kube-proxy's to answer, and that is checked)."""
     if ours(res, controller):
+        return None
+    if mesh and (
+        mesh_cases
+        or any(is_service_parent(p) for r in res.httproutes.values() for p in r.parent_refs)
+    ):
         return None
     seen = sorted({gc.controller_name for gc in res.gateway_classes.values()})
     hint = f"; GatewayClasses here name {', '.join(seen)}" if seen else ""
+    mesh_too = ""
+    if mesh:
+        mesh_too = " and no mesh route (an HTTPRoute whose parentRef is a Service) nor mesh case"
     return InputError(
         where,
         0,
         "",
         "nothing-to-check",
-        f"no Gateway of controller {controller} (--controller-name){hint}: nothing would be "
-        "checked (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)",
+        f"no Gateway of controller {controller} (--controller-name){hint}{mesh_too}: nothing "
+        "would be checked (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)",
     )
 
 

@@ -1,0 +1,72 @@
+"""A new user's mesh input, as the GAMMA trial wrote it (tests/mesh_user_scenario.py).
+
+What a user meets before any routing is judged: a mesh-only input (no Gateway) is
+something to check in every command; the cases table's mistakes are all reported in
+one run, at the field that is wrong, with a did-you-mean; live-only case fields a
+mesh case cannot have are refused when the table is read; Services written without
+``spec.clusterIP`` get the one a cluster would assign, the same in every command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mesh_user_scenario import write
+from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
+
+from verifier.live import mesh_live
+from verifier.live.envoy_process import envoy_available
+
+
+def test_a_mesh_only_input_is_checked_by_every_command(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """No Gateway, mesh routes: check, status, explain and translate --proxy judge or
+    write it; translate without --proxy (the edge's xDS) has nothing to write."""
+    folder = str(write(tmp_path / "mesh"))
+    resources = f"{folder}/resources.yaml"
+    checked = cli("check", folder)
+    assert checked.rc == 0, checked.err
+    assert "mesh requests judged" in checked.out and "0 errors" in checked.out
+    status = cli("status", resources)
+    assert status.rc == 0 and "-> Service payments/ledger port 8080: Accepted=True" in status.out
+    url = "GET http://ledger.payments.svc.cluster.local:8080/reports/1"
+    explained = cli("explain", resources, "--from", "storefront/web", "--request", url)
+    assert explained.rc == 0 and "\nagree" in explained.out, explained.err
+    table = cli("explain", resources, "--cases", f"{folder}/cases.yaml")
+    assert table.rc == 0 and table.out.count("case expectation: spec met, Envoy met") == 4
+    assert cli("translate", resources, "--proxy", "storefront/web").rc == 0
+    (line,) = cli("translate", resources).error_lines()
+    assert "[nothing-to-check]" in line and "--proxy NS/WORKLOAD" in line
+
+
+PLAIN_CASE = """\
+- name: to-v1-by-kube-proxy
+  from: {namespace: payments, workload: batch}
+  service: {namespace: payments, name: ledger-v1, port: 8080}
+  expect: {status: 200, backend: ledger-v1, namespace: payments}
+"""
+
+
+def test_a_mesh_case_alone_is_something_to_check(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """No Gateway and no route: a mesh case is kube-proxy's to answer, and is checked;
+    with no case either, nothing would be: exit 2."""
+    folder = write(tmp_path / "plain", PLAIN_CASE, routes=False)
+    checked = cli("check", str(folder))
+    assert checked.rc == 0 and "mesh requests judged" in checked.out, checked.err
+    (folder / "cases.yaml").unlink()
+    (line,) = cli("check", str(folder)).error_lines()
+    assert "[nothing-to-check]" in line and "no mesh route" in line
+    url = "GET http://ledger-v1.payments.svc.cluster.local:8080/"
+    explained = cli("explain", str(folder), "--from", "payments/batch", "--request", url)
+    assert explained.rc == 0, explained.err
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(mesh_live.mesh_unavailable() is not None, reason="needs root and nft")
+def test_a_mesh_only_input_runs_live(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """``run`` (check, then live) on the user's mesh-only scenario: every case passes."""
+    folder = str(write(tmp_path / "mesh"))
+    ran = cli("run", folder)
+    assert ran.rc == 0, ran.err
+    assert "edge-verify live: 4 passed, 0 failed" in ran.err
