@@ -51,7 +51,9 @@ def test_an_edge_case_has_no_source() -> None:
         ({"service": {"name": "echo"}}, "[0].service.namespace"),
         ({"service": {"namespace": "a", "name": "b", "port": 0}}, "[0].service.port"),
         ({"from": {"namespace": "x", "workload": "y", "pod": "z"}}, "[0].from.pod"),
-        ({"request": {"scheme": "https"}}, "[0].request"),
+        ({"request": {"scheme": "https"}}, "[0].request.scheme"),
+        ({"request": {"protocol": "h2c"}}, "[0].request.protocol"),
+        ({"expect": {"websocket": {"messages": ["a"]}}}, "[0].expect.websocket"),
     ],
 )
 def test_a_mesh_case_is_read_strictly(change: dict[str, object], field: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mesh_user_scenario import write
+from mesh_user_scenario import CASES, write
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
 from verifier.live import mesh_live
@@ -70,3 +70,22 @@ def test_a_mesh_only_input_runs_live(cli: CLI, tmp_path: Path) -> None:  # noqa:
     ran = cli("run", folder)
     assert ran.rc == 0, ran.err
     assert "edge-verify live: 4 passed, 0 failed" in ran.err
+
+
+def test_what_the_in_mesh_client_cannot_send_is_refused_at_once(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """h2c, a WebSocket upgrade or TLS on a mesh case: every case's problem in one run,
+    at its field, by check as by live (live used to retry 60 s and blame Envoy)."""
+    cases = CASES.replace("request: {path: /balance}", "request: {path: /balance, protocol: h2c}")
+    cases = cases.replace(
+        "request: {path: /reports/2026,", "request: {path: /reports/2026, scheme: https, sni: x,"
+    )
+    folder = write(tmp_path / "h2c", cases)
+    for command in ("check", "live"):
+        lines = cli(command, str(folder)).error_lines()
+        assert [line.split(": ", 2)[1] for line in lines] == [
+            "[1].request.protocol",
+            "[2].request.scheme",
+            "[3].request.protocol",
+        ], lines
+        assert "cleartext HTTP/1.1 by the in-mesh client" in lines[0]
+        assert "no scheme https, sni" in lines[1]
