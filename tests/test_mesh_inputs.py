@@ -89,3 +89,22 @@ def test_what_the_in_mesh_client_cannot_send_is_refused_at_once(cli: CLI, tmp_pa
         ], lines
         assert "cleartext HTTP/1.1 by the in-mesh client" in lines[0]
         assert "no scheme https, sni" in lines[1]
+
+
+def test_a_sidecar_dump_where_the_edge_is_read_says_what_each_command_does(
+    cli: CLI,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """check takes --proxy for it; live and run do not (they serve every sidecar its
+    reference xDS), so they point at check; a --translator was asked for the edge's."""
+    folder = str(write(tmp_path / "mesh"))
+    dump = str(tmp_path / "web.json")
+    assert cli("translate", folder, "--proxy", "storefront/web", "-o", dump).rc == 0
+    (line,) = cli("check", folder, "--xds", dump).error_lines()
+    assert "[sidecar-xds]" in line and "name its workload with --proxy NAMESPACE/WORKLOAD" in line
+    assert cli("check", folder, "--xds", dump, "--proxy", "storefront/web").rc == 0
+    for command in ("live", "run"):
+        (line,) = cli(command, folder, "--xds", dump).error_lines()
+        assert f"judged by check --xds {dump} --proxy NAMESPACE/WORKLOAD [sidecar-xds]" in line
+    (line,) = cli("check", folder, "--translator", f"sh -c 'cat {dump}' sh").error_lines()
+    assert "it was asked for the edge's (run without --proxy" in line, line

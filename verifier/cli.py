@@ -718,6 +718,7 @@ def _check_options(args: argparse.Namespace) -> CheckOptions:
         cases=tuple(args.cases or ()),
         addressing=_addressing(args),
         cluster=_cluster_source(args),
+        takes_proxy=False,  # live and run: each sidecar is served its reference xDS
     )
 
 

@@ -80,6 +80,9 @@ class CheckOptions:
     translator_timeout: float = TRANSLATOR_TIMEOUT
     # --proxy NS/WORKLOAD: --xds is that workload's sidecar's xDS (docs/mesh.md).
     proxy: str | None = None
+    # The command takes --proxy (check, explain, mutate); live and run do not: they
+    # serve --xds to the edge and every sidecar its reference translation.
+    takes_proxy: bool = True
 
 
 @dataclass(frozen=True)
@@ -466,12 +469,9 @@ def sidecar_xds(
         found = sidecar_workload(res, opts.proxy)
         return SidecarXds(given={Source(found.meta.namespace, found.meta.name): snapshot})
     if listeners:
-        source = opts.xds or f"--translator {opts.translator}"
-        why = (
-            f"{label(source)} is a sidecar's xDS (listener {listeners[0]} restores original "
-            "destinations): name its workload with --proxy NAMESPACE/WORKLOAD"
+        raise error(
+            "--xds" if opts.xds else "--translator", "sidecar-xds", _sidecar_given(opts, listeners)
         )
-        raise error("--xds" if opts.xds else "--translator", "sidecar-xds", why)
     if opts.translator and mesh_input:
         made: dict[Source, Snapshot] = {}
         for client in sidecar_clients(res):
@@ -493,6 +493,28 @@ def sidecar_xds(
     if opts.xds or opts.translator:
         return None
     return SidecarXds(translate=ReferenceSidecars(res, opts, registry))
+
+
+def _sidecar_given(opts: CheckOptions, listeners: Sequence[str]) -> str:
+    """Why a sidecar's xDS, given where the edge's is read, cannot be judged, and what
+    the command can do with it instead."""
+    source = opts.xds or f"--translator {opts.translator}"
+    said = (
+        f"{label(source)} is a sidecar's xDS (listener {listeners[0]} restores original "
+        "destinations)"
+    )
+    if opts.translator:
+        return (
+            f"{said}, but it was asked for the edge's (run without --proxy; each sidecar's "
+            "is asked with --proxy NAMESPACE/WORKLOAD)"
+        )
+    if opts.takes_proxy:
+        return f"{said}: name its workload with --proxy NAMESPACE/WORKLOAD"
+    return (
+        f"{said}: live and run serve --xds to the edge, and each sidecar the reference "
+        "translator's xDS; a sidecar's dump is judged by "
+        f"check --xds {label(source)} --proxy NAMESPACE/WORKLOAD"
+    )
 
 
 @dataclass
