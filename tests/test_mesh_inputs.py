@@ -17,6 +17,7 @@ from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
 from verifier.live import mesh_live
 from verifier.live.envoy_process import envoy_available
+from verifier.suggest import wrong_part
 
 
 def test_a_mesh_only_input_is_checked_by_every_command(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
@@ -108,3 +109,54 @@ def test_a_sidecar_dump_where_the_edge_is_read_says_what_each_command_does(
         assert f"judged by check --xds {dump} --proxy NAMESPACE/WORKLOAD [sidecar-xds]" in line
     (line,) = cli("check", folder, "--translator", f"sh -c 'cat {dump}' sh").error_lines()
     assert "it was asked for the edge's (run without --proxy" in line, line
+
+
+def test_every_wrong_reference_of_a_table_is_named_at_its_field(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """The trial's table: a mistyped client, a port the Service lacks, a mistyped
+    namespace (twice) and Service: all in one run, each at the field that is wrong,
+    with what was meant."""
+    cases = CASES.replace("workload: batch}", "workload: bacth}", 1)
+    cases = cases.replace("namespace: storefront, workload", "namespace: store-front, workload")
+    first, second, *rest = cases.split("- name:")[1:]
+    second = second.replace("port: 8080}", "port: 8081}")
+    rest[0] = rest[0].replace("name: ledger, port", "name: ledgr, port")
+    folder = write(tmp_path / "refs", "- name:" + "- name:".join([first, second, *rest]))
+    lines = cli("check", str(folder)).error_lines()
+    said = [line.split(": ", 1)[1] for line in lines]
+    assert said == [
+        "[0].from.workload: no Deployment, StatefulSet or DaemonSet payments/bacth in the "
+        "input: did you mean payments/batch? [not-found]",
+        "[1].service.port: Service payments/ledger has no port 8081 (ports: 8080) [not-found]",
+        "[2].from.namespace: no Deployment, StatefulSet or DaemonSet store-front/web in the "
+        "input: did you mean storefront/web? [not-found]",
+        "[2].service.name: no Service payments/ledgr in the input: did you mean "
+        "payments/ledger? [not-found]",
+        "[3].from.namespace: no Deployment, StatefulSet or DaemonSet store-front/web in the "
+        "input: did you mean storefront/web? [not-found]",
+    ], lines
+
+
+@pytest.mark.parametrize(
+    ("wanted", "said"),
+    [
+        (("payments", "bacth"), ("name", "payments/batch")),
+        (("store-front", "web"), ("namespace", "storefront/web")),
+        (("payments", "web"), ("namespace", "storefront/web")),  # web is in another one
+        (("storefrnt", "wbe"), ("namespace", "storefront/web")),
+        (("payments", "zzz"), ("name", None)),  # not like batch: the parts compared alone
+        (("zzz", "qqq"), ("namespace", None)),
+    ],
+)
+def test_the_wrong_part_of_a_reference(wanted: tuple[str, str], said: tuple[str, object]) -> None:
+    refs = {("payments", "batch"), ("payments", "ledger-v1"), ("storefront", "web")}
+    assert wrong_part(*wanted, refs) == said
+
+
+def test_one_lookup_names_a_client_everywhere(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    """explain --from, translate --proxy and a case's from: offer the same name."""
+    folder = str(write(tmp_path / "mesh"))
+    url = "GET http://ledger.payments.svc.cluster.local:8080/"
+    (line,) = cli("explain", folder, "--from", "storefront/wbe", "--request", url).error_lines()
+    assert line.startswith("--from: ") and "did you mean storefront/web?" in line
+    (line,) = cli("translate", folder, "--proxy", "storefront/wbe").error_lines()
+    assert line.startswith("--proxy: ") and "did you mean storefront/web?" in line

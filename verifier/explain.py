@@ -342,11 +342,7 @@ def parse_source(res: Resources, text: str) -> Source:
     if not sep or not ns or not name or "/" in name:
         raise _bad("--from", "source", f"expected NAMESPACE/WORKLOAD, got {text!r}")
     if workloads.workload(res, ns, name) is None:
-        raise _bad(
-            "--from",
-            "not-found",
-            f"no Deployment, StatefulSet or DaemonSet {ns}/{name} in the input",
-        )
+        raise _bad("--from", "not-found", workloads.workload_missing(res, ns, name)[1])
     return Source(ns, name)
 
 

@@ -46,7 +46,7 @@ from verifier.semantics.envoy.binding import WILDCARDS, reaches, sockets
 from verifier.semantics.envoy.model import precompile
 from verifier.semantics.request import Source
 from verifier.semantics.witness_mesh import mesh_routes
-from verifier.suggest import closest
+from verifier.suggest import missing
 from verifier.xds import validation
 from verifier.xds.layout import XdsLoadError, label
 from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
@@ -339,78 +339,73 @@ def with_ports(
     lines: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[Case]:
     """A case may omit the port when its Gateway (or, for a mesh case, its Service) has
-    exactly one; a mesh case's Service must have a ClusterIP and the port named.
-    ``lines``: where each case is (``load_cases``), for the errors."""
-    out = []
+    exactly one; a mesh case's client, Service and port must be of the input. Every
+    case's problems are reported together. ``lines``: where each case is
+    (``load_cases``), for the errors."""
+    out, errors = [], []
     for c in cases:
-        if c.service is not None:
-            out.append(_service_port(res, c, path, (lines or {}).get(c.name, (path, 0))[1]))
-            continue
-        if c.request.port:
-            out.append(c)
-            continue
-        gw = res.gateways.get(c.parent_key)
-        ports = sorted({lst.port for lst in gw.listeners}) if gw else []
-        if len(ports) != 1:
-            raise InputErrors(
-                [
-                    InputError(
-                        path,
-                        0,
-                        f"{c.name}.gateway.port",
-                        "required",
-                        "the Gateway has several ports (or none): give one",
-                    )
-                ]
-            )
-        out.append(replace(c, request=replace(c.request, port=ports[0])))
+        try:
+            out.append(_with_port(res, c, path, (lines or {}).get(c.name, (path, 0))[1]))
+        except InputErrors as exc:
+            errors += exc.errors
+    if errors:
+        raise InputErrors(errors)
     return out
+
+
+def _with_port(res: Resources, c: Case, path: str, line: int) -> Case:
+    if c.service is not None:
+        return _service_port(res, c, path, line)
+    if c.request.port:
+        return c
+    gw = res.gateways.get(c.parent_key)
+    ports = sorted({lst.port for lst in gw.listeners}) if gw else []
+    if len(ports) != 1:
+        message = "the Gateway has several ports (or none): give one"
+        raise InputErrors([InputError(path, 0, f"{c.name}.gateway.port", "required", message)])
+    return replace(c, request=replace(c.request, port=ports[0]))
 
 
 def _service_port(res: Resources, c: Case, path: str, line: int) -> Case:
     """A mesh case's port: the one it names, which the Service must have, or the Service's
     only one. Its frontend is the ClusterIP: a Service without one cannot be called. Its
     client must be a workload of the input: a mistyped one would read as a pod without
-    a sidecar, and the case would be judged as kube-proxy's."""
+    a sidecar, and the case would be judged as kube-proxy's. Each wrong reference is
+    named at its own field (``from.namespace`` or ``from.workload``, ``service.namespace``
+    or ``service.name``), all of them."""
     ns, name = c.parent_key
+    errors: list[InputError] = []
 
-    def bad(field: str, code: str, message: str) -> InputErrors:
-        return InputErrors([InputError(path, line, f"[{c.index}].{field}", code, message)])
+    def bad(field: str, code: str, message: str) -> None:
+        errors.append(InputError(path, line, f"[{c.index}].{field}", code, message))
 
     source = c.request.source
     if source is not None and workloads.workload(res, source.namespace, source.workload) is None:
-        here = sorted(n for (_k, wns, n) in res.workloads if wns == source.namespace)
-        near = closest(source.workload, here)
-        hint = f": did you mean {near}?" if near else f" (there: {', '.join(here) or 'none'})"
-        raise bad(
-            "from.workload",
-            "not-found",
-            f"no Deployment, StatefulSet or DaemonSet {source.line()} in the input{hint}",
-        )
-
+        part, message = workloads.workload_missing(res, source.namespace, source.workload)
+        bad(f"from.{'workload' if part == 'name' else part}", "not-found", message)
     svc = res.services.get((ns, name))
     if svc is None:
-        raise bad("service", "not-found", f"no Service {ns}/{name} in the input")
+        part, message = missing("Service", ns, name, res.services)
+        bad(f"service.{part}", "not-found", message)
+        raise InputErrors(errors)
     if not svc.cluster_ip or svc.cluster_ip == "None":
-        raise bad(
+        bad(
             "service",
             "no-cluster-ip",
             f"Service {ns}/{name} has no ClusterIP: mesh requests go to a Service's "
             "ClusterIP (give spec.clusterIP)",
         )
     ports = sorted(p.port for p in svc.ports)
-    if c.request.port:
-        if c.request.port not in ports:
-            listed = ", ".join(map(str, ports)) or "none"
-            raise bad(
-                "service.port",
-                "not-found",
-                f"Service {ns}/{name} has no port {c.request.port} (ports: {listed})",
-            )
-        return c
-    if len(ports) != 1:
-        raise bad("service.port", "required", "the Service has several ports (or none): give one")
-    return replace(c, request=replace(c.request, port=ports[0]))
+    port = c.request.port
+    if port and port not in ports:
+        listed = ", ".join(map(str, ports)) or "none"
+        message = f"Service {ns}/{name} has no port {port} (ports: {listed})"
+        bad("service.port", "not-found", message)
+    elif not port and len(ports) != 1:
+        bad("service.port", "required", "the Service has several ports (or none): give one")
+    if errors:
+        raise InputErrors(errors)
+    return c if port else replace(c, request=replace(c.request, port=ports[0]))
 
 
 # ---------------------------------------------------------------- xDS sources
