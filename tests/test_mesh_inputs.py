@@ -160,3 +160,8 @@ def test_one_lookup_names_a_client_everywhere(cli: CLI, tmp_path: Path) -> None:
     assert line.startswith("--from: ") and "did you mean storefront/web?" in line
     (line,) = cli("translate", folder, "--proxy", "storefront/wbe").error_lines()
     assert line.startswith("--proxy: ") and "did you mean storefront/web?" in line
+    # a client certificate is refused for a mesh request before its file is read
+    no_file = str(tmp_path / "nowhere.pem")
+    args = ("--from", "storefront/web", "--request", url, "--client-cert-issuer", no_file)
+    (line,) = cli("explain", folder, *args).error_lines()
+    assert line.startswith("--client-cert-issuer: a client certificate does not go with --from")

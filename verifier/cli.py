@@ -899,6 +899,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.proxy and not args.source:
         message = "--proxy says whose sidecar --xds is: it goes with --from (a mesh request)"
         raise InputErrors([InputError("--proxy", 0, "", "not-applicable", message)])
+    if args.source:  # before any file is read: a certificate would be read for nothing
+        _not_with_from(args)
     opts = pipeline.CheckOptions(
         xds=args.xds,
         controller_name=args.controller_name,
@@ -975,6 +977,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _not_with_from(args: argparse.Namespace) -> None:
+    """What a mesh request (``--from``) cannot have: a Gateway, a client certificate."""
+    why = {
+        "--gateway": "--gateway does not go with --from: a mesh request goes to a Service",
+        "--client-cert-issuer": "a client certificate does not go with --from: a mesh client "
+        "sends cleartext HTTP, and its sidecar presents the workload's identity",
+    }
+    given = {"--gateway": args.gateway, "--client-cert-issuer": args.client_cert_issuer}
+    errors = [InputError(f, 0, "", "not-applicable", why[f]) for f, v in given.items() if v]
+    if errors:
+        raise InputErrors(errors)
+
+
 def _explain_mesh(args: argparse.Namespace, ctx: Any, request: Any) -> int:
     """``explain --from NS/WORKLOAD``: the request is a mesh request to the Service its
     URL names; the spec model answers, and the client's sidecar (the Envoy model on its
@@ -986,13 +1001,6 @@ def _explain_mesh(args: argparse.Namespace, ctx: Any, request: Any) -> int:
 
     from verifier import explain
 
-    for flag, given in (
-        ("--gateway", args.gateway),
-        ("--client-cert-issuer", args.client_cert_issuer),
-    ):
-        if given:
-            message = f"{flag} does not go with --from: a mesh client calls a Service over HTTP"
-            raise InputErrors([InputError(flag, 0, "", "not-applicable", message)])
     if request.scheme != "http":
         message = "a mesh client sends cleartext HTTP (its sidecar adds mTLS): give an http:// URL"
         raise InputErrors([InputError("--request", 0, "", "scheme", message)])
