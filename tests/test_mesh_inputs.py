@@ -9,12 +9,16 @@ mesh case cannot have are refused when the table is read; Services written witho
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from pathlib import Path
 
 import pytest
 from mesh_user_scenario import CASES, write
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
+from verifier.gatewayapi.addresses import SERVICE_CIDR
+from verifier.gatewayapi.resources import load_resources
 from verifier.live import mesh_live
 from verifier.live.envoy_process import envoy_available
 from verifier.suggest import wrong_part
@@ -66,11 +70,15 @@ def test_a_mesh_case_alone_is_something_to_check(cli: CLI, tmp_path: Path) -> No
 @pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
 @pytest.mark.skipif(mesh_live.mesh_unavailable() is not None, reason="needs root and nft")
 def test_a_mesh_only_input_runs_live(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
-    """``run`` (check, then live) on the user's mesh-only scenario: every case passes."""
-    folder = str(write(tmp_path / "mesh"))
-    ran = cli("run", folder)
+    """``run`` (check, then live) on the user's mesh-only scenario, its Services written
+    without a ClusterIP: every case passes, sent to the ClusterIPs check assigned."""
+    folder = str(write(tmp_path / "mesh", cluster_ips=False))
+    ran = cli("run", folder, "--format", "json")
     assert ran.rc == 0, ran.err
     assert "edge-verify live: 4 passed, 0 failed" in ran.err
+    ip = load_resources([folder]).services[("payments", "ledger")].cluster_ip
+    sent = [c["request"] for c in ran.json()["cases"]]
+    assert len(sent) == 4 and all(f" to {ip}:8080)" in line for line in sent), sent
 
 
 def test_what_the_in_mesh_client_cannot_send_is_refused_at_once(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
@@ -165,3 +173,45 @@ def test_one_lookup_names_a_client_everywhere(cli: CLI, tmp_path: Path) -> None:
     args = ("--from", "storefront/web", "--request", url, "--client-cert-issuer", no_file)
     (line,) = cli("explain", folder, *args).error_lines()
     assert line.startswith("--client-cert-issuer: a client certificate does not go with --from")
+
+
+def test_a_service_without_a_cluster_ip_gets_one_every_command_uses(
+    cli: CLI,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Real manifests leave spec.clusterIP out: the one assigned at load is where
+    translate --proxy's chain matches, check and explain send, and a note says it."""
+    folder = str(write(tmp_path / "noip", cluster_ips=False))
+    res = load_resources([folder])
+    ips = {k[1]: svc.cluster_ip for k, svc in res.services.items()}
+    assert len(set(ips.values())) == 3
+    assert all(
+        ipaddress.ip_address(ip) in ipaddress.ip_network(SERVICE_CIDR) for ip in ips.values()
+    )
+    assert ips == {k[1]: s.cluster_ip for k, s in load_resources([folder]).services.items()}
+    assert sum("has no spec.clusterIP: assigned" in w for w in res.warnings) == 3
+    dump = cli("translate", folder, "--proxy", "storefront/web")
+    chains = json.loads(dump.out)["configs"][2]["dynamic_listeners"][0]["active_state"]
+    prefixes = {
+        r["address_prefix"]
+        for c in chains["listener"]["filter_chains"]
+        for r in c["filter_chain_match"].get("prefix_ranges", [])
+    }
+    assert prefixes == set(ips.values())
+    checked = cli("check", folder)
+    assert checked.rc == 0 and "0 errors" in checked.out, checked.err
+    table = cli("explain", folder, "--cases", f"{folder}/cases.yaml")
+    assert table.out.count("case expectation: spec met, Envoy met") == 4, table.out
+    assert f"to {ips['ledger']}:8080)" in table.out
+    # an explicit one is kept
+    given = load_resources([str(write(tmp_path / "given"))]).services
+    assert given[("payments", "ledger")].cluster_ip == "10.96.10.10"
+
+
+def test_a_headless_service_is_no_mesh_case_frontend(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
+    folder = write(tmp_path / "headless")
+    text = (folder / "resources.yaml").read_text(encoding="utf-8")
+    (folder / "resources.yaml").write_text(text.replace("10.96.10.10", "None"), "utf-8")
+    lines = cli("check", str(folder)).error_lines()
+    assert len(lines) == 4 and all("[no-cluster-ip]" in line for line in lines), lines
+    assert "].service: Service payments/ledger is headless (clusterIP: None)" in lines[0]

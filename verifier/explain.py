@@ -19,6 +19,7 @@ from rich.table import Table
 from verifier.check import Context, brief, first_difference
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi import workloads
+from verifier.gatewayapi.addresses import no_cluster_ip
 from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
 from verifier.inputs import read_text
@@ -370,8 +371,9 @@ def pick_service(res: Resources, request: Request) -> tuple[str, str]:
             f"Service {key[0]}/{key[1]} has no port {request.port} (ports: {listed}): "
             "put the port in the URL",
         )
-    if not svc.cluster_ip or svc.cluster_ip == "None":
-        raise _bad("--request", "no-cluster-ip", f"Service {key[0]}/{key[1]} has no ClusterIP")
+    headless = no_cluster_ip(svc)
+    if headless is not None:
+        raise _bad("--request", "no-cluster-ip", headless)
     return key
 
 

@@ -24,7 +24,13 @@ from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
 from verifier.gatewayapi import workloads
-from verifier.gatewayapi.addresses import Addressing, gateway_addresses, nothing_to_check, ours
+from verifier.gatewayapi.addresses import (
+    Addressing,
+    gateway_addresses,
+    no_cluster_ip,
+    nothing_to_check,
+    ours,
+)
 from verifier.gatewayapi.cluster import ClusterSource, load_cluster_resources
 from verifier.gatewayapi.load import CASES, LoadResult, load_paths
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
@@ -388,13 +394,9 @@ def _service_port(res: Resources, c: Case, path: str, line: int) -> Case:
         part, message = missing("Service", ns, name, res.services)
         bad(f"service.{part}", "not-found", message)
         raise InputErrors(errors)
-    if not svc.cluster_ip or svc.cluster_ip == "None":
-        bad(
-            "service",
-            "no-cluster-ip",
-            f"Service {ns}/{name} has no ClusterIP: mesh requests go to a Service's "
-            "ClusterIP (give spec.clusterIP)",
-        )
+    headless = no_cluster_ip(svc)
+    if headless is not None:
+        bad("service", "no-cluster-ip", headless)
     ports = sorted(p.port for p in svc.ports)
     port = c.request.port
     if port and port not in ports:
