@@ -215,3 +215,24 @@ def test_a_headless_service_is_no_mesh_case_frontend(cli: CLI, tmp_path: Path) -
     lines = cli("check", str(folder)).error_lines()
     assert len(lines) == 4 and all("[no-cluster-ip]" in line for line in lines), lines
     assert "].service: Service payments/ledger is headless (clusterIP: None)" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("cases.yaml", ":1: this is a cases table (give it with --cases); a mesh registry"),
+        ("list.yaml", ":1: a mesh registry file holds one mapping, services:"),
+        ("resources.yaml", "this holds Kubernetes objects (kind Deployment, HTTPRoute,"),
+    ],
+)
+def test_a_file_that_is_no_mesh_registry_says_what_one_holds(
+    given: str,
+    said: str,
+    cli: CLI,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    folder = write(tmp_path / "mesh")
+    (tmp_path / "list.yaml").write_text("- payments/ledger\n", encoding="utf-8")
+    path = tmp_path / given if given == "list.yaml" else folder / given
+    (line,) = cli("check", str(folder), "--mesh-registry", str(path)).error_lines()
+    assert line.startswith(str(path)) and said in line and "[not-registry]" in line
