@@ -111,7 +111,13 @@ def test_a_sidecar_dump_where_the_edge_is_read_says_what_each_command_does(
     assert cli("translate", folder, "--proxy", "storefront/web", "-o", dump).rc == 0
     (line,) = cli("check", folder, "--xds", dump).error_lines()
     assert "[sidecar-xds]" in line and "name its workload with --proxy NAMESPACE/WORKLOAD" in line
-    assert cli("check", folder, "--xds", dump, "--proxy", "storefront/web").rc == 0
+    judged = cli("check", folder, "--xds", dump, "--proxy", "storefront/web")
+    assert judged.rc == 0, judged.err
+    # the edge's rules not run are said as the summary counts them: skipped, not warnings
+    (unrun,) = [line for line in judged.err.splitlines() if "rules not run" in line]
+    n = unrun.removeprefix("skipped: ").split()[0]
+    assert unrun.startswith("skipped: ") and f" {n} skipped," in judged.out, judged.out
+    assert "0 warnings" in judged.out and "warning:" not in judged.err
     for command in ("live", "run"):
         (line,) = cli(command, folder, "--xds", dump).error_lines()
         assert f"judged by check --xds {dump} --proxy NAMESPACE/WORKLOAD [sidecar-xds]" in line

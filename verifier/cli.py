@@ -555,12 +555,14 @@ def _check(args: argparse.Namespace) -> int:
     for r in results:
         prefix = f"{r.scenario.name}: " if len(results) > 1 else ""
         _note(f"{prefix}{w}" for w in r.warnings)
-        # Rules a profile does not claim are skipped by choice; any other reason is news.
+        # Rules a profile does not claim are skipped by choice; any other reason is news,
+        # said under the summary's own word for them ("N skipped"): a "warning:" line
+        # beside "0 warnings" (which counts findings) read as a contradiction.
         unrun = [why for _name, why in r.skipped if not why.startswith("profile ")]
         for why in sorted(set(unrun)):
             n = unrun.count(why)
             print(
-                f"warning: {prefix}{n} rule{'s' if n != 1 else ''} not run: {why}", file=sys.stderr
+                f"skipped: {prefix}{n} rule{'s' if n != 1 else ''} not run: {why}", file=sys.stderr
             )
         _mesh_lines(r, prefix)
         for file, line, case, fields in r.left_to_live:
