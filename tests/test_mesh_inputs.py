@@ -14,13 +14,17 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from mesh_user_scenario import CASES, write
 from test_check_cli import CLI, cli  # noqa: F401  (the fixture)
 
+from verifier import features, pipeline
 from verifier.gatewayapi.addresses import SERVICE_CIDR
 from verifier.gatewayapi.resources import load_resources
 from verifier.live import mesh_live
 from verifier.live.envoy_process import envoy_available
+from verifier.live.results import CaseResult, LiveReport, ScenarioRun
+from verifier.report.conformance import Implementation, conformance_report
 from verifier.suggest import wrong_part
 
 
@@ -79,6 +83,11 @@ def test_a_mesh_only_input_runs_live(cli: CLI, tmp_path: Path) -> None:  # noqa:
     ip = load_resources([folder]).services[("payments", "ledger")].cluster_ip
     sent = [c["request"] for c in ran.json()["cases"]]
     assert len(sent) == 4 and all(f" to {ip}:8080)" in line for line in sent), sent
+    # its consumer-route cases ran: MeshConsumerRoute is tested, though no scenario is
+    # named after it
+    report = cli("live", folder, "--format", "conformance")
+    (mesh,) = yaml.safe_load(report.out)["profiles"]
+    assert "MeshConsumerRoute" in mesh["extended"]["supportedFeatures"], report.out
 
 
 def test_what_the_in_mesh_client_cannot_send_is_refused_at_once(cli: CLI, tmp_path: Path) -> None:  # noqa: F811
@@ -242,3 +251,25 @@ def test_a_file_that_is_no_mesh_registry_says_what_one_holds(
     path = tmp_path / given if given == "list.yaml" else folder / given
     (line,) = cli("check", str(folder), "--mesh-registry", str(path)).error_lines()
     assert line.startswith(str(path)) and said in line and "[not-registry]" in line
+
+
+def test_a_consumer_route_case_tests_mesh_consumer_route_whatever_the_scenario_name(
+    tmp_path: Path,
+) -> None:
+    """The trial's scenario is named after nothing; its storefront cases, from the
+    namespace of a consumer route to payments/ledger, test MeshConsumerRoute, and the
+    ConformanceReport says so (it listed it unsupported). batch's cases (the producer's
+    namespace) do not."""
+    folder = write(tmp_path / "trial")
+    res = load_resources([str(folder)])
+    cases, _lines = pipeline.load_cases(str(folder / "cases.yaml"))
+    assert features.exercised(res, cases[:2]) == frozenset()
+    assert features.exercised(res, cases[2:3]) == {"MeshConsumerRoute"}
+    result = CaseResult("trial", "c", "case", True, 1, "GET /", {}, {}, True, True, "")
+    for exercised, listed in (
+        ((), "unsupportedFeatures"),
+        (("MeshConsumerRoute",), "supportedFeatures"),
+    ):
+        run = ScenarioRun("trial", (result,), rewritten=False, mesh=True, features=exercised)
+        (mesh,) = conformance_report(LiveReport([run]), Implementation())["profiles"]
+        assert "MeshConsumerRoute" in mesh["extended"][listed]
