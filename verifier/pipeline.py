@@ -362,13 +362,19 @@ def with_ports(
 def _with_port(res: Resources, c: Case, path: str, line: int) -> Case:
     if c.service is not None:
         return _service_port(res, c, path, line)
+    gw = res.gateways.get(c.parent_key)
+    if gw is None and res.knows(c.parent_key[0]):
+        # Sent to no Gateway, the case would be judged as a request nothing serves.
+        part, message = missing("Gateway", *c.parent_key, res.gateways)
+        field = f"[{c.index}].gateway.{part}"
+        raise InputErrors([InputError(path, line, field, "not-found", message)])
     if c.request.port:
         return c
-    gw = res.gateways.get(c.parent_key)
     ports = sorted({lst.port for lst in gw.listeners}) if gw else []
     if len(ports) != 1:
         message = "the Gateway has several ports (or none): give one"
-        raise InputErrors([InputError(path, 0, f"{c.name}.gateway.port", "required", message)])
+        field = f"[{c.index}].gateway.port"
+        raise InputErrors([InputError(path, line, field, "required", message)])
     return replace(c, request=replace(c.request, port=ports[0]))
 
 
