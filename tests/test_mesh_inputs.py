@@ -41,6 +41,8 @@ def test_a_mesh_only_input_is_checked_by_every_command(cli: CLI, tmp_path: Path)
     url = "GET http://ledger.payments.svc.cluster.local:8080/reports/1"
     explained = cli("explain", resources, "--from", "storefront/web", "--request", url)
     assert explained.rc == 0 and "\nagree" in explained.out, explained.err
+    (line,) = cli("explain", resources, "--request", url).error_lines()  # no Gateway to send to
+    assert "[no-gateway]" in line and "--from NAMESPACE/WORKLOAD" in line
     table = cli("explain", resources, "--cases", f"{folder}/cases.yaml")
     assert table.rc == 0 and table.out.count("case expectation: spec met, Envoy met") == 4
     assert cli("translate", resources, "--proxy", "storefront/web").rc == 0

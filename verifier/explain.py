@@ -161,7 +161,14 @@ def pick_gateway(res: Resources, controller: str, port: int, named: str | None) 
                 for lst in (*gw.listeners, *sets.get(key, ()))
             }
         )
-        listed = ", ".join(map(str, ports)) or "none"
+        if not ports:  # a mesh-only input: the request was meant for a Service
+            raise _bad(
+                "--request",
+                "no-gateway",
+                f"no Gateway of controller {controller}: a request to a Service of the mesh "
+                "names its client with --from NAMESPACE/WORKLOAD",
+            )
+        listed = ", ".join(map(str, ports))
         raise _bad(
             "--request",
             "no-gateway-on-port",
