@@ -51,7 +51,9 @@ def test_an_edge_case_has_no_source() -> None:
         ({"service": {"name": "echo"}}, "[0].service.namespace"),
         ({"service": {"namespace": "a", "name": "b", "port": 0}}, "[0].service.port"),
         ({"from": {"namespace": "x", "workload": "y", "pod": "z"}}, "[0].from.pod"),
-        ({"request": {"scheme": "https"}}, "[0].request"),
+        ({"request": {"scheme": "https"}}, "[0].request.scheme"),
+        ({"request": {"protocol": "h2c"}}, "[0].request.protocol"),
+        ({"expect": {"websocket": {"messages": ["a"]}}}, "[0].expect.websocket"),
     ],
 )
 def test_a_mesh_case_is_read_strictly(change: dict[str, object], field: str) -> None:
@@ -146,8 +148,10 @@ def test_the_service_port_is_checked_against_the_service(tmp_path: Path) -> None
     assert len(errors) == 1 and "no Service mesh-apps/nope" in errors[0], errors
     other = "- name: c\n  from: {namespace: mesh-apps, workload: clint}\n"
     _, errors = _load(tmp_path, other + "  service: {namespace: mesh-apps, name: echo, port: 80}\n")
-    assert len(errors) == 1 and ":1: [0].from.workload:" in errors[0], errors
-    assert "did you mean client?" in errors[0], errors
+    # both wrong references of the case, each at its field
+    assert len(errors) == 2 and ":1: [0].from.workload:" in errors[0], errors
+    assert ":1: [0].service.port:" in errors[1], errors
+    assert "did you mean mesh-apps/client?" in errors[0], errors
     cases, errors = _load(
         tmp_path, head + "  service: {namespace: mesh-apps, name: echo, port: 9000}\n"
     )

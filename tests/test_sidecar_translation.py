@@ -228,9 +228,10 @@ SERVICES = {
 
 
 def test_what_gets_no_outbound_chain() -> None:
-    """A Service with no ClusterIP, a UDP port, a port the sidecar does not speak HTTP
-    on (with no route that applies: a parentRef port the Service lacks attaches
-    nothing), and a Service outside the mesh that nothing registers."""
+    """A headless Service, a UDP port, a port the sidecar does not speak HTTP on (with
+    no route that applies: a parentRef port the Service lacks attaches nothing), and a
+    Service outside the mesh that nothing registers. A Service written without a
+    ClusterIP is given one at load, as a cluster would: it gets its chain there."""
     text = WORLD + "".join(
         f"---\napiVersion: v1\nkind: Service\nmetadata: {{name: {n}, namespace: {ns}}}\n"
         f"spec: {spec}\n"
@@ -241,11 +242,16 @@ def test_what_gets_no_outbound_chain() -> None:
     assert graph.attached == [] and [r.reason for r in graph.refused] == ["NoMatchingParent"]
     wl = mesh_attach.sidecar_workload(res, "app/client")
     snap = translate_sidecar(res, graph, wl)
-    assert resources(snap, "listeners")["outbound"].get("filter_chains", []) == []
+    (unset,) = resources(snap, "listeners")["outbound"].get("filter_chains", [])
+    assert unset["name"] == "app/unset/80"
+    assigned = res.services[("app", "unset")].cluster_ip
+    assert (
+        assigned and unset["filter_chain_match"]["prefix_ranges"][0]["address_prefix"] == assigned
+    )
     registered = TranslateOptions(mesh_registry=frozenset({("legacy", "legacy")}))
     snap = translate_sidecar(res, graph, wl, registered)
-    (chain,) = resources(snap, "listeners")["outbound"]["filter_chains"]
-    assert chain["name"] == "legacy/legacy/80"
+    chains = resources(snap, "listeners")["outbound"]["filter_chains"]
+    assert [c["name"] for c in chains] == ["app/unset/80", "legacy/legacy/80"]
     assert "mesh/legacy/legacy/80" in resources(snap, "clusters")
 
 

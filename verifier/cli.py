@@ -246,7 +246,7 @@ def _edge_or_proxy(res: Resources, args: argparse.Namespace) -> None:
 
     from verifier.gatewayapi.mesh_attach import is_mesh_route
 
-    empty = nothing_to_check(res, args.controller_name, " ".join(args.paths))
+    empty = nothing_to_check(res, args.controller_name, " ".join(args.paths), mesh=False)
     if empty is None:
         return
     if "proxy" in vars(args) and any(is_mesh_route(r) for r in res.httproutes.values()):
@@ -556,12 +556,14 @@ def _check(args: argparse.Namespace) -> int:
     for r in results:
         prefix = f"{r.scenario.name}: " if len(results) > 1 else ""
         _note(f"{prefix}{w}" for w in r.warnings)
-        # Rules a profile does not claim are skipped by choice; any other reason is news.
+        # Rules a profile does not claim are skipped by choice; any other reason is news,
+        # said under the summary's own word for them ("N skipped"): a "warning:" line
+        # beside "0 warnings" (which counts findings) read as a contradiction.
         unrun = [why for _name, why in r.skipped if not why.startswith("profile ")]
         for why in sorted(set(unrun)):
             n = unrun.count(why)
             print(
-                f"warning: {prefix}{n} rule{'s' if n != 1 else ''} not run: {why}", file=sys.stderr
+                f"skipped: {prefix}{n} rule{'s' if n != 1 else ''} not run: {why}", file=sys.stderr
             )
         _mesh_lines(r, prefix)
         for file, line, case, fields in r.left_to_live:
@@ -753,6 +755,7 @@ def _check_options(args: argparse.Namespace) -> CheckOptions:
         cases=tuple(args.cases or ()),
         addressing=_addressing(args),
         cluster=_cluster_source(args),
+        takes_proxy=False,  # live and run: each sidecar is served its reference xDS
     )
 
 
@@ -935,6 +938,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.proxy and not args.source:
         message = "--proxy says whose sidecar --xds is: it goes with --from (a mesh request)"
         raise InputErrors([InputError("--proxy", 0, "", "not-applicable", message)])
+    if args.source:  # before any file is read: a certificate would be read for nothing
+        _not_with_from(args)
     opts = pipeline.CheckOptions(
         xds=args.xds,
         controller_name=args.controller_name,
@@ -944,7 +949,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     )
     res, _where = _load(args)
     _warn(res)
-    empty = nothing_to_check(res, args.controller_name, "explain")
+    table = pipeline.load_cases(args.cases) if args.cases else None
+    mesh_cases = bool(args.source) or any(c.mesh for c in (table[0] if table else ()))
+    empty = nothing_to_check(res, args.controller_name, "explain", mesh_cases=mesh_cases)
     if empty is not None and not args.proxy:
         raise InputErrors([empty])
     if args.xds:
@@ -970,9 +977,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         where = args.xds or "the reference translation"
         message = f"the Envoy model cannot read this xDS: {ctx.models_problem}"
         raise InputErrors([InputError(where, 0, "", "xds", message)])
-    if args.cases:
-        cases, lines = pipeline.load_cases(args.cases)
-        cases = pipeline.with_ports(res, cases, args.cases, lines)
+    if args.cases and table is not None:
+        cases = pipeline.with_ports(res, table[0], args.cases, table[1])
         results: list[explain.Explanation | explain.MeshExplanation] = [
             explain.explain_mesh_case(ctx, c) if c.mesh else explain.explain_case(ctx, c)
             for c in cases
@@ -1010,6 +1016,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _not_with_from(args: argparse.Namespace) -> None:
+    """What a mesh request (``--from``) cannot have: a Gateway, a client certificate."""
+    why = {
+        "--gateway": "--gateway does not go with --from: a mesh request goes to a Service",
+        "--client-cert-issuer": "a client certificate does not go with --from: a mesh client "
+        "sends cleartext HTTP, and its sidecar presents the workload's identity",
+    }
+    given = {"--gateway": args.gateway, "--client-cert-issuer": args.client_cert_issuer}
+    errors = [InputError(f, 0, "", "not-applicable", why[f]) for f, v in given.items() if v]
+    if errors:
+        raise InputErrors(errors)
+
+
 def _explain_mesh(args: argparse.Namespace, ctx: Any, request: Any) -> int:
     """``explain --from NS/WORKLOAD``: the request is a mesh request to the Service its
     URL names; the spec model answers, and the client's sidecar (the Envoy model on its
@@ -1021,13 +1040,6 @@ def _explain_mesh(args: argparse.Namespace, ctx: Any, request: Any) -> int:
 
     from verifier import explain
 
-    for flag, given in (
-        ("--gateway", args.gateway),
-        ("--client-cert-issuer", args.client_cert_issuer),
-    ):
-        if given:
-            message = f"{flag} does not go with --from: a mesh client calls a Service over HTTP"
-            raise InputErrors([InputError(flag, 0, "", "not-applicable", message)])
     if request.scheme != "http":
         message = "a mesh client sends cleartext HTTP (its sidecar adds mTLS): give an http:// URL"
         raise InputErrors([InputError("--request", 0, "", "scheme", message)])

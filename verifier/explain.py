@@ -19,6 +19,7 @@ from rich.table import Table
 from verifier.check import Context, brief, first_difference
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi import workloads
+from verifier.gatewayapi.addresses import no_cluster_ip
 from verifier.gatewayapi.model import GatewayListener
 from verifier.gatewayapi.resources import Resources
 from verifier.inputs import read_text
@@ -160,7 +161,14 @@ def pick_gateway(res: Resources, controller: str, port: int, named: str | None) 
                 for lst in (*gw.listeners, *sets.get(key, ()))
             }
         )
-        listed = ", ".join(map(str, ports)) or "none"
+        if not ports:  # a mesh-only input: the request was meant for a Service
+            raise _bad(
+                "--request",
+                "no-gateway",
+                f"no Gateway of controller {controller}: a request to a Service of the mesh "
+                "names its client with --from NAMESPACE/WORKLOAD",
+            )
+        listed = ", ".join(map(str, ports))
         raise _bad(
             "--request",
             "no-gateway-on-port",
@@ -342,11 +350,7 @@ def parse_source(res: Resources, text: str) -> Source:
     if not sep or not ns or not name or "/" in name:
         raise _bad("--from", "source", f"expected NAMESPACE/WORKLOAD, got {text!r}")
     if workloads.workload(res, ns, name) is None:
-        raise _bad(
-            "--from",
-            "not-found",
-            f"no Deployment, StatefulSet or DaemonSet {ns}/{name} in the input",
-        )
+        raise _bad("--from", "not-found", workloads.workload_missing(res, ns, name)[1])
     return Source(ns, name)
 
 
@@ -374,8 +378,9 @@ def pick_service(res: Resources, request: Request) -> tuple[str, str]:
             f"Service {key[0]}/{key[1]} has no port {request.port} (ports: {listed}): "
             "put the port in the URL",
         )
-    if not svc.cluster_ip or svc.cluster_ip == "None":
-        raise _bad("--request", "no-cluster-ip", f"Service {key[0]}/{key[1]} has no ClusterIP")
+    headless = no_cluster_ip(svc)
+    if headless is not None:
+        raise _bad("--request", "no-cluster-ip", headless)
     return key
 
 

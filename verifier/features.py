@@ -7,6 +7,13 @@ because the profile does not claim their feature.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verifier.gatewayapi.resources import Resources
+    from verifier.semantics.cases import Case
+
 # Core features of the GATEWAY-HTTP conformance profile.
 CORE = frozenset({"Gateway", "HTTPRoute", "ReferenceGrant"})
 
@@ -104,3 +111,27 @@ PROFILES: dict[str, frozenset[str]] = {
     "aether-edge": CORE | EXTENDED | {AETHER_EDGE} | MESH_HTTP,
 }
 DEFAULT_PROFILE = "aether-edge"
+
+
+MESH_CONSUMER_ROUTE = "MeshConsumerRoute"
+
+
+def exercised(res: Resources, cases: Iterable[Case]) -> frozenset[str]:
+    """The features these cases exercise by what they send, whatever their scenario is
+    called (a conformance report otherwise knows a feature only from a scenario named
+    after it): MeshConsumerRoute, by a mesh case from a client in another namespace than
+    its Service's, where a route of the client's namespace has that Service as parent
+    (a consumer route: it applies to that client, or its absence from another's
+    answer is the test)."""
+    consumer = {
+        (route.meta.namespace, ref.namespace, ref.name)
+        for route in res.httproutes.values()
+        for ref in route.parent_refs
+        if ref.service_parent and ref.namespace != route.meta.namespace
+    }
+    found: set[str] = set()
+    for case in cases:
+        source = case.request.source
+        if source is not None and (source.namespace, *case.parent_key) in consumer:
+            found.add(MESH_CONSUMER_ROUTE)
+    return frozenset(found)

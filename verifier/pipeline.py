@@ -24,7 +24,13 @@ from verifier.features import DEFAULT_PROFILE, PROFILES
 from verifier.findings import Finding
 from verifier.forked import ForkedCall, can_fork, map_forked
 from verifier.gatewayapi import workloads
-from verifier.gatewayapi.addresses import Addressing, gateway_addresses, nothing_to_check, ours
+from verifier.gatewayapi.addresses import (
+    Addressing,
+    gateway_addresses,
+    no_cluster_ip,
+    nothing_to_check,
+    ours,
+)
 from verifier.gatewayapi.cluster import ClusterSource, load_cluster_resources
 from verifier.gatewayapi.load import CASES, LoadResult, load_paths
 from verifier.gatewayapi.mesh_registry import load_mesh_registry
@@ -46,7 +52,7 @@ from verifier.semantics.envoy.binding import WILDCARDS, reaches, sockets
 from verifier.semantics.envoy.model import precompile
 from verifier.semantics.request import Source
 from verifier.semantics.witness_mesh import mesh_routes
-from verifier.suggest import closest
+from verifier.suggest import missing
 from verifier.xds import validation
 from verifier.xds.layout import XdsLoadError, label
 from verifier.xds.snapshot import Snapshot, from_config_dump, load_path
@@ -80,6 +86,9 @@ class CheckOptions:
     translator_timeout: float = TRANSLATOR_TIMEOUT
     # --proxy NS/WORKLOAD: --xds is that workload's sidecar's xDS (docs/mesh.md).
     proxy: str | None = None
+    # The command takes --proxy (check, explain, mutate); live and run do not: they
+    # serve --xds to the edge and every sidecar its reference translation.
+    takes_proxy: bool = True
 
 
 @dataclass(frozen=True)
@@ -336,78 +345,75 @@ def with_ports(
     lines: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[Case]:
     """A case may omit the port when its Gateway (or, for a mesh case, its Service) has
-    exactly one; a mesh case's Service must have a ClusterIP and the port named.
-    ``lines``: where each case is (``load_cases``), for the errors."""
-    out = []
+    exactly one; a mesh case's client, Service and port must be of the input. Every
+    case's problems are reported together. ``lines``: where each case is
+    (``load_cases``), for the errors."""
+    out, errors = [], []
     for c in cases:
-        if c.service is not None:
-            out.append(_service_port(res, c, path, (lines or {}).get(c.name, (path, 0))[1]))
-            continue
-        if c.request.port:
-            out.append(c)
-            continue
-        gw = res.gateways.get(c.parent_key)
-        ports = sorted({lst.port for lst in gw.listeners}) if gw else []
-        if len(ports) != 1:
-            raise InputErrors(
-                [
-                    InputError(
-                        path,
-                        0,
-                        f"{c.name}.gateway.port",
-                        "required",
-                        "the Gateway has several ports (or none): give one",
-                    )
-                ]
-            )
-        out.append(replace(c, request=replace(c.request, port=ports[0])))
+        try:
+            out.append(_with_port(res, c, path, (lines or {}).get(c.name, (path, 0))[1]))
+        except InputErrors as exc:
+            errors += exc.errors
+    if errors:
+        raise InputErrors(errors)
     return out
+
+
+def _with_port(res: Resources, c: Case, path: str, line: int) -> Case:
+    if c.service is not None:
+        return _service_port(res, c, path, line)
+    gw = res.gateways.get(c.parent_key)
+    if gw is None and res.knows(c.parent_key[0]):
+        # Sent to no Gateway, the case would be judged as a request nothing serves.
+        part, message = missing("Gateway", *c.parent_key, res.gateways)
+        field = f"[{c.index}].gateway.{part}"
+        raise InputErrors([InputError(path, line, field, "not-found", message)])
+    if c.request.port:
+        return c
+    ports = sorted({lst.port for lst in gw.listeners}) if gw else []
+    if len(ports) != 1:
+        message = "the Gateway has several ports (or none): give one"
+        field = f"[{c.index}].gateway.port"
+        raise InputErrors([InputError(path, line, field, "required", message)])
+    return replace(c, request=replace(c.request, port=ports[0]))
 
 
 def _service_port(res: Resources, c: Case, path: str, line: int) -> Case:
     """A mesh case's port: the one it names, which the Service must have, or the Service's
     only one. Its frontend is the ClusterIP: a Service without one cannot be called. Its
     client must be a workload of the input: a mistyped one would read as a pod without
-    a sidecar, and the case would be judged as kube-proxy's."""
+    a sidecar, and the case would be judged as kube-proxy's. Each wrong reference is
+    named at its own field (``from.namespace`` or ``from.workload``, ``service.namespace``
+    or ``service.name``), all of them."""
     ns, name = c.parent_key
+    errors: list[InputError] = []
 
-    def bad(field: str, code: str, message: str) -> InputErrors:
-        return InputErrors([InputError(path, line, f"[{c.index}].{field}", code, message)])
+    def bad(field: str, code: str, message: str) -> None:
+        errors.append(InputError(path, line, f"[{c.index}].{field}", code, message))
 
     source = c.request.source
     if source is not None and workloads.workload(res, source.namespace, source.workload) is None:
-        here = sorted(n for (_k, wns, n) in res.workloads if wns == source.namespace)
-        near = closest(source.workload, here)
-        hint = f": did you mean {near}?" if near else f" (there: {', '.join(here) or 'none'})"
-        raise bad(
-            "from.workload",
-            "not-found",
-            f"no Deployment, StatefulSet or DaemonSet {source.line()} in the input{hint}",
-        )
-
+        part, message = workloads.workload_missing(res, source.namespace, source.workload)
+        bad(f"from.{'workload' if part == 'name' else part}", "not-found", message)
     svc = res.services.get((ns, name))
     if svc is None:
-        raise bad("service", "not-found", f"no Service {ns}/{name} in the input")
-    if not svc.cluster_ip or svc.cluster_ip == "None":
-        raise bad(
-            "service",
-            "no-cluster-ip",
-            f"Service {ns}/{name} has no ClusterIP: mesh requests go to a Service's "
-            "ClusterIP (give spec.clusterIP)",
-        )
+        part, message = missing("Service", ns, name, res.services)
+        bad(f"service.{part}", "not-found", message)
+        raise InputErrors(errors)
+    headless = no_cluster_ip(svc)
+    if headless is not None:
+        bad("service", "no-cluster-ip", headless)
     ports = sorted(p.port for p in svc.ports)
-    if c.request.port:
-        if c.request.port not in ports:
-            listed = ", ".join(map(str, ports)) or "none"
-            raise bad(
-                "service.port",
-                "not-found",
-                f"Service {ns}/{name} has no port {c.request.port} (ports: {listed})",
-            )
-        return c
-    if len(ports) != 1:
-        raise bad("service.port", "required", "the Service has several ports (or none): give one")
-    return replace(c, request=replace(c.request, port=ports[0]))
+    port = c.request.port
+    if port and port not in ports:
+        listed = ", ".join(map(str, ports)) or "none"
+        message = f"Service {ns}/{name} has no port {port} (ports: {listed})"
+        bad("service.port", "not-found", message)
+    elif not port and len(ports) != 1:
+        bad("service.port", "required", "the Service has several ports (or none): give one")
+    if errors:
+        raise InputErrors(errors)
+    return c if port else replace(c, request=replace(c.request, port=ports[0]))
 
 
 # ---------------------------------------------------------------- xDS sources
@@ -466,12 +472,9 @@ def sidecar_xds(
         found = sidecar_workload(res, opts.proxy)
         return SidecarXds(given={Source(found.meta.namespace, found.meta.name): snapshot})
     if listeners:
-        source = opts.xds or f"--translator {opts.translator}"
-        why = (
-            f"{label(source)} is a sidecar's xDS (listener {listeners[0]} restores original "
-            "destinations): name its workload with --proxy NAMESPACE/WORKLOAD"
+        raise error(
+            "--xds" if opts.xds else "--translator", "sidecar-xds", _sidecar_given(opts, listeners)
         )
-        raise error("--xds" if opts.xds else "--translator", "sidecar-xds", why)
     if opts.translator and mesh_input:
         made: dict[Source, Snapshot] = {}
         for client in sidecar_clients(res):
@@ -493,6 +496,28 @@ def sidecar_xds(
     if opts.xds or opts.translator:
         return None
     return SidecarXds(translate=ReferenceSidecars(res, opts, registry))
+
+
+def _sidecar_given(opts: CheckOptions, listeners: Sequence[str]) -> str:
+    """Why a sidecar's xDS, given where the edge's is read, cannot be judged, and what
+    the command can do with it instead."""
+    source = opts.xds or f"--translator {opts.translator}"
+    said = (
+        f"{label(source)} is a sidecar's xDS (listener {listeners[0]} restores original "
+        "destinations)"
+    )
+    if opts.translator:
+        return (
+            f"{said}, but it was asked for the edge's (run without --proxy; each sidecar's "
+            "is asked with --proxy NAMESPACE/WORKLOAD)"
+        )
+    if opts.takes_proxy:
+        return f"{said}: name its workload with --proxy NAMESPACE/WORKLOAD"
+    return (
+        f"{said}: live and run serve --xds to the edge, and each sidecar the reference "
+        "translator's xDS; a sidecar's dump is judged by "
+        f"check --xds {label(source)} --proxy NAMESPACE/WORKLOAD"
+    )
 
 
 @dataclass
@@ -801,15 +826,17 @@ def prepare(
         if loading is not None:
             loading.close()
     warnings = list(res.warnings)
-    empty = nothing_to_check(res, opts.controller_name, " ".join(scn.paths) or scn.name)
-    if empty is not None and not opts.proxy:  # with --proxy, a sidecar is what is checked
-        return None, ScenarioResult(scn, input_errors=[empty], warnings=warnings)
     try:
         cases: list[Case] = []
         locations: dict[str, tuple[str, int]] = {}
         tables: list[tuple[str, int]] = []
-        for path in scn.cases:
-            loaded, lines = load_cases(path)
+        read = [(path, *load_cases(path)) for path in scn.cases]
+        where = " ".join(scn.paths) or scn.name
+        mesh_cases = any(c.mesh for _path, loaded, _lines in read for c in loaded)
+        empty = nothing_to_check(res, opts.controller_name, where, mesh_cases=mesh_cases)
+        if empty is not None and not opts.proxy:  # with --proxy, a sidecar is what is checked
+            raise InputErrors([empty])
+        for path, loaded, lines in read:
             cases.extend(with_ports(res, loaded, path, lines))
             locations.update(lines)
             tables.append((path, len(loaded)))

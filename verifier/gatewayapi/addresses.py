@@ -1,4 +1,4 @@
-"""Where each Gateway is reached: the address the aether edge gives it.
+"""Where each Gateway is reached (the address the aether edge gives it), and each Service.
 
 Per-Gateway addressing is the edge's default (``edge.perGatewayAddressing=true``): every
 Gateway gets an address of its own, as a LoadBalancer Service per Gateway would, and is
@@ -19,6 +19,11 @@ The address of a Gateway, in order:
    and machines, and independent of the other Gateways unless two hash alike.
 
 In shared mode every Gateway gets the CIDR's first host.
+
+A Service written without ``spec.clusterIP`` gets one the same way, from the Service
+CIDR (``assign_cluster_ips``), once at load: a cluster's API server assigns one to
+every Service that is neither headless nor ExternalName, and real manifests leave it
+out (docs/mesh.md, "What a mesh request is").
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING
 from verifier.errors import InputError, InputErrors
 
 if TYPE_CHECKING:
+    from verifier.gatewayapi import model as m
     from verifier.gatewayapi.resources import Resources
 
 PER_GATEWAY = "per-gateway"
@@ -113,20 +119,32 @@ def ours(res: Resources, controller: str) -> dict[GatewayKey, object]:
     return {k: gw for k, gw in res.gateways.items() if gw.class_name in classes}
 
 
-def nothing_to_check(res: Resources, controller: str, where: str) -> InputError | None:
-    """A run with no Gateway of the controller would check nothing and pass: that is
-    bad input, and a mistyped controller name is named with the ones that were seen."""
+def nothing_to_check(
+    res: Resources, controller: str, where: str, *, mesh: bool = True, mesh_cases: bool = False
+) -> InputError | None:
+    """A run with nothing to judge would pass: that is bad input, and a mistyped
+    controller name is named with the ones that were seen. A Gateway of the controller
+    is something to judge, and so (``mesh``: the command judges sidecars too) is a mesh
+    route (an HTTPRoute whose parent is a Service) or a mesh case (``mesh_cases``: a
+    request to a Service with no route is kube-proxy's to answer, and that is checked)."""
     if ours(res, controller):
+        return None
+    if mesh and (
+        mesh_cases or any(p.service_parent for r in res.httproutes.values() for p in r.parent_refs)
+    ):
         return None
     seen = sorted({gc.controller_name for gc in res.gateway_classes.values()})
     hint = f"; GatewayClasses here name {', '.join(seen)}" if seen else ""
+    mesh_too = ""
+    if mesh:
+        mesh_too = " and no mesh route (an HTTPRoute whose parentRef is a Service) nor mesh case"
     return InputError(
         where,
         0,
         "",
         "nothing-to-check",
-        f"no Gateway of controller {controller} (--controller-name){hint}: nothing would be "
-        "checked (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)",
+        f"no Gateway of controller {controller} (--controller-name){hint}{mesh_too}: nothing "
+        "would be checked (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)",
     )
 
 
@@ -198,17 +216,84 @@ def assign(
         out[key] = ip
         owner[ip] = key
     taken: set[str] = set(out.values())
-    hosts = net.num_addresses - 2
     for key, _ in items:
         if key in out:
             continue
-        index = _hash_index(key, hosts)
-        for step in range(hosts):
-            ip = str(net.network_address + 1 + (index - 1 + step) % hosts)
-            if ip not in taken:
-                break
-        else:
+        ip = _free_host(net, key, taken)
+        if ip is None:
             raise AddressError(f"{cidr} has no free address left for Gateway {key[0]}/{key[1]}")
         out[key] = ip
         taken.add(ip)
     return out
+
+
+def _free_host(
+    net: ipaddress.IPv4Network | ipaddress.IPv6Network, key: GatewayKey, taken: set[str]
+) -> str | None:
+    """The host of ``net`` that ``key`` hashes to, else the next one not ``taken``
+    (None: every host is): stable across runs and machines, and independent of the
+    other keys unless two hash alike."""
+    hosts = net.num_addresses - 2
+    index = _hash_index(key, hosts)
+    for step in range(hosts):
+        ip = str(net.network_address + 1 + (index - 1 + step) % hosts)
+        if ip not in taken:
+            return ip
+    return None
+
+
+# ---------------------------------------------------------------- Services' ClusterIPs
+
+# The Service CIDR a ClusterIP is assigned from when the manifest gives none: kubeadm's
+# and kind's default (--service-cluster-ip-range), where the fixtures' Services are.
+SERVICE_CIDR = "10.96.0.0/12"
+# spec.clusterIP "None": a headless Service, which has no ClusterIP to call.
+HEADLESS = "None"
+
+
+def no_cluster_ip(svc: m.Service) -> str | None:
+    """Why a mesh request cannot be sent to ``svc``'s ClusterIP, if it cannot: a headless
+    or ExternalName Service has none (a Service written without one was given one at
+    load, ``assign_cluster_ips``)."""
+    ns, name = svc.meta.key
+    if svc.type == "ExternalName":
+        return (
+            f"Service {ns}/{name} is of type ExternalName: it has no ClusterIP, and a mesh "
+            "request goes to a Service's ClusterIP"
+        )
+    if not svc.cluster_ip or svc.cluster_ip == HEADLESS:
+        return (
+            f"Service {ns}/{name} is headless (clusterIP: None): it has no ClusterIP, and a "
+            "mesh request goes to a Service's ClusterIP (give it a clusterIP, or leave "
+            "spec.clusterIP out to have one assigned)"
+        )
+    return None
+
+
+def assign_cluster_ips(services: Mapping[GatewayKey, m.Service]) -> dict[GatewayKey, str]:
+    """A ClusterIP for every Service that needs one and whose manifest gives none, as a
+    cluster's API server allocates it on create (real manifests leave it out). Taken
+    from ``SERVICE_CIDR`` as Gateway addresses are from theirs: the host
+    SHA-256("namespace/name") picks, moved up past any ClusterIP given or assigned
+    before (Services in (namespace, name) order). An explicit ``clusterIP`` is kept; a
+    headless Service (``None``) and an ExternalName one get none."""
+    net = parse_cidr(SERVICE_CIDR)
+    taken = {svc.cluster_ip for svc in services.values() if svc.cluster_ip}
+    out: dict[GatewayKey, str] = {}
+    for key, svc in sorted(services.items()):
+        if svc.cluster_ip or svc.type == "ExternalName":
+            continue
+        ip = _free_host(net, key, taken)
+        if ip is None:  # 2^20 Services: not an input anyone writes
+            continue
+        out[key] = ip
+        taken.add(ip)
+    return out
+
+
+def cluster_ip_note(svc: m.Service, ip: str) -> str:
+    ns, name = svc.meta.key
+    return (
+        f"{svc.meta.where()}: Service {ns}/{name} has no spec.clusterIP: assigned {ip} from "
+        f"{SERVICE_CIDR}, as a cluster would (give spec.clusterIP to choose one)"
+    )

@@ -25,7 +25,7 @@ from verifier.gatewayapi.attach import (
 )
 from verifier.gatewayapi.resources import Resources
 from verifier.gatewayapi.workloads import pod_names, selects
-from verifier.suggest import closest
+from verifier.suggest import closest, missing
 
 MESH_LABEL = ("aether.io/managed", "true")
 # Pod template annotation: the sidecar captures all outbound TCP, not only the
@@ -259,10 +259,10 @@ def sidecar_workload(res: Resources, text: str) -> m.Workload:
     found = _named(res, ns, name)
     if len(parts) == 3:
         found = [wl for wl in found if wl.meta.kind == parts[1]]
-    every = [f"{ns}/{n}" for (_kind, ns, n) in sorted(res.workloads)]
     if not found:
-        message = f"no Deployment, StatefulSet, DaemonSet or pod {text} in the input"
-        raise _proxy_error("unknown-proxy", message + _did_you_mean(f"{ns}/{name}", every))
+        refs = {(wns, n) for (_kind, wns, n) in res.workloads}
+        _part, message = missing("Deployment, StatefulSet, DaemonSet or pod", ns, name, refs)
+        raise _proxy_error("unknown-proxy", message)
     if len(found) > 1:
         kinds = " and ".join(wl.meta.kind for wl in found)
         message = f"{text} names a {kinds}; say which: {ns}/KIND/{name}"

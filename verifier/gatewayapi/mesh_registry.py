@@ -16,14 +16,38 @@ from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi.load import load_texts
 from verifier.inputs import read_text
 
+# What the file holds, said wherever it holds something else.
+EXPECTED = (
+    "a mesh registry file holds one mapping, services: a list of the Services on the mesh "
+    "path besides labelled namespaces, each {namespace, name} or 'namespace/name' "
+    "(docs/inputs.md)"
+)
+
+
+def _not_a_registry(err: InputError) -> InputError:
+    """The loader's word for a document that is no mapping (expected a Kubernetes
+    object; a cases table) said as what a registry file is: the loader reads Kubernetes
+    objects, this file is not one."""
+    if err.field or err.code not in ("type", "not-resources"):
+        return err
+    what = "this is a cases table (give it with --cases); " if err.code == "not-resources" else ""
+    return InputError(err.file, err.line, "", "not-registry", f"{what}{EXPECTED}")
+
 
 def load_mesh_registry(path: str) -> frozenset[tuple[str, str]]:
     """(namespace, service) pairs; every problem is reported with its line."""
     text = read_text(path)
     loaded = load_texts([(path, text)])
-    errors = list(loaded.errors)
+    errors = [_not_a_registry(e) for e in loaded.errors]
     found: set[tuple[str, str]] = set()
+    objects = [doc for doc in loaded.objects if "kind" in doc.data]
+    if objects:  # resources given for the registry: said once, at the first
+        kinds = sorted({str(doc.data["kind"]) for doc in objects})
+        message = f"this holds Kubernetes objects (kind {', '.join(kinds)}); {EXPECTED}"
+        errors.append(InputError(path, objects[0].line_of("kind"), "", "not-registry", message))
     for doc in loaded.objects:
+        if "kind" in doc.data:
+            continue
         for key in sorted(set(doc.data) - {"services"}):
             errors.append(
                 InputError(

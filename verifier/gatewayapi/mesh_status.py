@@ -26,7 +26,7 @@ MESH_CONTROLLER = "gateway.aether.io/mesh"
 
 def is_service_parent(ref: m.ParentRef) -> bool:
     """A parentRef to a core Service: group "" and kind Service (a mesh route's)."""
-    return ref.group == "" and ref.kind == "Service"
+    return ref.service_parent
 
 
 def accepted(res: Resources, ref: m.ParentRef, unsupported: str | None) -> tuple[str, str, str]:

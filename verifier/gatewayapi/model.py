@@ -338,6 +338,11 @@ class ParentRef:
     port: int | None
     path: str = field(default="", compare=False)
 
+    @property
+    def service_parent(self) -> bool:
+        """A parentRef to a core Service: group "" and kind Service (a mesh route's)."""
+        return self.group == "" and self.kind == "Service"
+
 
 @dataclass(frozen=True, slots=True)
 class PathMatch:
@@ -728,9 +733,12 @@ def parse_service(raw: RawObject) -> Service:
         )
         for p in (_d(x) for x in _l(spec.get("ports")))
     )
+    # "clusterIPs[0]" is clusterIP: a manifest may give only the list (the API server
+    # then sets clusterIP from it).
+    given = _l(spec.get("clusterIPs"))
     return Service(
         _meta(raw),
-        _opt_str(spec.get("clusterIP")),
+        _opt_str(spec.get("clusterIP")) or _opt_str(given[0] if given else None),
         ports,
         tuple(sorted((str(k), str(v)) for k, v in _d(spec.get("selector")).items())),
         str(spec.get("type", "ClusterIP")),

@@ -7,15 +7,17 @@ dropped with one warning line each, so nothing is silently ignored.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi import model as m
+from verifier.gatewayapi.addresses import assign_cluster_ips, cluster_ip_note
 from verifier.gatewayapi.load import LoadResult, RawObject, load_paths
 from verifier.gatewayapi.validate import validate_object
-from verifier.gatewayapi.workloads import derive_endpoint_slices
+from verifier.gatewayapi.workloads import derive_endpoint_slices, mesh_namespace
 
 GATEWAY_GROUP = m.GATEWAY_GROUP
 
@@ -178,8 +180,22 @@ def build(loaded: LoadResult) -> Resources:
             errors.append(dup)
     if errors:
         raise InputErrors(errors)
+    _assign_cluster_ips(res)
     _derive_endpoints(res)
     return res
+
+
+def _assign_cluster_ips(res: Resources) -> None:
+    """Once, here, as ``_derive_endpoints``: a Service written without spec.clusterIP
+    gets the one a cluster would assign, and every command (translate, check, explain,
+    status, live) reads that one without knowing it was assigned. A note says so where
+    the mesh may call it (a mesh-registered namespace, or an input with mesh routes):
+    the edge never sends to a ClusterIP, and its users need not read of them."""
+    meshed = any(p.service_parent for r in res.httproutes.values() for p in r.parent_refs)
+    for key, ip in assign_cluster_ips(res.services).items():
+        svc = res.services[key] = dataclasses.replace(res.services[key], cluster_ip=ip)
+        if meshed or mesh_namespace(res, key[0]):
+            res.warnings.append(cluster_ip_note(svc, ip))
 
 
 def _derive_endpoints(res: Resources) -> None:

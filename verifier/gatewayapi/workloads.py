@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING
 
 from verifier.errors import InputError, InputErrors
 from verifier.gatewayapi import model as m
+from verifier.suggest import missing
 
 if TYPE_CHECKING:
     from verifier.gatewayapi.resources import Resources
@@ -352,6 +353,14 @@ def workload(res: Resources, namespace: str, name: str) -> m.Workload | None:
         if found is not None:
             return found
     return None
+
+
+def workload_missing(res: Resources, namespace: str, name: str) -> tuple[str, str]:
+    """Why ``namespace/name`` names no workload of the input: the part that is wrong
+    ("namespace" or "name") and the message, with the did-you-mean. The one lookup of
+    a client workload's name, for a case's ``from:``, ``explain --from`` and ``--proxy``."""
+    refs = {(ns, n) for (_kind, ns, n) in res.workloads}
+    return missing("Deployment, StatefulSet or DaemonSet", namespace, name, refs)
 
 
 def has_sidecar(res: Resources, wl: m.Workload) -> bool:

@@ -140,6 +140,9 @@ class ScenarioRun:
     # Every case is a mesh case: a test of the MESH-HTTP profile, not GATEWAY-HTTP's.
     mesh: bool = False
     additions: tuple[str, ...] = ()  # what was added to the served xDS (the access log)
+    # Features its cases exercised by what they sent (``features.exercised``), besides
+    # the one its name spells: counted as tested by the ConformanceReport.
+    features: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from verifier import pipeline
+from verifier import features, pipeline
 from verifier.check import Comparison, Context, at_chosen_match, brief
 from verifier.errors import InputError, InputErrors
 from verifier.findings import Finding, new
@@ -400,7 +400,15 @@ def _scenario_run(
         timings=timings,
         mesh=bool(p.cases) and all(c.case.mesh for c in p.cases),
         additions=additions,
+        features=_exercised(p, results),
     )
+
+
+def _exercised(p: _Prepared, results: Sequence[CaseResult]) -> tuple[str, ...]:
+    """The features the scenario's cases that were sent exercise (``features.exercised``)."""
+    ran = {r.name for r in results if r.kind == CASE and not r.skipped}
+    sent = [c.case for c in p.cases if c.case.name in ran]
+    return tuple(sorted(features.exercised(p.ctx.res, sent)))
 
 
 def _not_run(p: _Prepared, exc: Exception) -> ScenarioRun:

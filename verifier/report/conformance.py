@@ -10,8 +10,11 @@ A scenario is one conformance test, named as upstream names its tests
 (``httproute-query-param-matching`` -> ``HTTPRouteQueryParamMatching``); it
 passes when every case passes. A scenario whose name spells an extended
 feature of ``verifier.features`` counts for that feature under ``extended``;
-the rest count as core. Extended features no scenario tested are listed as
-unsupported: nothing here says they work. A case whose answer came through
+the rest count as core. A feature also counts as tested when a case that
+exercises it ran, whatever its scenario is called (``ScenarioRun.features``,
+``features.exercised``: a mesh case from a client whose namespace has a consumer
+route to the Service tests MeshConsumerRoute). Extended features no scenario
+tested are listed as unsupported: nothing here says they work. A case whose answer came through
 another xDS route than the Envoy model's fails its test (``EV810``), and each
 profile's summary counts the tests with answers no route was attributed to.
 
@@ -117,6 +120,7 @@ def _profile(
         bucket[state].append(upstream_test_name(scn.name))
         if feature and ran:
             tested.add(feature)
+        tested |= set(scn.features) & features  # a case that exercised it ran
     extended = _status(ext["passed"], ext["failed"], ext["skipped"])
     if tested:
         extended["supportedFeatures"] = sorted(tested)

@@ -313,7 +313,8 @@ def _client_cert(value: Any, where: str, base_dir: str | None) -> ClientCert | N
 def parse_case(
     data: Any, index: int, default_port: int | None = None, base_dir: str | None = None
 ) -> Case:
-    from verifier.semantics.live_fields import check_live_fields  # it raises CaseError
+    # it raises CaseError
+    from verifier.semantics.live_fields import check_live_fields, check_mesh_fields
 
     where = f"[{index}]"
     item = _mapping(data, where)
@@ -325,6 +326,8 @@ def parse_case(
     if not isinstance(name, str) or not name:
         raise CaseError(f"{where}.name", "required: a unique case name")
     gateway, service, source = _target(item, where, default_port)
+    if source is not None:  # before a client_cert's files are read
+        check_mesh_fields(item, where)
     port_num = service.port if service is not None else gateway.port if gateway else None
     req = _mapping(item.get("request"), f"{where}.request")
     path = str(req.get("path", "/"))
@@ -341,13 +344,6 @@ def parse_case(
         client_cert=_client_cert(req.get("client_cert"), f"{where}.request.client_cert", base_dir),
         source=source,
     )
-    if source is not None and (request.scheme != "http" or request.client_cert or request.sni):
-        # The client's sidecar speaks mTLS for it: the application sends cleartext HTTP.
-        raise CaseError(
-            f"{where}.request",
-            "a mesh case is sent over cleartext HTTP by its client (its sidecar adds "
-            "mTLS): no scheme https, sni or client_cert",
-        )
     problem = wire_problem(request)
     if problem is not None:
         raise CaseError(f"{where}.request", f"not a request HTTP/1.1 can carry: {problem}")

@@ -65,6 +65,32 @@ def check_live_fields(item: Mapping[str, Any], where: str) -> None:
         _ratio(pod, f"{at}.mirrored_ratio[{i}]", _POD_KEYS | _RATIO_KEYS)
 
 
+# How a mesh case is sent, whatever the command: the in-mesh client (its pod's echo, by
+# ForwardEcho) speaks HTTP/1.1 in cleartext to the Service, and its sidecar adds mTLS.
+MESH_CLIENT: Final = (
+    "a mesh case is sent over cleartext HTTP/1.1 by the in-mesh client (its sidecar adds mTLS)"
+)
+
+
+def check_mesh_fields(item: Mapping[str, Any], where: str) -> None:
+    """What a mesh case cannot ask of that client, all of it in one error (CaseError): a
+    TLS request (scheme https, sni, client_cert), h2c, or a WebSocket upgrade. Left to
+    the live pass, such a case passed check and then failed there, retried until the
+    deadline, with the failure laid on Envoy."""
+    request = _mapping(item.get("request"))
+    gaps = []
+    if str(request.get("scheme", "http")) != "http":
+        gaps.append(("request.scheme", f"scheme {request['scheme']}"))
+    gaps += [(f"request.{k}", k) for k in ("sni", "client_cert") if request.get(k) is not None]
+    if request.get("protocol", "http1") != "http1":
+        gaps.append(("request.protocol", f"protocol {request['protocol']}"))
+    if _mapping(item.get("expect")).get("websocket") is not None:
+        gaps.append(("expect.websocket", "a WebSocket upgrade (expect.websocket)"))
+    if gaps:
+        listed = ", ".join(what for _field, what in gaps)
+        raise CaseError(f"{where}.{gaps[0][0]}", f"{MESH_CLIENT}: no {listed}")
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     """A level ``parse_case`` has already judged: a mapping, or absent."""
     return value if isinstance(value, Mapping) else {}
