@@ -186,12 +186,30 @@ def test_fixtures_and_their_foreign_encodings_get_the_same_findings_either_way(
             slow = dataclasses.replace(ctx, snapshot=snap)
             assert _findings(slow) == with_lists, kind
             assert slow.proven == 0 and slow.asked == fast.asked + fast.proven
+            # The proven requests that were never made into witnesses are exactly the
+            # ones missing from what the lists leave to ask.
+            asked = {(w.gateway, w.request) for w in fast.to_ask}
+            assert asked <= {(w.gateway, w.request) for w in slow.to_ask}, kind
+            assert len(fast.to_ask) + fast.settled == len(slow.to_ask) == fast.requests, kind
             proven[kind] += fast.proven
         witnesses += len(ctx.witnesses)
+        _untouched_when_plain(ctx)
     # The lists prove a good share of our encoding, and still some of the foreign one
     # (its regex rewrites and reordered routes leave regions to ask).
     assert proven["ours"] > witnesses // 3, (proven, witnesses)
     assert proven["foreign"] > 0, proven
+
+
+def _untouched_when_plain(ctx: Context) -> None:
+    """What ``structural`` reads instead of ``envoy.decisions.untouched`` for a plain
+    request: the HCM passes it on as sent unless it carries an internal-only header."""
+    for w in ctx.witnesses:
+        r = w.request
+        routing, _why = envoy_lists.connection_routing(ctx.envoy, r)
+        if routing is None or not structural._plain(r):
+            continue
+        internal = any(k in routing.config.internal_only for k, _ in r.headers)
+        assert (envoy_lists.untouched(routing, r) == "") == (not internal), w
 
 
 def test_every_witness_the_lists_prove_on_a_mutant_agrees_when_asked() -> None:

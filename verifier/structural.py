@@ -72,7 +72,12 @@ def enabled() -> bool:
 
 
 def _plain(r: Request) -> bool:
-    """Whether both models route ``r`` as it was sent (module docstring)."""
+    """Whether both models route ``r`` as it was sent (module docstring). On the Envoy
+    side this is ``envoy.decisions.untouched`` for such a request, as long as no header
+    it carries is one of the route configuration's ``internal_only_headers``: its method
+    and bytes pass the codec, a path of plain segments (no ``%``, no dot segment, no
+    ``//``) is one no path option changes, and the HCM drops only ``x-envoy-*`` and
+    internal-only headers (tests/test_structural.py holds that on every fixture)."""
     if r.source is not None or r.client_cert is not None or r.method not in METHODS:
         return False
     if r.scheme not in ("http", "https") or not _HOST.fullmatch(r.host):
@@ -118,11 +123,10 @@ class Structural:
         self._pairs: dict[tuple[object, ...], _Pair] = {}
         self._by_connection: dict[tuple[object, ...], _Found] = {}
 
-    def _pair(self, w: wt.Witness) -> _Found:
-        """The lists each model routes ``w``'s connection and Host by, if both do."""
-        r = w.request
+    def _pair(self, gateway: tuple[str, str], r: Request) -> _Found:
+        """The lists each model routes ``r``'s connection and Host by, if both do."""
         spec_at = spec_lists.routing_of(
-            self.ctx.res, self.index, w.gateway, r, self.ctx.controller_name
+            self.ctx.res, self.index, gateway, r, self.ctx.controller_name
         )
         routing, _why = envoy_lists.connection_routing(self.ctx.envoy, r)
         if routing is None:
@@ -132,7 +136,7 @@ class Structural:
             both_404 = spec_at == NO_MATCH_STATUS and routing.vhost is None
             return (routing, _NO_HOST) if both_404 else None
         gw, lst = spec_at
-        spec_key = (w.gateway, lst.name, lst.port, lst.protocol, lst.hostname, r.hostname)
+        spec_key = (gateway, lst.name, lst.port, lst.protocol, lst.hostname, r.hostname)
         key = (spec_key, routing.key)
         pair = self._pairs.get(key)
         if pair is None:
@@ -153,20 +157,27 @@ class Structural:
 
     def proven(self, w: wt.Witness) -> bool:
         """Whether the lists alone show both models answer ``w`` alike."""
-        r = w.request
-        if w.feature in CONNECTION_FEATURES or not _plain(r):
+        return self(w.gateway, w.request, w.feature)
+
+    def __call__(self, gateway: tuple[str, str], request: Request, feature: str) -> bool:
+        """``proven`` for a request to ``gateway``, stamped by ``Context.sent`` or not (as
+        the witness generator makes it: ``witness.Settle``)."""
+        r = request
+        if feature in CONNECTION_FEATURES or not _plain(r):
             return False
         # Which lists route a request depends on its connection and Host alone.
-        conn = (w.gateway, r.address, r.port, r.proxy_port, r.scheme, r.sni, r.host)
+        conn = (gateway, r.address, r.port, r.proxy_port, r.scheme, r.sni, r.host)
         if conn in self._by_connection:
             found = self._by_connection[conn]
         else:
-            found = self._by_connection[conn] = self._pair(w)
+            found = self._by_connection[conn] = self._pair(gateway, self.ctx.sent(gateway, r))
         if found is None:
             return False
         routing, pair = found
-        if envoy_lists.untouched(routing, r):
-            return False
+        if routing.config.internal_only and any(
+            k in routing.config.internal_only for k, _ in r.headers
+        ):
+            return False  # else the HCM passes a plain request on as sent (``untouched``)
         if pair.same:
             return True
         if not (pair.spec.comparable and pair.envoy.comparable):
