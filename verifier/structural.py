@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from verifier.semantics import decision_order
 from verifier.semantics import decisions as d
 from verifier.semantics import witness as wt
 from verifier.semantics.envoy import decisions as envoy_lists
@@ -152,7 +153,8 @@ class Structural:
                 spec = self._spec[spec_key] = spec_lists.decision_list(
                     self.ctx.res, self.index, gw, lst, r.hostname
                 )
-            pair = self._pairs[key] = _Pair(spec, envoy, spec.same_as(envoy))
+            same = spec.same_as(envoy) or decision_order.equivalent(spec, envoy)
+            pair = self._pairs[key] = _Pair(spec, envoy, same)
         return routing, pair
 
     def proven(self, w: wt.Witness) -> bool:
