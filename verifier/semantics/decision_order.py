@@ -26,8 +26,8 @@ from verifier.semantics.decisions import (
     Predicate,
     ValuePred,
     accepts_path,
-    first_segment,
 )
+from verifier.semantics.path_match import first_segment
 
 # Characters that stand for themselves in RE2 outside a class (the rest is syntax).
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_~/%:@!,;=' -")

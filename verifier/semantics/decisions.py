@@ -34,12 +34,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote
 
 import re2
 
+from verifier.semantics.path_match import first_segment, full_match, path_accepts, regex_segment
 from verifier.semantics.request import Headers, Outcome, apply_response_ops
 
 PATH_KINDS = frozenset({"exact", "segment_prefix", "prefix", "regex"})
@@ -330,33 +330,12 @@ def action_of(
 # ------------------------------------------------------------------ first match
 
 
-@lru_cache(maxsize=4096)
-def _program(pattern: str) -> Any | None:
-    options = re2.Options()
-    options.log_errors = False
-    try:
-        return re2.compile(pattern, options)
-    except re2.error:
-        return None
-
-
-def _full(pattern: str, text: str) -> bool:
-    program = _program(pattern)
-    return program is not None and program.fullmatch(text) is not None
-
-
 def accepts_path(p: PathPred, path: str) -> bool:
-    if p.kind == "exact":
-        return path == p.value
-    if p.kind == "segment_prefix":
-        return path == p.value or path.startswith(p.value + "/")
-    if p.kind == "prefix":
-        return path.startswith(p.value)
-    return _full(p.value, path)
+    return path_accepts(p.kind, p.value, path)
 
 
 def _value_ok(v: ValuePred, value: str) -> bool:
-    return value == v.value if v.kind == "exact" else _full(v.value, value)
+    return value == v.value if v.kind == "exact" else full_match(v.value, value)
 
 
 @dataclass(frozen=True)
@@ -403,22 +382,6 @@ def first_match(dl: DecisionList, view: View) -> int | None:
     return None
 
 
-def first_segment(path: str) -> str:
-    return path.split("/", 2)[1] if path.startswith("/") else ""
-
-
-# A regex every full match of which starts with "/<segment>/": literal characters, then
-# a "/" no quantifier makes optional, and no alternation anywhere.
-_REGEX_SEGMENT = re2.compile(r"\^?/([A-Za-z0-9_~-]+)/([^?*+{].*)?")
-
-
-def _regex_segment(pattern: str) -> str | None:
-    if "|" in pattern:
-        return None
-    found = _REGEX_SEGMENT.fullmatch(pattern)
-    return None if found is None else str(found.group(1))
-
-
 class Index:
     """``first_match`` without testing every entry: an ``exact`` entry can only accept
     its own path, a ``segment_prefix`` entry only paths whose first segment is its
@@ -436,7 +399,7 @@ class Index:
                 self.exact.setdefault(p.value, []).append(i)
             elif p.kind == "segment_prefix" and p.value.startswith("/"):
                 self.segment.setdefault(first_segment(p.value), []).append(i)
-            elif p.kind == "regex" and (segment := _regex_segment(p.value)) is not None:
+            elif p.kind == "regex" and (segment := regex_segment(p.value)) is not None:
                 self.segment.setdefault(segment, []).append(i)
             else:
                 self.generic.append(i)
