@@ -10,6 +10,12 @@ entry's action on each side: where those two actions are equal (or neither list
 matches, a 404 on both) it is proven too; the requests that reach the differing
 region are asked as before.
 
+The witness generator asks the same question of each request as it makes it
+(``Structural.__call__``, ``witness.Settle``): a proven request is never made into a
+witness (``Context.to_ask``), and only counted. Two lists holding the same entries in
+another order are as good as equal where every pair they order apart is disjoint or
+acts alike (``verifier.semantics.decision_order``).
+
 Only a request both models route as sent is decided this way (``_plain``): no
 client certificate, a lower-case Host (a port at most besides), a path and query that no
 normalisation or decoding could change, one value per header and no header that
