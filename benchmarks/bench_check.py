@@ -7,6 +7,11 @@ rule count, do. Each command runs in its own process so its peak memory
 (ru_maxrss) is its own.
 
     python benchmarks/bench_check.py [SIZES...]        # default: 100 1000 10000
+    python benchmarks/bench_check.py --foreign 10000   # also the foreign re-encoding
+
+With ``--foreign``, each size's xDS is also re-encoded as another implementation
+writes it (``tests/foreign.py``: regex paths, reordered routes, new names, EDS) and
+``check --xds`` is timed on that file too, both ways, beside validate on it.
 """
 
 from __future__ import annotations
@@ -86,6 +91,11 @@ with fewer_collections():
     scenario = pipeline.Scenario("bench", (sys.argv[1], sys.argv[2]))
     ctx, _ = pipeline.prepare(scenario, pipeline.CheckOptions(xds=sys.argv[3]), records=True)
     start = time.process_time()
+    left = len(ctx.to_ask)  # what check makes: the witnesses the lists do not prove first
+    to_ask_cpu = time.process_time() - start
+    settled = ctx.settled
+    ctx.__dict__.pop("to_ask")
+    start = time.process_time()
     witnesses = ctx.witnesses
     made = time.process_time() - start
     ctx.compare(witnesses[0])  # both models' indexes, built once before check forks
@@ -100,7 +110,8 @@ with fewer_collections():
     structural_cpu = time.process_time() - start
 workers = min(os.cpu_count() or 1, check.MAX_WORKERS)
 print(json.dumps({"witnesses": len(witnesses), "witnesses_cpu_s": made, "models_cpu_s": asked,
-                  "workers": workers, "proven": proven, "structural_cpu_s": structural_cpu}))
+                  "workers": workers, "proven": proven, "structural_cpu_s": structural_cpu,
+                  "settled": settled, "left": left, "to_ask_cpu_s": to_ask_cpu}))
 sys.stdout.flush()
 os._exit(0)
 """
@@ -115,6 +126,59 @@ def _models(scenario: Path, xds: Path) -> dict[str, float | int]:
     ).stdout
     found: dict[str, float | int] = json.loads(out.strip().splitlines()[-1])
     return found
+
+
+FOREIGN = """
+import json, sys
+sys.path.insert(0, sys.argv[4])
+from foreign import reencode
+from verifier.gatewayapi.resources import load_resources
+from verifier.xds.snapshot import load_path, to_config_dump
+snap, _ = load_path(sys.argv[3])
+res = load_resources([sys.argv[1], sys.argv[2]])
+with open(sys.argv[5], "w", encoding="utf-8") as out:
+    json.dump(to_config_dump(reencode(snap, res)), out)
+"""
+
+
+def foreign(n: int, work: Path) -> dict[str, float | int]:
+    """``check --xds`` on the foreign re-encoding of size ``n``'s xDS, both ways, and
+    validate on it (``measure`` wrote the scenario and our xDS)."""
+    scenario, xds = work / f"rules-{n}", work / f"xds-{n}.json"
+    other = work / f"foreign-{n}.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FOREIGN,
+            str(BASE),
+            str(scenario),
+            str(xds),
+            str(ROOT / "tests"),
+            str(other),
+        ],
+        check=True,
+    )
+    exe = [sys.executable, "-m", "verifier.cli", "check", str(BASE), str(scenario)]
+    check_s, check_mb = _best([*exe, "--xds", str(other), "-o", os.devnull])
+    witness_s, _ = _best(
+        [*exe, "--xds", str(other), "-o", os.devnull], {"EDGE_VERIFY_WITNESS_ONLY": "1"}
+    )
+    snap, _ = load_path(str(other))
+    bootstrap = work / f"bootstrap-foreign-{n}.json"
+    bootstrap.write_text(json.dumps(bootstrap_for_validation(snap)), encoding="utf-8")
+    envoy = find_envoy()
+    assert envoy is not None  # measure found it
+    validate_s, _ = _best(
+        [envoy, "--mode", "validate", "-c", str(bootstrap), "--disable-hot-restart", "-l", "error"]
+    )
+    return {
+        "rules": n,
+        "foreign_check_xds_s": check_s,
+        "foreign_check_xds_mib": check_mb,
+        "foreign_witness_only_s": witness_s,
+        "foreign_validate_s": validate_s,
+    }
 
 
 def measure(n: int, work: Path) -> dict[str, float | int]:
@@ -179,7 +243,7 @@ def growth(rows: list[dict[str, float | int]], key: str) -> list[str]:
     return out
 
 
-def main(sizes: list[int]) -> None:
+def main(sizes: list[int], with_foreign: bool = False) -> None:
     # A user's second run finds verifier's modules compiled (Python writes the .pyc files
     # on the first run). Where PYTHONDONTWRITEBYTECODE is set, as on the 2-core sandbox,
     # it never writes them and every run would compile ~150 modules again: measured there,
@@ -190,6 +254,7 @@ def main(sizes: list[int]) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
         rows = [measure(n, Path(tmp)) for n in sizes]
+        others = [foreign(n, Path(tmp)) for n in sizes] if with_foreign else []
     print(
         f"{'rules':>7} {'check --xds':>12} {'check':>8} {'translate':>10} {'envoy validate':>15}"
         f" {'ratio':>6} {'load floor':>11} {'floor ratio':>12} {'peak MiB':>9}"
@@ -219,19 +284,29 @@ def main(sizes: list[int]) -> None:
             f" {least / float(r['envoy_validate_s']):>5.1f}x"
         )
     print(
-        f"\n{'rules':>7} {'proven':>10} {'of':>10} {'lists CPU':>10}"
+        f"\n{'rules':>7} {'proven':>10} {'of':>10} {'never made':>11} {'to ask CPU':>11}"
         f" {'witness-only':>13} {'ratio':>6}"
     )
     for r in rows:
         ratio = float(r["check_xds_witness_only_s"]) / float(r["envoy_validate_s"])
         print(
-            f"{r['rules']:>7} {r['proven']:>10,} {r['witnesses']:>10,}"
-            f" {r['structural_cpu_s']:>9.2f}s"
+            f"{r['rules']:>7} {r['proven']:>10,} {r['witnesses']:>10,} {r['settled']:>11,}"
+            f" {r['to_ask_cpu_s']:>10.2f}s"
             f" {r['check_xds_witness_only_s']:>12.2f}s {ratio:>5.1f}x"
         )
+    if others:
+        print(f"\n{'rules':>7} {'foreign':>9} {'witness-only':>13} {'validate':>9} {'ratio':>6}")
+    for f in others:
+        v = float(f["foreign_validate_s"])
+        print(
+            f"{f['rules']:>7} {f['foreign_check_xds_s']:>8.2f}s"
+            f" {f['foreign_witness_only_s']:>12.2f}s"
+            f" {v:>8.2f}s {float(f['foreign_check_xds_s']) / v:>5.1f}x"
+        )
     print("growth of check --xds:", "; ".join(growth(rows, "check_xds_s")))
-    print(json.dumps(rows, indent=2))
+    print(json.dumps(rows + others, indent=2))
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [100, 1000, 10000])
+    args = [a for a in sys.argv[1:] if a != "--foreign"]
+    main([int(a) for a in args] or [100, 1000, 10000], "--foreign" in sys.argv[1:])

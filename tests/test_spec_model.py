@@ -614,7 +614,8 @@ REGEX_SEGMENTS = [
     ("/[a]pi/.*", None),
     ("/a.i/x", None),
     ("/api", None),
-    ("^/api/x", None),
+    ("^/api/x", "api"),  # a full match: the leading anchor says nothing
+    ("^/api/x|/y/", None),
     ("/api/{2}", None),
 ]
 

@@ -40,7 +40,8 @@ def _paired(a: wp.Served, b: wp.Served) -> bool:
         ("/r5+/x", ("PathPrefix", "/r6"), True),
         ("(?i)/r5/x", ("PathPrefix", "/R5"), True),
         ("/r5/x|/r6/y", ("PathPrefix", "/r6"), True),
-        ("^/r5/x", ("PathPrefix", "/r6"), True),
+        ("^/r5/x", ("PathPrefix", "/r6"), False),  # under a full match "^" says nothing
+        ("^/r5/x", ("PathPrefix", "/r5"), True),
     ],
 )
 def test_regexes_pair_only_where_a_path_could_satisfy_both(

@@ -311,8 +311,10 @@ class Context:
     # Set by ``comparisons``: how many witnesses the models were asked about (all but
     # those the baseline vouched for), and the digests of those they agree on.
     asked: int = field(default=0, init=False)
-    # ... and how many the decision lists answered without asking (verifier.structural).
+    # ... and how many the decision lists answered without asking (verifier.structural),
+    # ``settled`` of them before they were made (``to_ask``).
     proven: int = field(default=0, init=False)
+    settled: int = field(default=0, init=False)
     agreed: frozenset[bytes] = field(default=frozenset(), init=False, repr=False)
     # ... and those whose Envoy answer rests on an assumption (Outcome.caveats):
     # neither agreeing nor disagreeing, so not judged.
@@ -488,6 +490,29 @@ class Context:
         return generated + self._xds_client_cas(generated) + extra + from_cases
 
     @cached_property
+    def to_ask(self) -> list[wt.Witness]:
+        """``witnesses`` less the generated ones the decision lists prove (counted in
+        ``settled``), which are never made into witnesses: generating, stamping and
+        handing them to workers cost about as much as the rest of the comparisons at
+        10,000 rules. Every witness when they are made already (a test, the fuzzer,
+        the live pass, a rule that reads them), the lists are off, or the agreements
+        are recorded (--save-baseline: a proven witness's digest is recorded too)."""
+        made = "witnesses" in self.__dict__
+        if made or self.record_agreement or not self.edge_xds or self.structural is None:
+            return self.witnesses
+        from_cases = [wt.Witness(c.parent_key, c.request, wt.CASE, note=c.name) for c in self.cases]
+        generated, self.settled = wt.to_ask(
+            self.res, self.controller_name, sent=self.sent, settle=self.structural
+        )
+        extra = [self._sent(w) for w in self.extra_witnesses]
+        return generated + self._xds_client_cas(generated) + extra + from_cases
+
+    @property
+    def requests(self) -> int:
+        """How many witness requests this check judges, asked or not."""
+        return len(self.to_ask) + self.settled
+
+    @cached_property
     def mesh_witnesses(self) -> list[wt.Witness]:
         """The mesh routes' witnesses (``verifier.semantics.witness_mesh``), each sent from
         a client workload to its Service's frontend. Apart from ``witnesses``: the edge's
@@ -532,7 +557,7 @@ class Context:
         """The witnesses on which the models disagree (agreeing ones are not kept:
         at 10,000 rules there are ~140,000 witnesses). Large sets are split across
         the machine's cores: each witness is independent of the others."""
-        witnesses = self.witnesses
+        witnesses = self.to_ask
         if self.baseline is not None or self.record_agreement:
             from verifier.baseline import Digests
 
@@ -546,7 +571,7 @@ class Context:
             share = _Share.joined(
                 map_forked(self._compare_run, _runs(len(witnesses), workers), max_workers=workers)
             )
-        self.asked, self.proven = share.asked, share.proven
+        self.asked, self.proven = share.asked, share.proven + self.settled
         self.assumed = share.assumed
         if self._digests is not None and self._digests.usable:
             self.agreed = frozenset(share.agreed)
@@ -566,7 +591,7 @@ class Context:
         skip = self.baseline.agreed if self.baseline is not None and usable else frozenset()
         structural = self.structural
         for i in run:
-            w = self.witnesses[i]
+            w = self.to_ask[i]
             # The lists first: cheaper than a digest, which a proven witness needs only
             # when this run's agreements are kept (--save-baseline).
             if structural is not None and structural.proven(w):

@@ -1003,7 +1003,7 @@ def check_scenario(scn: Scenario, opts: CheckOptions, rules: Sequence[Rule]) -> 
             result.findings, result.expected = judged.unexpected, judged.expected
             result.input_errors += judged.missing
     if "comparisons" in ctx.__dict__:  # the models were asked (cached_property)
-        result.requests, result.asked, result.agreed = len(ctx.witnesses), ctx.asked, ctx.agreed
+        result.requests, result.asked, result.agreed = ctx.requests, ctx.asked, ctx.agreed
         result.proven = ctx.proven
         result.unjudged = len(ctx.assumed)
     return result

@@ -10,6 +10,12 @@ entry's action on each side: where those two actions are equal (or neither list
 matches, a 404 on both) it is proven too; the requests that reach the differing
 region are asked as before.
 
+The witness generator asks the same question of each request as it makes it
+(``Structural.__call__``, ``witness.Settle``): a proven request is never made into a
+witness (``Context.to_ask``), and only counted. Two lists holding the same entries in
+another order are as good as equal where every pair they order apart is disjoint or
+acts alike (``verifier.semantics.decision_order``).
+
 Only a request both models route as sent is decided this way (``_plain``): no
 client certificate, a lower-case Host (a port at most besides), a path and query that no
 normalisation or decoding could change, one value per header and no header that
@@ -25,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from verifier.semantics import decision_order
 from verifier.semantics import decisions as d
 from verifier.semantics import witness as wt
 from verifier.semantics.envoy import decisions as envoy_lists
@@ -72,7 +79,12 @@ def enabled() -> bool:
 
 
 def _plain(r: Request) -> bool:
-    """Whether both models route ``r`` as it was sent (module docstring)."""
+    """Whether both models route ``r`` as it was sent (module docstring). On the Envoy
+    side this is ``envoy.decisions.untouched`` for such a request, as long as no header
+    it carries is one of the route configuration's ``internal_only_headers``: its method
+    and bytes pass the codec, a path of plain segments (no ``%``, no dot segment, no
+    ``//``) is one no path option changes, and the HCM drops only ``x-envoy-*`` and
+    internal-only headers (tests/test_structural.py holds that on every fixture)."""
     if r.source is not None or r.client_cert is not None or r.method not in METHODS:
         return False
     if r.scheme not in ("http", "https") or not _HOST.fullmatch(r.host):
@@ -118,11 +130,10 @@ class Structural:
         self._pairs: dict[tuple[object, ...], _Pair] = {}
         self._by_connection: dict[tuple[object, ...], _Found] = {}
 
-    def _pair(self, w: wt.Witness) -> _Found:
-        """The lists each model routes ``w``'s connection and Host by, if both do."""
-        r = w.request
+    def _pair(self, gateway: tuple[str, str], r: Request) -> _Found:
+        """The lists each model routes ``r``'s connection and Host by, if both do."""
         spec_at = spec_lists.routing_of(
-            self.ctx.res, self.index, w.gateway, r, self.ctx.controller_name
+            self.ctx.res, self.index, gateway, r, self.ctx.controller_name
         )
         routing, _why = envoy_lists.connection_routing(self.ctx.envoy, r)
         if routing is None:
@@ -132,7 +143,7 @@ class Structural:
             both_404 = spec_at == NO_MATCH_STATUS and routing.vhost is None
             return (routing, _NO_HOST) if both_404 else None
         gw, lst = spec_at
-        spec_key = (w.gateway, lst.name, lst.port, lst.protocol, lst.hostname, r.hostname)
+        spec_key = (gateway, lst.name, lst.port, lst.protocol, lst.hostname, r.hostname)
         key = (spec_key, routing.key)
         pair = self._pairs.get(key)
         if pair is None:
@@ -148,25 +159,33 @@ class Structural:
                 spec = self._spec[spec_key] = spec_lists.decision_list(
                     self.ctx.res, self.index, gw, lst, r.hostname
                 )
-            pair = self._pairs[key] = _Pair(spec, envoy, spec.same_as(envoy))
+            same = spec.same_as(envoy) or decision_order.equivalent(spec, envoy)
+            pair = self._pairs[key] = _Pair(spec, envoy, same)
         return routing, pair
 
     def proven(self, w: wt.Witness) -> bool:
         """Whether the lists alone show both models answer ``w`` alike."""
-        r = w.request
-        if w.feature in CONNECTION_FEATURES or not _plain(r):
+        return self(w.gateway, w.request, w.feature)
+
+    def __call__(self, gateway: tuple[str, str], request: Request, feature: str) -> bool:
+        """``proven`` for a request to ``gateway``, stamped by ``Context.sent`` or not (as
+        the witness generator makes it: ``witness.Settle``)."""
+        r = request
+        if feature in CONNECTION_FEATURES or not _plain(r):
             return False
         # Which lists route a request depends on its connection and Host alone.
-        conn = (w.gateway, r.address, r.port, r.proxy_port, r.scheme, r.sni, r.host)
+        conn = (gateway, r.address, r.port, r.proxy_port, r.scheme, r.sni, r.host)
         if conn in self._by_connection:
             found = self._by_connection[conn]
         else:
-            found = self._by_connection[conn] = self._pair(w)
+            found = self._by_connection[conn] = self._pair(gateway, self.ctx.sent(gateway, r))
         if found is None:
             return False
         routing, pair = found
-        if envoy_lists.untouched(routing, r):
-            return False
+        if routing.config.internal_only and any(
+            k in routing.config.internal_only for k, _ in r.headers
+        ):
+            return False  # else the HCM passes a plain request on as sent (``untouched``)
         if pair.same:
             return True
         if not (pair.spec.comparable and pair.envoy.comparable):

@@ -34,12 +34,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote
 
 import re2
 
+from verifier.semantics.path_match import first_segment, full_match, path_accepts, regex_segment
 from verifier.semantics.request import Headers, Outcome, apply_response_ops
 
 PATH_KINDS = frozenset({"exact", "segment_prefix", "prefix", "regex"})
@@ -50,35 +50,66 @@ VALUE_KINDS = frozenset({"exact", "regex"})
 DEFAULT_TIMEOUT_MS = 15_000
 
 
-# RE2 patterns that say no more than a string: characters that are never syntax.
-_LITERAL = re2.compile(r"[A-Za-z0-9_~/-]+")
-_SEGMENT_PREFIX = re2.compile(r"\^?(/[A-Za-z0-9_~/-]*[A-Za-z0-9_~-])\(/\.\*\)\?\$?")
+# RE2 patterns that say no more than a string: characters that are never syntax, and
+# syntax characters escaped with a backslash (how translators quote a literal).
+_LITERAL = re2.compile(r"(?:[A-Za-z0-9_~/%:@!,;=' -]|\\[.+*?()\[\]{}|^$\\/-])+")
+_ESCAPE = re2.compile(r"\\(.)")
+_SEGMENT_PREFIX = re2.compile(r"(.*[^/])\(/\.\*\)\?")
+_PREFIX = re2.compile(r"(.*)\.\*")
+
+
+def _unanchored(pattern: str) -> str:
+    """``pattern`` without a leading ``^`` and an unescaped trailing ``$``: under a full
+    match (the only way either side reads a regex here) the text's start and end are
+    the only places they can match, so they say nothing."""
+    if pattern.startswith("^"):
+        pattern = pattern[1:]
+    if pattern.endswith("$") and (len(pattern) - len(pattern[:-1].rstrip("\\"))) % 2 == 1:
+        pattern = pattern[:-1]
+    return pattern
 
 
 def literal(pattern: str) -> str | None:
-    """The one string an RE2 full match of ``pattern`` accepts, when it is a plain
-    string of characters that are never syntax (a regex written for an exact value)."""
-    return pattern if _LITERAL.fullmatch(pattern) else None
+    """The one string an RE2 full match of ``pattern`` accepts, when it is a string of
+    characters that are never syntax or are escaped, perhaps anchored (a regex written
+    for an exact value: ``^/api/v1\\.json$``)."""
+    return _text(_unanchored(pattern))
+
+
+def _text(bare: str) -> str | None:
+    """The string ``bare`` (no anchors) stands for, if it holds no syntax."""
+    if not bare or not _LITERAL.fullmatch(bare):
+        return None
+    return str(_ESCAPE.sub(lambda m: m.group(1), bare))
 
 
 def value_pred(name: str, kind: str, value: str) -> ValuePred:
     """A value predicate, a literal regex stated as the exact match it is."""
-    if kind == "regex" and literal(value) is not None:
-        kind = "exact"
+    if kind == "regex":
+        text = literal(value)
+        if text is not None:
+            return ValuePred(name, "exact", text)
     return ValuePred(name, kind, value)
 
 
 def path_pred(kind: str, value: str) -> PathPred:
-    """A path predicate in its one normal form: a literal regex is ``exact``, and
+    """A path predicate in its one normal form: a literal regex is ``exact``,
     ``LITERAL(/.*)?`` (how another translator writes a PathPrefix) is
-    ``segment_prefix`` (exact for the paths ``verifier.structural`` decides by it,
-    which hold no newline)."""
+    ``segment_prefix`` and ``LITERAL.*`` is ``prefix`` (exact for the paths
+    ``verifier.structural`` decides by them, which hold no newline)."""
     if kind == "regex":
-        if literal(value) is not None:
-            return PathPred("exact", value)
-        found = _SEGMENT_PREFIX.fullmatch(value)
-        if found is not None:
-            return PathPred("segment_prefix", found.group(1))
+        text = literal(value)
+        if text is not None:
+            return PathPred("exact", text)
+        bare = _unanchored(value)
+        found = _SEGMENT_PREFIX.fullmatch(bare)
+        text = _text(found.group(1)) if found is not None else None
+        if text is not None and text.startswith("/"):
+            return PathPred("segment_prefix", text)
+        found = _PREFIX.fullmatch(bare)
+        text = _text(found.group(1)) if found is not None else None
+        if text is not None and text.startswith("/"):
+            return PathPred("prefix", text)
     return PathPred(kind, value)
 
 
@@ -299,33 +330,12 @@ def action_of(
 # ------------------------------------------------------------------ first match
 
 
-@lru_cache(maxsize=4096)
-def _program(pattern: str) -> Any | None:
-    options = re2.Options()
-    options.log_errors = False
-    try:
-        return re2.compile(pattern, options)
-    except re2.error:
-        return None
-
-
-def _full(pattern: str, text: str) -> bool:
-    program = _program(pattern)
-    return program is not None and program.fullmatch(text) is not None
-
-
-def _path_ok(p: PathPred, path: str) -> bool:
-    if p.kind == "exact":
-        return path == p.value
-    if p.kind == "segment_prefix":
-        return path == p.value or path.startswith(p.value + "/")
-    if p.kind == "prefix":
-        return path.startswith(p.value)
-    return _full(p.value, path)
+def accepts_path(p: PathPred, path: str) -> bool:
+    return path_accepts(p.kind, p.value, path)
 
 
 def _value_ok(v: ValuePred, value: str) -> bool:
-    return value == v.value if v.kind == "exact" else _full(v.value, value)
+    return value == v.value if v.kind == "exact" else full_match(v.value, value)
 
 
 @dataclass(frozen=True)
@@ -353,7 +363,7 @@ class View:
 
 
 def accepts(p: Predicate, view: View) -> bool:
-    if not _path_ok(p.path, view.path):
+    if not accepts_path(p.path, view.path):
         return False
     if p.method is not None and p.method != view.method:
         return False
@@ -372,22 +382,6 @@ def first_match(dl: DecisionList, view: View) -> int | None:
     return None
 
 
-def _segment(path: str) -> str:
-    return path.split("/", 2)[1] if path.startswith("/") else ""
-
-
-# A regex every full match of which starts with "/<segment>/": literal characters, then
-# a "/" no quantifier makes optional, and no alternation anywhere.
-_REGEX_SEGMENT = re2.compile(r"\^?/([A-Za-z0-9_~-]+)/([^?*+{].*)?")
-
-
-def _regex_segment(pattern: str) -> str | None:
-    if "|" in pattern:
-        return None
-    found = _REGEX_SEGMENT.fullmatch(pattern)
-    return None if found is None else str(found.group(1))
-
-
 class Index:
     """``first_match`` without testing every entry: an ``exact`` entry can only accept
     its own path, a ``segment_prefix`` entry only paths whose first segment is its
@@ -404,8 +398,8 @@ class Index:
             if p.kind == "exact":
                 self.exact.setdefault(p.value, []).append(i)
             elif p.kind == "segment_prefix" and p.value.startswith("/"):
-                self.segment.setdefault(_segment(p.value), []).append(i)
-            elif p.kind == "regex" and (segment := _regex_segment(p.value)) is not None:
+                self.segment.setdefault(first_segment(p.value), []).append(i)
+            elif p.kind == "regex" and (segment := regex_segment(p.value)) is not None:
                 self.segment.setdefault(segment, []).append(i)
             else:
                 self.generic.append(i)
@@ -415,7 +409,7 @@ class Index:
         candidates: list[int] = sorted(
             [
                 *self.exact.get(view.path, none),
-                *self.segment.get(_segment(view.path), none),
+                *self.segment.get(first_segment(view.path), none),
                 *self.generic,
             ]
         )

@@ -393,8 +393,18 @@ def witnesses(res: Resources, controller_name: str, sent: Sent | None = None) ->
     generated here (no request carries an address, and no host is a Gateway's
     address), so deduplicating stamped requests keeps the same witnesses.
     """
+    return to_ask(res, controller_name, sent)[0]
+
+
+def to_ask(
+    res: Resources, controller_name: str, sent: Sent | None = None, settle: Settle | None = None
+) -> tuple[list[Witness], int]:
+    """``witnesses``, without those ``settle`` answers already (check: the requests the
+    decision lists prove, ``verifier.structural``), and how many it answered: the
+    witnesses ``witnesses`` would keep are exactly the ones returned and the ones
+    counted, so a proven request is neither stamped, kept nor handed to a worker."""
     ours = {n for n, gc in res.gateway_classes.items() if gc.controller_name == controller_name}
-    out = _Kept(sent)
+    out = _Kept(sent, settle)
     probed: set[tuple[tuple[str, str], int, str]] = set()  # (gateway, port, host)
     for gkey in sorted(res.gateways):
         gateway = _with_named_listener_sets(res, res.gateways[gkey])
@@ -446,22 +456,51 @@ def witnesses(res: Resources, controller_name: str, sent: Sent | None = None) ->
         for wit in _listener_set_witnesses(gkey, gateway):
             out.keep(wit, claim=True)  # claims the request for its feature
     carriers: dict[tuple[tuple[str, str], int], ClientCert | None] = {}
-    return [_with_carrier_cert(res, w, carriers) for w in out.kept.values()]
+    kept = [_with_carrier_cert(res, w, carriers) for w in out.kept.values()]
+    return kept, len(out.settled)
 
 
 class Sent(Protocol):
     def __call__(self, gateway: tuple[str, str], request: Request) -> Request: ...
 
 
-class _Kept:
-    """The witnesses kept so far, one per (Gateway, request), each stamped by ``sent``."""
+class Settle(Protocol):
+    """Whether a witness's answer is known without asking (``verifier.structural``): a
+    function of the witness's Gateway, request (as generated, before ``Sent``) and
+    feature alone, so that equal requests are settled alike."""
 
-    def __init__(self, sent: Sent | None) -> None:
+    def __call__(self, gateway: tuple[str, str], request: Request, feature: str) -> bool: ...
+
+
+_Key = tuple[tuple[str, str], Request]
+
+
+class _Kept:
+    """The witnesses kept so far, one per (Gateway, request), each stamped by ``sent``;
+    with ``settle``, the requests it answers are only remembered (as generated), so the
+    count of those and the kept ones is what would be kept without it."""
+
+    def __init__(self, sent: Sent | None, settle: Settle | None = None) -> None:
         self.sent = sent
-        self.kept: dict[tuple[tuple[str, str], Request], Witness] = {}
+        self.settle = settle
+        self.kept: dict[_Key, Witness] = {}
+        self.settled: set[_Key] = set()
+        self.generated: set[_Key] = set()  # the kept ones as generated (with ``settle``)
 
     def keep(self, wit: Witness, *, claim: bool = False) -> None:
         """Keep ``wit`` unless its request is kept already (``claim``: replace it)."""
+        if self.settle is not None:
+            key = (wit.gateway, wit.request)
+            if key in self.generated and not claim:
+                return  # already kept: as without ``settle``
+            if key in self.settled:
+                if not claim:
+                    return  # the first of equal requests is the one kept, and it is settled
+                self.settled.discard(key)  # a claim replaces it: asked as the claimant
+            elif self.settle(wit.gateway, wit.request, wit.feature):
+                self.settled.add(key)
+                return
+            self.generated.add(key)
         if self.sent is not None:
             request = self.sent(wit.gateway, wit.request)
             if request is not wit.request:

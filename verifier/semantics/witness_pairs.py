@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from verifier.gatewayapi import model as m
+from verifier.semantics.path_match import regex_segment
 from verifier.semantics.request import (
     Request,
     normalize_headers,
     percent_encode,
     sendable_value,
 )
-from verifier.semantics.spec.index import regex_segment
 from verifier.semantics.spec.match import regex_full_match
 
 PRECEDENCE = "HTTPRouteMatchingPrecedence"

@@ -25,6 +25,7 @@ from verifier.semantics.spec.match import (
     Candidate,
     effective_headers,
     effective_query_params,
+    path_kind,
     precedence_key,
 )
 
@@ -41,18 +42,11 @@ def _value(v: ValueMatch, name: str) -> d.ValuePred | None:
 def predicate(match: RouteMatch) -> d.Predicate | None:
     """HTTPRouteMatch in the normal form (``spec.match.match_accepts`` says how it
     matches); None for a kind the form has no word for."""
-    pm = match.path
-    if pm.type == "Exact":
-        path = d.PathPred("exact", pm.value)
-    elif pm.type == "PathPrefix":
-        prefix = pm.value.rstrip("/")  # "a trailing `/` is ignored"
-        if prefix and not prefix.startswith("/"):
-            return None
-        path = d.PathPred("segment_prefix", prefix) if prefix else d.PathPred("prefix", "/")
-    elif pm.type == "RegularExpression":
-        path = d.path_pred("regex", pm.value)
-    else:
+    found = path_kind(match.path)
+    if found is None or (found[0] == "segment_prefix" and not found[1].startswith("/")):
         return None
+    # Every path starts with "/": the prefix of "/" alone is stated as Envoy's ``prefix: /``.
+    path = d.PathPred("prefix", "/") if found == ("prefix", "") else d.path_pred(*found)
     headers = [_value(h, h.name.lower()) for h in effective_headers(match)]
     query = [_value(q, q.name) for q in effective_query_params(match)]
     if any(v is None for v in (*headers, *query)):

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from verifier.gatewayapi.model import Gateway, GatewayListener, HTTPRoute, RouteMatch, RouteRule
 from verifier.gatewayapi.resources import Resources
+from verifier.semantics.path_match import first_segment, regex_segment
 from verifier.semantics.request import Request
 from verifier.semantics.spec.attach import attachment_problem, refers_to_gateway
 from verifier.semantics.spec.hostnames import effective_hostnames, is_wildcard, normalize_host
@@ -41,19 +42,8 @@ from verifier.semantics.spec.match import rule_problem
 TRACE_LIMIT = 10
 
 # A RegularExpression is filed by first segment only when every string it fully
-# matches starts with "/<segment>/": a "/", literal characters that are not
-# regex syntax, a "/" that no quantifier makes optional, and no alternation
-# anywhere in the pattern (which could start a second, unconstrained branch).
-_LITERAL_SEGMENT = re.compile(r"/([A-Za-z0-9_~%-]*)/(?![?*+{])")
-
-
-def path_segment(path: str) -> str:
-    """The bucket key of a request path (without query): its first segment.
-
-    Any total function of the path would do for Exact values (equal paths give
-    equal keys); the first segment also serves PathPrefix and regexes.
-    """
-    return path.split("/", 2)[1] if path.startswith("/") else path
+# matches starts with "/<segment>/" (``path_match.regex_segment`` says when).
+path_segment = first_segment  # the bucket key of a request path (without query)
 
 
 def match_segment(match: RouteMatch) -> str | None:
@@ -74,15 +64,6 @@ def match_segment(match: RouteMatch) -> str | None:
     if pm.type == "RegularExpression":
         return regex_segment(pm.value)
     return None
-
-
-def regex_segment(pattern: str) -> str | None:
-    """The first segment every full match of ``pattern`` has, when its syntax
-    says so without interpretation (see ``_LITERAL_SEGMENT``); else None."""
-    if "|" in pattern:
-        return None
-    found = _LITERAL_SEGMENT.match(pattern)
-    return found.group(1) if found else None
 
 
 # Within a first segment, matches are filed again by the second: a route's rules

@@ -11,13 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote
 
-import re2
-
 from verifier.gatewayapi.model import HTTPRoute, PathMatch, RouteMatch, RouteRule, ValueMatch
+from verifier.semantics.path_match import full_match, path_accepts, program
 from verifier.semantics.request import Request
 
 
@@ -47,20 +45,8 @@ class Candidate:
         )
 
 
-@lru_cache(maxsize=1024)
-def compile_regex(pattern: str) -> Any | None:
-    """The RE2 program for ``pattern``, or None when RE2 rejects it."""
-    options = re2.Options()
-    options.log_errors = False
-    try:
-        return re2.compile(pattern, options)
-    except re2.error:
-        return None
-
-
-def regex_full_match(pattern: str, text: str) -> bool:
-    program = compile_regex(pattern)
-    return program is not None and program.fullmatch(text) is not None
+compile_regex = program  # the RE2 program, or None when RE2 rejects the pattern
+regex_full_match = full_match
 
 
 def path_matches(pm: PathMatch, path: str) -> bool:
@@ -73,15 +59,23 @@ def path_matches(pm: PathMatch, path: str) -> bool:
     For example, the paths `/abc`, `/abc/`, and `/abc/def` would all match the
     prefix `/abc`, but the path `/abcd` would not." RegularExpression: "Matches
     if the URL path matches the given regular expression with case sensitivity."
+    So: an exact path, a segment prefix (a prefix of ``/`` alone: every path), a
+    regex (``verifier.semantics.path_match`` says how each accepts a path).
     """
+    found = path_kind(pm)
+    return found is not None and path_accepts(*found, path)
+
+
+def path_kind(pm: PathMatch) -> tuple[str, str] | None:
+    """The path predicate (kind, value) of ``path_match``'s vocabulary that ``pm`` is."""
     if pm.type == "Exact":
-        return path == pm.value
+        return "exact", pm.value
     if pm.type == "PathPrefix":
-        prefix = pm.value.rstrip("/")
-        return prefix == "" or path == prefix or path.startswith(prefix + "/")
+        prefix = pm.value.rstrip("/")  # "a trailing `/` is ignored"
+        return ("segment_prefix", prefix) if prefix else ("prefix", "")
     if pm.type == "RegularExpression":
-        return regex_full_match(pm.value, path)
-    return False
+        return "regex", pm.value
+    return None
 
 
 def effective_headers(match: RouteMatch) -> tuple[ValueMatch, ...]:
