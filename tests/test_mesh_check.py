@@ -6,13 +6,19 @@ cases judged by the spec model alone (EV701 when it misses one)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
+import mesh_scenario
+import pytest
 from conftest import BASE, FIXTURES
+from test_check_cli import section
 from verifier.rules import RULES
 
 from verifier import pipeline
+from verifier.cli import main
 
 STATUS = FIXTURES / "mesh-status-no-matching-parent"
 CONSUMER = FIXTURES / "mesh-consumer-route"
@@ -64,3 +70,80 @@ def test_without_the_mesh_a_case_the_spec_model_misses_is_an_ev701(tmp_path: Pat
         ("EV701", 1, "case consumer-namespace-gets-its-consumer-route")
     ]
     assert "the spec model does not meet" in result.findings[0].message
+
+
+# ---------------------------------------------------------------- a new user's mesh mistakes
+
+# (edit of the trial scenario, code, resource, the line's text, after the line, did you mean)
+BACKEND_MISTAKES = {
+    "service-does-not-exist": (
+        ("    - name: ledger-v1\n      port: 8080\n      weight: 90", "    - name: ledger-vl\n"
+         "      port: 8080\n      weight: 90"),
+        "EV905", "HTTPRoute payments/ledger-canary", "- name: ledger-vl", "", "ledger-v1",
+    ),
+    "port-the-service-lacks": (
+        ("      port: 8080\n      weight: 10", "      port: 8081\n      weight: 10"),
+        "EV906", "HTTPRoute payments/ledger-canary", "port: 8081", "", "8080",
+    ),
+    "no-reference-grant": (
+        ("    namespace: storefront\n  to:", "    namespace: checkout\n  to:"),
+        "EV908", "HTTPRoute storefront/ledger-from-storefront", "namespace: payments",
+        "- path: {type: PathPrefix, value: /reports}", None,
+    ),
+}  # fmt: skip
+
+
+def _check_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    """``edge-verify check ARGS --format json``, as a user runs it."""
+    code = main(["check", *args, "--format", "json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+@pytest.mark.parametrize("mistake", sorted(BACKEND_MISTAKES))
+def test_a_mesh_routes_backend_mistake_is_an_error_at_its_backend_ref(
+    mistake: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trial's mesh routes: each backendRef mistake passed `check` (status alone said
+    ResolvedRefs=False); now the edge's code at the backendRef's field, did you mean."""
+    edit, code, resource, text, after, near = BACKEND_MISTAKES[mistake]
+    folder = mesh_scenario.write(tmp_path, edit)
+    rc, doc = _check_json(capsys, str(folder))
+    assert rc == 1
+    (found,) = doc["findings"]
+    assert (found["code"], found["resource"]) == (code, resource)
+    file, _, line = found["location"].rpartition(":")
+    assert int(line) == mesh_scenario.line_of(Path(file), text, after)
+    assert (found["expected"] or {}).get("did_you_mean") == near
+
+
+def test_the_trial_scenario_is_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, doc = _check_json(capsys, str(mesh_scenario.write(tmp_path, cases=True)))
+    assert (rc, doc["findings"]) == (0, [])
+
+
+def test_one_xds_mistake_is_one_finding_at_the_rule_it_is_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """batch's sidecar with the producer route's 90/10 split swapped: every witness that
+    falls to that rule (the header match's other side, storefront's consumer path, which
+    does not apply to batch) shows the one mistake, reported once at that rule."""
+    folder = mesh_scenario.write(tmp_path / "in")
+    dump = tmp_path / "batch.json"
+    assert main(["translate", str(folder), "--proxy", "payments/batch", "-o", str(dump)]) == 0
+    doc = json.loads(dump.read_text("utf-8"))
+    configs = section(doc, "Routes")["dynamic_route_configs"]
+    (table,) = [c for c in configs if c["route_config"]["name"] == "outbound/payments/ledger/8080"]
+    split = table["route_config"]["virtual_hosts"][0]["routes"][1]["route"]["weighted_clusters"]
+    assert [c["weight"] for c in split["clusters"]] == [90, 10]
+    split["clusters"][0]["weight"], split["clusters"][1]["weight"] = 10, 90
+    dump.write_text(json.dumps(doc), "utf-8")
+    capsys.readouterr()
+    rc, report = _check_json(capsys, str(folder), "--xds", str(dump), "--proxy", "payments/batch")
+    assert rc == 1
+    (found,) = report["findings"]
+    assert (found["code"], found["resource"]) == ("EV218", "HTTPRoute payments/ledger-canary")
+    file, _, line = found["location"].rpartition(":")
+    # The split's rule (it has no matches: its first line), not the header match's.
+    assert int(line) == mesh_scenario.line_of(Path(file), "- backendRefs:", 'value: "true"')
+    assert found["xds_path"].endswith("routes[1]")
