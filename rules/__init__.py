@@ -19,6 +19,7 @@ from verifier.rules import (
     gateway_listeners,
     host_rewrite_with_host_header,
     httproute_accepted,
+    httproute_all_weights_zero,
     httproute_backend_endpoints,
     httproute_backend_protocol,
     httproute_backend_refs,
@@ -84,6 +85,7 @@ RULES: tuple[Rule, ...] = (
     gateway_listeners.RULE,
     host_rewrite_with_host_header.RULE,
     httproute_accepted.RULE,
+    httproute_all_weights_zero.RULE,
     httproute_backend_protocol.RULE,
     httproute_backend_endpoints.RULE,
     httproute_backend_refs.RULE,
@@ -141,6 +143,7 @@ RULES: tuple[Rule, ...] = (
 CONFIGURATION: tuple[Rule, ...] = (
     gateway_listeners.RULE,
     httproute_accepted.RULE,
+    httproute_all_weights_zero.RULE,
     httproute_backend_endpoints.RULE,
     httproute_backend_refs.RULE,
     httproute_identical_matches.RULE,

@@ -147,3 +147,21 @@ def test_one_xds_mistake_is_one_finding_at_the_rule_it_is_about(
     # The split's rule (it has no matches: its first line), not the header match's.
     assert int(line) == mesh_scenario.line_of(Path(file), "- backendRefs:", 'value: "true"')
     assert found["xds_path"].endswith("routes[1]")
+
+
+def test_a_mesh_rule_whose_backends_all_weigh_zero_is_a_warning_at_its_backend_refs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trial's split zeroed on both sides: valid, and every request of the rule is
+    answered 500 (both models agree, so only this warning says so)."""
+    zeroed = ("      weight: 90", "      weight: 0"), ("      weight: 10", "      weight: 0")
+    folder = mesh_scenario.write(tmp_path, *zeroed)
+    assert main(["check", str(folder)]) == 0  # a warning: the default --fail-on error passes
+    capsys.readouterr()
+    rc, doc = _check_json(capsys, str(folder), "--fail-on", "warning")
+    assert rc == 1
+    (found,) = doc["findings"]
+    assert (found["code"], found["severity"]) == ("EV925", "warning")
+    assert found["resource"] == "HTTPRoute payments/ledger-canary"
+    file, _, line = found["location"].rpartition(":")
+    assert int(line) == mesh_scenario.line_of(Path(file), "- backendRefs:", 'value: "true"')
