@@ -57,6 +57,7 @@ from verifier.rules import (
     mesh_no_route_kube_proxy,
     mesh_passthrough,
     mesh_route_accepted,
+    mesh_route_clients,
     no_missing_clusters,
     no_orphan_clusters,
     no_route_default_404,
@@ -123,6 +124,7 @@ RULES: tuple[Rule, ...] = (
     mesh_no_route_kube_proxy.RULE,
     mesh_passthrough.RULE,
     mesh_route_accepted.RULE,
+    mesh_route_clients.RULE,
     no_missing_clusters.RULE,
     no_orphan_clusters.RULE,
     no_route_default_404.RULE,
@@ -149,5 +151,6 @@ CONFIGURATION: tuple[Rule, ...] = (
     httproute_identical_matches.RULE,
     listener_set_accepted.RULE,
     mesh_route_accepted.RULE,
+    mesh_route_clients.RULE,
     service_target_port.RULE,
 )

@@ -12,7 +12,9 @@ against the ratio and tolerance). A case both models miss because of a
 configuration mistake the spec model names (a backendRef to a missing Service,
 an HTTPRoute no listener accepts) is one EV702 at the mistake's line, the case
 as a related location. A case both models miss the same way otherwise is one
-EV703 at the case, with related locations where the answer comes from: the rule
+EV703 at the case, with related locations where the answer comes from: for a mesh
+case whose client's sidecar does not capture it, the parentRef of the mesh route
+written for that client which a missing mesh label keeps from it (EV926, EV927); the rule
 the spec model chose and any backendRef of it without a ready endpoint; or, for a
 split the case states otherwise, the weight of each of the rule's backendRefs
 (where a user changes a split). The case and the rule disagree, whatever the xDS.
@@ -43,6 +45,7 @@ from verifier.rules.support.case_judge import (
     related,
     rule_related,
 )
+from verifier.rules.support.mesh_clients import causes
 
 from verifier.check import Context
 from verifier.findings import Finding, Related, new
@@ -69,9 +72,13 @@ def check(ctx: Context) -> Iterable[Finding]:
         yield from _judged(ctx, judged)
 
 
-def _judged(ctx: Context, judged: Judged, envoy: str = "Envoy") -> Iterable[Finding]:
+def _judged(
+    ctx: Context, judged: Judged, envoy: str = "Envoy", causes: tuple[Related, ...] = ()
+) -> Iterable[Finding]:
     """A case both models answered: one EV703 when they miss it alike, else an EV701
-    for each model that misses it (``envoy``: who answered in the Envoy model's place)."""
+    for each model that misses it (``envoy``: who answered in the Envoy model's place;
+    ``causes``: a mesh route a missing mesh label keeps from the case's client, the
+    first place to look when both miss it)."""
     if judged.same_miss:
         # Both models miss it alike: the case and the configuration disagree,
         # whatever the xDS, so one finding with the rule they follow.
@@ -81,7 +88,7 @@ def _judged(ctx: Context, judged: Judged, envoy: str = "Envoy") -> Iterable[Find
             "EV703",
             judged.envoy,
             expected=judged.spec.outcome.to_json(),
-            related=rule_related(ctx, judged),
+            related=(*causes, *rule_related(ctx, judged)),
             problems="; ".join(judged.spec_problems),
         )
         return
@@ -121,7 +128,7 @@ def _mesh_case(ctx: Context, case: Case) -> Iterable[Finding]:
         )
         envoy = "kube-proxy" if answered.by == KUBE_PROXY else "Envoy"
         judged = Judged(case, spec, other, spec_problems, tuple(missed), ())
-        yield from _judged(ctx, judged, envoy)
+        yield from _judged(ctx, judged, envoy, causes(ctx, case.request))
         return
     if spec_problems:
         judged = Judged(case, spec, spec, spec_problems, (), ())

@@ -165,3 +165,81 @@ def test_a_mesh_rule_whose_backends_all_weigh_zero_is_a_warning_at_its_backend_r
     assert found["resource"] == "HTTPRoute payments/ledger-canary"
     file, _, line = found["location"].rpartition(":")
     assert int(line) == mesh_scenario.line_of(Path(file), "- backendRefs:", 'value: "true"')
+
+
+UNLABELLED = {
+    ns: (f'  name: {ns}\n  labels:\n    aether.io/managed: "true"\n', f"  name: {ns}\n")
+    for ns in ("payments", "storefront")
+}
+REDIRECT_ALL_WEB = (
+    "    metadata:\n      labels: {app: web}\n",
+    "    metadata:\n      labels: {app: web}\n"
+    '      annotations: {capture.aether.io/redirect-all: "true"}\n',
+)
+PARENT = '- group: ""'
+
+
+def _at_parent(found: dict[str, Any], route: str) -> bool:
+    """``found`` is at the parentRef of HTTPRoute ``route`` (its first, a Service)."""
+    file, _, line = found["location"].rpartition(":")
+    return int(line) == mesh_scenario.line_of(Path(file), PARENT, f"name: {route}")
+
+
+@pytest.mark.parametrize("redirect_all", [False, True], ids=["no-client", "redirect-all-client"])
+def test_a_mesh_route_on_a_service_outside_the_mesh_is_a_warning_naming_who_applies_it(
+    redirect_all: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """payments without the mesh label: ledger is not mesh-registered, so a sidecar
+    applies its routes only when it captures everything (redirect-all), and batch (in
+    payments) has no sidecar at all. EV926 at each route's parentRef, naming the
+    clients that do apply it: none, or storefront/web once it redirects all."""
+    edits = [UNLABELLED["payments"], *([REDIRECT_ALL_WEB] if redirect_all else [])]
+    rc, doc = _check_json(
+        capsys, str(mesh_scenario.write(tmp_path, *edits)), "--fail-on", "warning"
+    )
+    assert rc == 1
+    found = {f["resource"]: f for f in doc["findings"]}
+    assert sorted(found) == [
+        "HTTPRoute payments/ledger-canary",
+        "HTTPRoute storefront/ledger-from-storefront",
+    ]
+    for resource, f in found.items():
+        assert (f["code"], f["severity"]) == ("EV926", "warning")
+        assert _at_parent(f, resource.rpartition("/")[2])
+    # storefront's consumer route replaces the producer route for web: only it reaches web.
+    assert found["HTTPRoute payments/ledger-canary"]["actual"]["clients"] == []
+    consumer = found["HTTPRoute storefront/ledger-from-storefront"]["actual"]["clients"]
+    assert consumer == (["storefront/web"] if redirect_all else [])
+
+
+def test_a_consumer_route_in_a_namespace_outside_the_mesh_applies_to_no_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = mesh_scenario.write(tmp_path, UNLABELLED["storefront"])
+    rc, doc = _check_json(capsys, str(folder), "--fail-on", "warning")
+    assert rc == 1
+    (found,) = doc["findings"]
+    assert (found["code"], found["severity"]) == ("EV927", "warning")
+    assert found["resource"] == "HTTPRoute storefront/ledger-from-storefront"
+    assert _at_parent(found, "ledger-from-storefront")
+    assert found["actual"]["clients"] == []
+
+
+def test_a_case_failing_for_a_missing_mesh_label_points_at_the_route_it_keeps_away(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trial's cases with storefront unlabelled: web's two cases fail as both sides
+    predict (kube-proxy answers), each an EV703 at the case with the consumer route's
+    parentRef as related, where EV927 is."""
+    folder = mesh_scenario.write(tmp_path, UNLABELLED["storefront"], cases=True)
+    rc, doc = _check_json(capsys, str(folder))
+    assert rc == 1
+    cases = [f for f in doc["findings"] if f["code"] == "EV703"]
+    assert [f["resource"] for f in cases] == [
+        "case web-reports-go-to-v1",
+        "case web-other-paths-404-consumer-replaces-producer",
+    ]
+    (warning,) = [f for f in doc["findings"] if f["code"] == "EV927"]
+    for f in cases:
+        assert f["related"][0]["location"] == warning["location"]
+        assert "EV927" in f["related"][0]["what"]
