@@ -46,35 +46,24 @@ NAME = "mesh-route-clients"
 def _finding(u: Unapplied) -> Finding:
     ref, svc = u.ref, u.service
     parent = f"Service {ref.namespace}/{ref.name}" + (f" port {ref.port}" if ref.port else "")
-    why = u.why or hint("mesh-no-clients")
     clients = [s.line() for s in u.clients]
-    actual = {"clients": clients, "service_namespace": svc.meta.namespace}
+    said: dict[str, str] = {"namespace": u.route.meta.namespace}
     if u.code == UNREGISTERED_SERVICE:
         applied = (
             hint("mesh-applied-by", clients=", ".join(clients))
             if clients
             else hint("mesh-applied-by-none")
         )
-        return at(
-            u.code,
-            NAME,
-            u.route.meta,
-            ref.path,
-            actual=actual,
-            parent=parent,
-            namespace=svc.meta.namespace,
-            applied=applied,
-            why=why,
-        )
+        said = {"namespace": svc.meta.namespace, "applied": applied}
     return at(
         u.code,
         NAME,
         u.route.meta,
         ref.path,
-        actual=actual,
+        actual={"clients": clients, "service_namespace": svc.meta.namespace},
         parent=parent,
-        namespace=u.route.meta.namespace,
-        why=why,
+        why=u.why or hint("mesh-no-clients"),
+        **said,
     )
 
 
