@@ -243,3 +243,18 @@ def test_a_case_failing_for_a_missing_mesh_label_points_at_the_route_it_keeps_aw
     for f in cases:
         assert f["related"][0]["location"] == warning["location"]
         assert "EV927" in f["related"][0]["what"]
+
+
+def test_a_mesh_case_failing_for_a_backend_mistake_is_reported_at_the_mistake(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the trial's cases, the misspelt split backend fails batch-default-split as
+    both sides predict: one finding at the backendRef, the case as related, as on the
+    edge (EV702 folded into the EV905 at that line), not an EV703 at the case."""
+    edit, *_rest = BACKEND_MISTAKES["service-does-not-exist"]
+    rc, doc = _check_json(capsys, str(mesh_scenario.write(tmp_path, edit, cases=True)))
+    assert rc == 1
+    assert [f["code"] for f in doc["findings"]] == ["EV905"]
+    (found,) = doc["findings"]
+    assert [r["location"].rpartition(":")[2] for r in found["related"]] == ["7"]
+    assert "batch-default-split" in found["related"][0]["what"]
