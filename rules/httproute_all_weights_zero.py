@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verifier.rules.support.mistakes import at, with_backends
+from verifier.rules.support.mistakes import at, with_mesh_routes
 
 from verifier.check import Context
 from verifier.findings import Finding
@@ -32,7 +32,7 @@ CODE = "EV925"
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    for route in with_backends(ctx.res, ctx.controller_name):
+    for route in with_mesh_routes(ctx.res, ctx.controller_name):
         for rule in route.rules:
             if not rule.backend_refs or any(b.weight > 0 for b in rule.backend_refs):
                 continue

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from verifier.rules.support.mistakes import at, with_backends
+from verifier.rules.support.mistakes import at, with_mesh_routes
 from verifier.rules.support.pods import Pods, judged, labels
 
 from verifier.check import Context
@@ -117,7 +117,7 @@ def _route(ctx: Context, pods: Pods, route: m.HTTPRoute) -> Iterator[Finding]:
 
 def check(ctx: Context) -> Iterable[Finding]:
     pods = Pods(ctx.res)
-    for route in with_backends(ctx.res, ctx.controller_name):
+    for route in with_mesh_routes(ctx.res, ctx.controller_name):
         yield from _route(ctx, pods, route)
 
 

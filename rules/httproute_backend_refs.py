@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from verifier.rules.support.mistakes import at, name_fix, with_backends
+from verifier.rules.support.mistakes import at, name_fix, with_mesh_routes
 
 from verifier.check import Context
 from verifier.findings import Finding, hint
@@ -114,7 +114,7 @@ def _route(ctx: Context, route: m.HTTPRoute) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    for route in with_backends(ctx.res, ctx.controller_name):
+    for route in with_mesh_routes(ctx.res, ctx.controller_name):
         yield from _route(ctx, route)
 
 

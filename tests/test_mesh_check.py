@@ -74,8 +74,8 @@ def test_without_the_mesh_a_case_the_spec_model_misses_is_an_ev701(tmp_path: Pat
 
 # ---------------------------------------------------------------- a new user's mesh mistakes
 
-# (edit of the trial scenario, code, resource, the line's text, after the line, did you mean)
-BACKEND_MISTAKES = {
+# (edit of the trial scenario, code, resource, the line's text, after that line, did you mean)
+ROUTE_MISTAKES = {
     "service-does-not-exist": (
         ("    - name: ledger-v1\n      port: 8080\n      weight: 90", "    - name: ledger-vl\n"
          "      port: 8080\n      weight: 90"),
@@ -84,6 +84,13 @@ BACKEND_MISTAKES = {
     "port-the-service-lacks": (
         ("      port: 8080\n      weight: 10", "      port: 8081\n      weight: 10"),
         "EV906", "HTTPRoute payments/ledger-canary", "port: 8081", "", "8080",
+    ),
+    "filter-not-implemented": (
+        ("  - backendRefs:\n    - name: ledger-v1", "  - filters:\n"
+         "    - {type: ExtensionRef, extensionRef: {group: x.io, kind: K, name: k}}\n"
+         "    backendRefs:\n    - name: ledger-v1"),
+        "EV904", "HTTPRoute payments/ledger-canary",
+        "- {type: ExtensionRef, extensionRef: {group: x.io, kind: K, name: k}}", "", None,
     ),
     "no-reference-grant": (
         ("    namespace: storefront\n  to:", "    namespace: checkout\n  to:"),
@@ -100,13 +107,14 @@ def _check_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, di
     return code, json.loads(out)
 
 
-@pytest.mark.parametrize("mistake", sorted(BACKEND_MISTAKES))
-def test_a_mesh_routes_backend_mistake_is_an_error_at_its_backend_ref(
+@pytest.mark.parametrize("mistake", sorted(ROUTE_MISTAKES))
+def test_a_mesh_routes_mistake_is_an_error_at_its_field(
     mistake: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The trial's mesh routes: each backendRef mistake passed `check` (status alone said
-    ResolvedRefs=False); now the edge's code at the backendRef's field, did you mean."""
-    edit, code, resource, text, after, near = BACKEND_MISTAKES[mistake]
+    ResolvedRefs=False), and so did a filter no proxy implements (Accepted=False); now
+    the edge's code at the field, with did you mean."""
+    edit, code, resource, text, after, near = ROUTE_MISTAKES[mistake]
     folder = mesh_scenario.write(tmp_path, edit)
     rc, doc = _check_json(capsys, str(folder))
     assert rc == 1
@@ -251,7 +259,7 @@ def test_a_mesh_case_failing_for_a_backend_mistake_is_reported_at_the_mistake(
     """With the trial's cases, the misspelt split backend fails batch-default-split as
     both sides predict: one finding at the backendRef, the case as related, as on the
     edge (EV702 folded into the EV905 at that line), not an EV703 at the case."""
-    edit, *_rest = BACKEND_MISTAKES["service-does-not-exist"]
+    edit, *_rest = ROUTE_MISTAKES["service-does-not-exist"]
     rc, doc = _check_json(capsys, str(mesh_scenario.write(tmp_path, edit, cases=True)))
     assert rc == 1
     assert [f["code"] for f in doc["findings"]] == ["EV905"]

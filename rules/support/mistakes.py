@@ -92,7 +92,7 @@ def judged_routes(res: Resources, controller_name: str) -> Iterator[m.HTTPRoute]
     of its Gateways, or names a Gateway or ListenerSet the input shows does not exist
     (a typo, reported as such). Routes of other classes' Gateways are someone else's;
     a mesh route's parents are judged by ``mesh-route-accepted``, its backends with
-    the edge's (``with_backends``)."""
+    the edge's (``with_mesh_routes``)."""
     for key in sorted(res.httproutes):
         route = res.httproutes[key]
         for ref in route.parent_refs:
@@ -104,11 +104,12 @@ def judged_routes(res: Resources, controller_name: str) -> Iterator[m.HTTPRoute]
                 break
 
 
-def with_backends(res: Resources, controller_name: str) -> Iterator[m.HTTPRoute]:
-    """The HTTPRoutes whose backendRefs are judged: ``judged_routes``, and every mesh
-    route (a parentRef to a Service, GAMMA). A mesh route's backendRef resolves as an
-    edge route's does (HTTPBackendRef reads the same for every parent), and the sidecars
-    that apply it answer 500 or 503 for its share just as the edge would."""
+def with_mesh_routes(res: Resources, controller_name: str) -> Iterator[m.HTTPRoute]:
+    """The HTTPRoutes whose rules are judged (backendRefs, weights, fields the proxy does
+    not implement): ``judged_routes``, and every mesh route (a parentRef to a Service,
+    GAMMA). A rule reads the same whatever its parent: a mesh route's backendRef
+    resolves as an edge route's does, and the sidecars that apply it answer 500 or 503
+    for its share, or refuse a field they do not implement, just as the edge would."""
     edge = {r.meta.key for r in judged_routes(res, controller_name)}
     for key in sorted(res.httproutes):
         route = res.httproutes[key]
