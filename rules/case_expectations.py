@@ -11,8 +11,11 @@ Every expectation a model's answer can show is judged, split ratios included
 against the ratio and tolerance). A case both models miss because of a
 configuration mistake the spec model names (a backendRef to a missing Service,
 an HTTPRoute no listener accepts) is one EV702 at the mistake's line, the case
-as a related location. A case both models miss the same way otherwise is one
-EV703 at the case, with related locations where the answer comes from: the rule
+as a related location (a mesh case too, for a mistake in the rule that answers it).
+A case both models miss the same way otherwise is one
+EV703 at the case, with related locations where the answer comes from: for a mesh
+case whose client's sidecar does not capture it, the parentRef of the mesh route
+written for that client which a missing mesh label keeps from it (EV926, EV927); the rule
 the spec model chose and any backendRef of it without a ready endpoint; or, for a
 split the case states otherwise, the weight of each of the rule's backendRefs
 (where a user changes a split). The case and the rule disagree, whatever the xDS.
@@ -43,6 +46,7 @@ from verifier.rules.support.case_judge import (
     related,
     rule_related,
 )
+from verifier.rules.support.mesh_clients import causes
 
 from verifier.check import Context
 from verifier.findings import Finding, Related, new
@@ -51,6 +55,7 @@ from verifier.mesh_compare import KUBE_PROXY
 from verifier.registry import Rule
 from verifier.semantics.cases import Case, model_unmet
 from verifier.semantics.request import Evaluation
+from verifier.semantics.spec.mistakes import rule_mistakes
 
 NAME = "case-expectations"
 
@@ -63,15 +68,22 @@ def check(ctx: Context) -> Iterable[Finding]:
         if judged.doomed:
             # Both models miss it for one reason the spec model names: one finding at
             # the mistake's line, not two at the case's.
-            problems = "; ".join(dict.fromkeys(judged.spec_problems + judged.envoy_problems))
-            yield mistake_finding(ctx, judged, "EV702", NAME, problems)
+            yield mistake_finding(ctx, judged, "EV702", NAME, _problems(judged))
             continue
         yield from _judged(ctx, judged)
 
 
-def _judged(ctx: Context, judged: Judged, envoy: str = "Envoy") -> Iterable[Finding]:
+def _problems(judged: Judged) -> str:
+    return "; ".join(dict.fromkeys(judged.spec_problems + judged.envoy_problems))
+
+
+def _judged(
+    ctx: Context, judged: Judged, envoy: str = "Envoy", causes: tuple[Related, ...] = ()
+) -> Iterable[Finding]:
     """A case both models answered: one EV703 when they miss it alike, else an EV701
-    for each model that misses it (``envoy``: who answered in the Envoy model's place)."""
+    for each model that misses it (``envoy``: who answered in the Envoy model's place;
+    ``causes``: a mesh route a missing mesh label keeps from the case's client, the
+    first place to look when both miss it)."""
     if judged.same_miss:
         # Both models miss it alike: the case and the configuration disagree,
         # whatever the xDS, so one finding with the rule they follow.
@@ -81,7 +93,7 @@ def _judged(ctx: Context, judged: Judged, envoy: str = "Envoy") -> Iterable[Find
             "EV703",
             judged.envoy,
             expected=judged.spec.outcome.to_json(),
-            related=rule_related(ctx, judged),
+            related=(*causes, *rule_related(ctx, judged)),
             problems="; ".join(judged.spec_problems),
         )
         return
@@ -120,8 +132,12 @@ def _mesh_case(ctx: Context, case: Case) -> Iterable[Finding]:
             () if other.outcome.unjudged else model_unmet(case.expect, other.outcome, case.request)
         )
         envoy = "kube-proxy" if answered.by == KUBE_PROXY else "Envoy"
-        judged = Judged(case, spec, other, spec_problems, tuple(missed), ())
-        yield from _judged(ctx, judged, envoy)
+        found = rule_mistakes(ctx.res, raw.outcome) if spec_problems else ()
+        judged = Judged(case, spec, other, spec_problems, tuple(missed), found)
+        if judged.doomed:  # as an edge case's: one finding at the mistake's line
+            yield mistake_finding(ctx, judged, "EV702", NAME, _problems(judged))
+            return
+        yield from _judged(ctx, judged, envoy, causes(ctx, case.request))
         return
     if spec_problems:
         judged = Judged(case, spec, spec, spec_problems, (), ())

@@ -9,7 +9,8 @@ This rule gives that status at the field at fault, whether or not a case exercis
 sectionName/port no listener has), ``NotAllowedByListeners`` (EV902: the listeners'
 allowedRoutes refuse the route's namespace or kind), ``NoMatchingListenerHostname``
 (EV903: no route hostname intersects a listener hostname) and ``UnsupportedValue``
-(EV904: a filter or rule field the edge does not implement). It reads the spec
+(EV904: a filter or rule field the edge does not implement; a mesh route's too, whose
+Service parents are ``mesh-route-accepted``'s). It reads the spec
 model's own reading of attachment (``verifier.semantics.spec.status``), never the
 reference controller's. A parentRef into a namespace a ``--kubeconfig --namespace``
 read did not cover is not judged: the input cannot show that its Gateway is missing.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from verifier.rules.support.mistakes import at, judged_routes, name_fix, refused_at, unknowable
+from verifier.rules.support.mistakes import at, name_fix, refused_at, unknowable, with_mesh_routes
 
 from verifier.check import Context
 from verifier.findings import Finding, hint
@@ -91,7 +92,7 @@ def _route(ctx: Context, route: m.HTTPRoute) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    for route in judged_routes(ctx.res, ctx.controller_name):
+    for route in with_mesh_routes(ctx.res, ctx.controller_name):
         yield from _route(ctx, route)
 
 

@@ -8,7 +8,7 @@ that: the models agree, and only a case that draws that share would notice. The
 usual cause is a selector typed by hand (``app: order-v2`` for pods labelled
 ``orders-v2``). This rule reports it at the backendRef that sends the traffic
 (EV913, a warning), with the Service's selector as related and, when a workload's pod
-labels are close, "did you mean" them.
+labels are close, "did you mean" them; a mesh route's backendRefs alike.
 
 Judged only where the input says which pods run: the Service's namespace holds a
 workload (Deployment, StatefulSet, DaemonSet) or an EndpointSlice. A manifest set
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from verifier.rules.support.mistakes import at, judged_routes
+from verifier.rules.support.mistakes import at, with_mesh_routes
 from verifier.rules.support.pods import Pods, judged, labels
 
 from verifier.check import Context
@@ -117,7 +117,7 @@ def _route(ctx: Context, pods: Pods, route: m.HTTPRoute) -> Iterator[Finding]:
 
 def check(ctx: Context) -> Iterable[Finding]:
     pods = Pods(ctx.res)
-    for route in judged_routes(ctx.res, ctx.controller_name):
+    for route in with_mesh_routes(ctx.res, ctx.controller_name):
         yield from _route(ctx, pods, route)
 
 

@@ -1,4 +1,5 @@
-"""Every backendRef of an HTTPRoute resolves to a Service port the edge can send to.
+"""Every backendRef of an HTTPRoute resolves to a Service port the edge, or the
+sidecars applying a mesh route, can send to.
 
 Why it matters: the spec turns a backendRef that does not resolve into 500s for its
 share of the requests ("requests that would have otherwise been routed to an invalid
@@ -10,7 +11,9 @@ rule gives it at the backendRef's own field, whether or not a case exercises it:
 Service name) or a port the Service lacks (EV906), ``InvalidKind`` (EV907),
 ``RefNotPermitted`` without a ReferenceGrant (EV908) and ``UnsupportedProtocol`` for
 an appProtocol the edge cannot speak (EV909). RequestMirror backendRefs are judged
-alike. It reads the spec model's resolution (``verifier.semantics.spec.backends``),
+alike, and so are mesh routes' (a parentRef to a Service, GAMMA): a backendRef reads
+the same whatever the parent, and a sidecar answers 500 for its share as the edge
+does. It reads the spec model's resolution (``verifier.semantics.spec.backends``),
 never the reference controller's. A Service in a namespace a ``--kubeconfig
 --namespace`` read did not cover is not judged: the input cannot show it is missing.
 
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from verifier.rules.support.mistakes import at, judged_routes, name_fix
+from verifier.rules.support.mistakes import at, name_fix, with_mesh_routes
 
 from verifier.check import Context
 from verifier.findings import Finding, hint
@@ -111,7 +114,7 @@ def _route(ctx: Context, route: m.HTTPRoute) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterable[Finding]:
-    for route in judged_routes(ctx.res, ctx.controller_name):
+    for route in with_mesh_routes(ctx.res, ctx.controller_name):
         yield from _route(ctx, route)
 
 

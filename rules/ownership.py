@@ -176,7 +176,7 @@ def _mesh(c: Comparison, ctx: Context) -> tuple[str, Culprit | None] | None:
         return None
     client = c.request.source.namespace
     applicable = applicable_routes(ctx.res, svc, port, client)
-    found = _route_table(c, ctx)
+    found = route_table(c, ctx)
     if found is None:  # no route table routes the frontend's traffic
         if applicable:  # the routes that apply are not applied: at the first of them
             return "mesh-cluster-ip-matching", (applicable[0].meta.key, None, None)
@@ -210,7 +210,7 @@ def _mesh(c: Comparison, ctx: Context) -> tuple[str, Culprit | None] | None:
     return None
 
 
-def _route_table(
+def route_table(
     c: Comparison, ctx: Context
 ) -> list[tuple[tuple[str, str], int | None, int | None]] | None:
     """The HTTPRoute matches the routes of the client's route table for this request

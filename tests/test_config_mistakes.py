@@ -185,6 +185,12 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "- backendRefs: [{group: x.io, kind: Bucket, name: cart}]",
         "x.io/Bucket",
     ),
+    "all-weights-zero": (
+        route(rule="backendRefs: [{name: cart, port: 8080, weight: 0}]"),
+        "EV925",
+        "- backendRefs: [{name: cart, port: 8080, weight: 0}]",
+        "HTTPRoute shop/other rule 0",
+    ),
     "ref-not-permitted": (
         route(rule="backendRefs: [{name: api, namespace: x, port: 80}]"),
         "EV908",

@@ -24,6 +24,7 @@ from conftest import FIXTURES, load_scenario
 from test_check_cli import CLI, cli, scenario_args, section  # noqa: F401  (the fixture)
 
 from verifier.cli import main
+from verifier.findings import hint, new
 
 Dump = dict[str, Any]
 
@@ -156,15 +157,21 @@ class Mistake:
     code: str
     route: tuple[str, str]  # the HTTPRoute the finding is at
     frontend: str  # the ClusterIP the finding's request is sent to
+    # EV921: which it did (the catalogue's hint and its values), to which namespace
+    effect: tuple[str, dict[str, str]] | None = None
 
 
 MISTAKES = (
     Mistake("route-on-the-wrong-service", CONSUMER, APPS, CLIENTS, _wrong_service, "EV922",
             ("mesh-apps", "echo-v2-producer"), ECHO_V1),
     Mistake("consumer-route-leaks", CONSUMER, APPS, CLIENTS, _consumer_leaks, "EV921",
-            ("mesh-client", "echo-v2-consumer"), ECHO_V2),
+            ("mesh-client", "echo-v2-consumer"), ECHO_V2,
+            ("consumer-route-leaked", {"route": "HTTPRoute mesh-client/echo-v2-consumer",
+                                       "namespace": "mesh-client"})),
     Mistake("producer-route-kept", CONSUMER, CLIENTS, APPS, _producer_kept, "EV921",
-            ("mesh-client", "echo-v2-consumer"), ECHO_V2),
+            ("mesh-client", "echo-v2-consumer"), ECHO_V2,
+            ("consumer-route-outranked", {"route": "HTTPRoute mesh-client/echo-v2-consumer",
+                                          "producer": "HTTPRoute mesh-apps/echo-v2-producer"})),
     Mistake("parent-ref-port-ignored", "mesh-ports", APPS, CLIENTS, _port_ignored, "EV220",
             ("mesh-apps", "echo-v1-port-80"), ECHO_V1),
     Mistake("redirect-port-left-to-the-host", "mesh-scheme-redirect", APPS, CLIENTS,
@@ -250,6 +257,11 @@ def test_a_sidecar_mistake_is_an_error_at_the_httproute_with_a_request(
     assert request["address"] == mistake.frontend
     if "expected" in found:  # the request shows it: the models answer it differently
         assert found["expected"] != found["actual"]
+    if mistake.effect is not None:  # which of the consumer route's mistakes, and to whom
+        key, values = mistake.effect
+        effect = hint(key, **values)
+        said = new(found["code"], "", effect=effect, client_namespace=namespace, diff="")
+        assert found["message"].startswith(said.message.removesuffix(": "))
 
 
 def test_no_route_table_for_an_unrouted_service_is_reported_at_the_service(

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from verifier.destinations import Destinations
 from verifier.features import DEFAULT_PROFILE, PROFILES
@@ -737,9 +737,10 @@ class Context:
         return "", 0, ""
 
     def comparison_finding(
-        self, code: str, rule: str, c: Comparison, field_path: str = ""
+        self, code: str, rule: str, c: Comparison, field_path: str = "", **params: Any
     ) -> Finding:
-        """A semantic finding located at the witness's HTTPRoute match (or filter)."""
+        """A semantic finding located at the witness's HTTPRoute match (or filter);
+        ``params``: what the code's template names besides the diff and the note."""
         file, line, resource = self.where(c.witness, field_path)
         return new(
             code,
@@ -755,6 +756,7 @@ class Context:
             actual=c.envoy.outcome.to_json(),
             diff=c.describe(),
             note=c.witness.note or c.witness.feature,
+            **params,
         )
 
 
@@ -812,7 +814,16 @@ def _attributed(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witnes
     from) is what it exercises. So a case's disagreement points at that match, and is
     the same finding as the generated witnesses' for it, not a second one. The same
     holds for a mesh witness made for no match (a path none was made for, a Service's
-    frontend): a route that applies may take it."""
+    frontend): a route that applies may take it.
+
+    A witness made for one match that both models give to another rule (the other
+    side of a header match's boundary, another namespace's consumer route's path from
+    a client it does not apply to) exercises that rule, not its own: where they agree
+    on the rule and still differ, the difference is in what that rule does, and is the
+    same finding as that rule's own witnesses give."""
+    answering = _same_answering_match(spec, envoy)
+    if answering is not None and answering != (w.route, w.rule, w.match):
+        return replace(w, route=answering[0], rule=answering[1], match=answering[2])
     if w.route is not None or w.feature not in (wt.CASE, MESH):
         return w
     for ref in (spec.outcome.route, envoy.outcome.route):
@@ -820,6 +831,20 @@ def _attributed(w: wt.Witness, spec: Evaluation, envoy: Evaluation) -> wt.Witnes
             ns, name = ref.httproute.split("/", 1)
             return replace(w, route=(ns, name), rule=ref.rule, match=ref.match)
     return w
+
+
+def _same_answering_match(
+    spec: Evaluation, envoy: Evaluation
+) -> tuple[tuple[str, str], int, int | None] | None:
+    """The HTTPRoute match whose xDS route answered, when the xDS names it (route
+    metadata) and the spec model chose a match of the same rule."""
+    s, e = spec.outcome.route, envoy.outcome.route
+    if s is None or e is None or not e.httproute or "/" not in e.httproute or e.rule is None:
+        return None
+    if (s.httproute, s.rule) != (e.httproute, e.rule):
+        return None
+    ns, name = e.httproute.split("/", 1)
+    return (ns, name), e.rule, e.match
 
 
 def connection_level(c: Comparison) -> bool:

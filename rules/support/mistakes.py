@@ -14,6 +14,7 @@ from verifier.findings import Finding, hint, new
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.spec.attach import Refusal
+from verifier.semantics.spec.mesh import service_parent
 from verifier.semantics.spec.status import parent_gateway
 from verifier.suggest import closest
 
@@ -89,8 +90,9 @@ def unknowable(res: Resources, refusal: Refusal) -> bool:
 def judged_routes(res: Resources, controller_name: str) -> Iterator[m.HTTPRoute]:
     """The HTTPRoutes ``controller_name`` would write status for: a parentRef reaches one
     of its Gateways, or names a Gateway or ListenerSet the input shows does not exist
-    (a typo, reported as such). Routes of other classes' Gateways, and of the mesh's
-    Services, are someone else's."""
+    (a typo, reported as such). Routes of other classes' Gateways are someone else's;
+    a mesh route's parents are judged by ``mesh-route-accepted``, its backends with
+    the edge's (``with_mesh_routes``)."""
     for key in sorted(res.httproutes):
         route = res.httproutes[key]
         for ref in route.parent_refs:
@@ -100,3 +102,16 @@ def judged_routes(res: Resources, controller_name: str) -> Iterator[m.HTTPRoute]
             ):
                 yield route
                 break
+
+
+def with_mesh_routes(res: Resources, controller_name: str) -> Iterator[m.HTTPRoute]:
+    """The HTTPRoutes whose rules are judged (backendRefs, weights, fields the proxy does
+    not implement): ``judged_routes``, and every mesh route (a parentRef to a Service,
+    GAMMA). A rule reads the same whatever its parent: a mesh route's backendRef
+    resolves as an edge route's does, and the sidecars that apply it answer 500 or 503
+    for its share, or refuse a field they do not implement, just as the edge would."""
+    edge = {r.meta.key for r in judged_routes(res, controller_name)}
+    for key in sorted(res.httproutes):
+        route = res.httproutes[key]
+        if key in edge or any(service_parent(ref) for ref in route.parent_refs):
+            yield route

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from verifier.gatewayapi import model as m
 from verifier.gatewayapi import workloads as wl
 from verifier.gatewayapi.resources import Resources
-from verifier.semantics.request import Backend, Evaluation, Forwarded, Outcome, Request
+from verifier.semantics.request import Backend, Evaluation, Forwarded, Outcome, Request, Source
 from verifier.semantics.spec.attach import unsupported_features
 from verifier.semantics.spec.backends import has_ready_endpoint
 from verifier.semantics.spec.decide import Decision, answer, decide_rule
@@ -51,6 +51,7 @@ CONSUMER = "consumer"
 __all__ = [
     "MeshModel",
     "applicable_routes",
+    "captures",
     "mesh_index_for",
     "selects_port",
     "service_parent",
@@ -189,7 +190,7 @@ def _decide(
             + (f" ({port.name})" if port.name else "")
             + " (MeshClusterIPMatching: the ClusterIP and port, whatever the Host)"
         )
-    captured, why = _captured(res, registry, request, svc)
+    captured, why = captures(res, registry, request.source, svc)
     trace.append(why)
     if not captured:
         return _kube_proxy(res, request, svc, port, trace, NO_RESPONSE)
@@ -201,16 +202,17 @@ def _decide(
     return decide_rule(res, candidates, request, port.port, trace, tracing)
 
 
-def _captured(
-    res: Resources, registry: frozenset[tuple[str, str]], request: Request, svc: m.Service
+def captures(
+    res: Resources, registry: frozenset[tuple[str, str]], source: Source, svc: m.Service
 ) -> tuple[bool, str]:
-    """Whether the client's sidecar sees the request, and why (docs/mesh.md): a workload
-    of a mesh-registered namespace has a sidecar; it captures all outbound TCP with the
-    pod-template annotation ``capture.aether.io/redirect-all: "true"``, else only
-    connections to the ClusterIP of a mesh-registered Service."""
-    assert request.source is not None
-    client = request.source.line()
-    found = wl.workload(res, request.source.namespace, request.source.workload)
+    """Whether the sidecar of client ``source`` sees its requests to ``svc``, and why
+    (docs/mesh.md): a workload of a mesh-registered namespace has a sidecar; it captures
+    all outbound TCP with the pod-template annotation ``capture.aether.io/redirect-all:
+    "true"``, else only connections to the ClusterIP of a mesh-registered Service. The
+    one reading of it: requests, ``explain --from`` and the rule that says which clients
+    a mesh route reaches (``mesh-route-clients``) all ask here."""
+    client = source.line()
+    found = wl.workload(res, source.namespace, source.workload)
     if found is None:
         return False, f"client {client}: no such workload in the input: taken to have no sidecar"
     if not wl.has_sidecar(res, found):

@@ -66,8 +66,7 @@ def mistakes(
     on (module docstring); empty when it rests on none this can name."""
     ref = outcome.route
     if ref is not None and ref.httproute and "/" in ref.httproute and ref.rule is not None:
-        rule = answering_rule(res, outcome)
-        return () if rule is None else _in_rule(res, *rule)
+        return rule_mistakes(res, outcome)
     if outcome.status != NO_MATCH_STATUS:
         return ()
     gw = res.gateways.get(gateway)
@@ -87,6 +86,13 @@ def mistakes(
         else:
             found.extend(_missing_parents(res, route, request))
     return tuple(found)
+
+
+def rule_mistakes(res: Resources, outcome: Outcome) -> tuple[Mistake, ...]:
+    """The mistakes of the HTTPRoute rule ``outcome`` came from (none when no rule's
+    did): all a mesh answer can rest on, since no listener answers it."""
+    rule = answering_rule(res, outcome)
+    return () if rule is None else _in_rule(res, *rule)
 
 
 def answering_rule(res: Resources, outcome: Outcome) -> tuple[HTTPRoute, RouteRule] | None:
