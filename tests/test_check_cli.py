@@ -1332,9 +1332,9 @@ def test_a_case_to_no_gateway_is_an_input_error(tmp_path: Path, cli: CLI) -> Non
         "- name: b\n  gateway: {namespace: edge-infr, name: same-namespace}\n",
     )
     assert lines == [
-        f"{cases}:1: [0].gateway.name: no Gateway edge-infra/same-namespce in the input: "
+        f"{cases}:2: [0].gateway.name: no Gateway edge-infra/same-namespce in the input: "
         "did you mean edge-infra/same-namespace? [not-found]",
-        f"{cases}:3: [1].gateway.namespace: no Gateway edge-infr/same-namespace in the input: "
+        f"{cases}:4: [1].gateway.namespace: no Gateway edge-infr/same-namespace in the input: "
         "did you mean edge-infra/same-namespace? [not-found]",
     ]
 

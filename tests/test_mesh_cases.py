@@ -141,7 +141,7 @@ def test_cases_file_errors_name_their_line(tmp_path: Path) -> None:
 def test_the_service_port_is_checked_against_the_service(tmp_path: Path) -> None:
     head = "- name: c\n  from: {namespace: mesh-apps, workload: client}\n"
     _, errors = _load(tmp_path, head + "  service: {namespace: mesh-apps, name: echo}\n")
-    assert len(errors) == 1 and ":1: [0].service.port:" in errors[0], errors
+    assert len(errors) == 1 and ":3: [0].service.port:" in errors[0], errors  # at its field
     _, errors = _load(tmp_path, head + "  service: {namespace: mesh-apps, name: echo, port: 81}\n")
     assert len(errors) == 1 and "has no port 81 (ports: 8080, 9000)" in errors[0], errors
     _, errors = _load(tmp_path, head + "  service: {namespace: mesh-apps, name: nope}\n")
@@ -149,8 +149,8 @@ def test_the_service_port_is_checked_against_the_service(tmp_path: Path) -> None
     other = "- name: c\n  from: {namespace: mesh-apps, workload: clint}\n"
     _, errors = _load(tmp_path, other + "  service: {namespace: mesh-apps, name: echo, port: 80}\n")
     # both wrong references of the case, each at its field
-    assert len(errors) == 2 and ":1: [0].from.workload:" in errors[0], errors
-    assert ":1: [0].service.port:" in errors[1], errors
+    assert len(errors) == 2 and ":2: [0].from.workload:" in errors[0], errors
+    assert ":3: [0].service.port:" in errors[1], errors
     assert "did you mean mesh-apps/client?" in errors[0], errors
     cases, errors = _load(
         tmp_path, head + "  service: {namespace: mesh-apps, name: echo, port: 9000}\n"

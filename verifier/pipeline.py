@@ -355,8 +355,25 @@ def with_ports(
         except InputErrors as exc:
             errors += exc.errors
     if errors:
-        raise InputErrors(errors)
+        raise InputErrors(_at_fields(path, errors))
     return out
+
+
+def _at_fields(path: str, errors: list[InputError]) -> list[InputError]:
+    """Each error at its own field's line (a case's ``from:`` or ``service:`` is lines
+    below its first), the table read again only now that there are errors."""
+    try:
+        _data, node = load_yaml(read_text(path), path)
+    except InputErrors:
+        return errors
+    if node is None:
+        return errors
+    return [
+        replace(e, line=line_of_field(node, e.field))
+        if e.file == path and e.field.startswith("[")
+        else e
+        for e in errors
+    ]
 
 
 def _with_port(res: Resources, c: Case, path: str, line: int) -> Case:
