@@ -26,7 +26,10 @@ import asyncio
 import dataclasses
 import os
 import re
+import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -263,3 +266,25 @@ def test_a_sidecar_that_dies_mid_run_ends_the_run_naming_it(tmp_path: Path) -> N
     assert re.fullmatch(
         r"the sidecar of pod client-\S+ ended during the live run \(exit status -9\); .*", error
     ), error
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="root, setpriv")
+def test_root_without_the_namespace_capabilities_exits_2_before_anything_starts(
+    scenario: list[str],
+) -> None:
+    """Root in an unprivileged container (no CAP_SYS_ADMIN, CAP_NET_ADMIN) passed the
+    euid check, then failed every case as EV807 and exited 1, saying Envoy ran: a
+    trial's. The capabilities are asked first: exit 2, naming them."""
+    done = subprocess.run(
+        [
+            *("setpriv", "--bounding-set=-sys_admin,-net_admin"),
+            *(sys.executable, "-m", "verifier.cli", "live", *scenario),
+        ],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "needs CAP_SYS_ADMIN and CAP_NET_ADMIN" in done.stderr
+    assert "[mesh-unavailable]" in done.stderr and "passed" not in done.stdout

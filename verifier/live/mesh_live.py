@@ -35,6 +35,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import replace
+from pathlib import Path
 
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
@@ -54,12 +55,36 @@ LOG_WAIT_S = 5.0  # for a sidecar to flush a request's line (every 50 ms)
 HTTP1_ONLY = "the in-mesh client (ForwardEcho) sends plain HTTP/1.1 only"
 
 
+# What making the pods' namespaces, links and nftables rules asks of the kernel.
+CAPABILITIES = (("CAP_SYS_ADMIN", 21), ("CAP_NET_ADMIN", 12))
+
+
+def _effective(bit: int) -> bool:
+    """Whether this process holds capability ``bit`` (/proc/self/status ``CapEff``);
+    True where that cannot be read, so unshare's own refusal still speaks."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return True
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return True
+
+
 def mesh_unavailable() -> str | None:
     """Why a live mesh cannot run here, or None: every pod is a network namespace of
     its own and capture and kube-proxy are nftables rules (docs/mesh.md)."""
     if os.geteuid() != 0:
         return (
             "a live mesh needs root: each pod runs in a network namespace of its own, "
+            "with nftables rules for kube-proxy and the sidecar's capture"
+        )
+    lacking = [name for name, bit in CAPABILITIES if not _effective(bit)]
+    if lacking:  # root in an unprivileged container: unshare would refuse every pod
+        return (
+            f"a live mesh needs {' and '.join(lacking)}, which this root lacks (an "
+            "unprivileged container?): each pod runs in a network namespace of its own, "
             "with nftables rules for kube-proxy and the sidecar's capture"
         )
     if shutil.which("nft") is None:
