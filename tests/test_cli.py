@@ -255,14 +255,16 @@ def _readme_commands() -> list[list[str]]:
 
 def _readme_files(root: Path) -> list[Path]:
     """The files the README's "your own config" walk-through asks the reader to write: each
-    YAML block that starts with ``# <path>``, written under ``root`` as it stands."""
+    YAML block that starts with ``# <path>``, written under ``root`` as it stands, its
+    naming comment too (a reader pastes the whole block: the lines shown must be the
+    lines they get)."""
     written = []
     for block in _readme_blocks("yaml"):
-        first, _, body = block.partition("\n")
+        first, _, _body = block.partition("\n")
         if first.startswith("# ") and first.endswith(".yaml"):
             path = root / first[2:].strip()
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(body, encoding="utf-8")
+            path.write_text(block, encoding="utf-8")
             written.append(path)
     return written
 
