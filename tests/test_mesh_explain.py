@@ -179,3 +179,13 @@ def test_a_mesh_cases_table_is_explained_and_met(explain: CLI) -> None:
     }  # fmt: skip
     text = explain(*scenario_args(CONSUMER), "--cases", table)
     assert text.out.count("case expectation: spec met, Envoy met") == 7
+
+
+def test_a_mistyped_service_or_port_in_the_url_says_what_was_meant(explain: CLI) -> None:
+    """A trial's: a typo in the Service got no suggestion (every other lookup has one),
+    and a wrong port was told to "put the port in the URL", where it already was."""
+    sent = ("--from", "mesh-client/client", "--request")
+    r = explain(*scenario_args(CONSUMER), *sent, "GET http://ech.mesh-apps/x")
+    assert r.rc == 2 and "did you mean echo.mesh-apps?" in r.err, r.err
+    r = explain(*scenario_args(CONSUMER), *sent, "GET http://echo.mesh-apps:81/x")
+    assert r.rc == 2 and "name one of them in the URL (http://echo.mesh-apps:" in r.err, r.err

@@ -35,6 +35,7 @@ from verifier.semantics.request import (
     normalize_headers,
     wire_problem,
 )
+from verifier.suggest import closest
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -361,11 +362,14 @@ def pick_service(res: Resources, request: Request) -> tuple[str, str]:
     keys = [k for k in dns_service_keys(host) if k in res.services]
     keys += [k for k, svc in sorted(res.services.items()) if svc.cluster_ip == host]
     if not keys:
+        short = ".".join(host.split(".")[:2])
+        near = closest(short, [f"{name}.{ns}" for ns, name in res.services])
+        hint = f"; did you mean {near}?" if near else ""
         raise _bad(
             "--request",
             "no-service",
             f"{host!r} names no Service of the input: give <service>.<namespace>"
-            "[.svc.cluster.local] or a Service's ClusterIP",
+            f"[.svc.cluster.local] or a Service's ClusterIP{hint}",
         )
     key = keys[0]
     svc = res.services[key]
@@ -376,7 +380,7 @@ def pick_service(res: Resources, request: Request) -> tuple[str, str]:
             "--request",
             "no-port",
             f"Service {key[0]}/{key[1]} has no port {request.port} (ports: {listed}): "
-            "put the port in the URL",
+            f"name one of them in the URL (http://{host}:{ports[0] if ports else 'PORT'}/...)",
         )
     headless = no_cluster_ip(svc)
     if headless is not None:
