@@ -24,6 +24,7 @@ from verifier.semantics.spec.mistakes import (
     Mistake,
     answering_rule,
     mistakes,
+    rule_mistakes,
     unready_backends,
 )
 
@@ -86,6 +87,18 @@ def judge(ctx: Context, case: Case) -> Judged:
     # misses the case: check counts it unjudged (EV110), as for any other request.
     envoy_problems = () if envoy.outcome.unjudged else _missed(case, envoy.outcome)
     return Judged(case, spec, envoy, spec_problems, envoy_problems, found)
+
+
+def judge_mesh(ctx: Context, case: Case, raw: Evaluation, other: Evaluation) -> Judged:
+    """A mesh case judged by the spec model's answer ``raw`` (before the echo meets it)
+    and ``other``, its client's sidecar's (the Envoy model) or kube-proxy's: the same
+    judgement for check and for live, so a mistake is reported at the mistake by both.
+    A mesh answer rests only on the rule that gave it (no listener answers it)."""
+    spec = replace(raw, outcome=spec_client_view(ctx.res, case.request, raw.outcome))
+    spec_problems = tuple(model_unmet(case.expect, spec.outcome, case.request))
+    missed = () if other.outcome.unjudged else model_unmet(case.expect, other.outcome, case.request)
+    found = rule_mistakes(ctx.res, raw.outcome) if spec_problems else ()
+    return Judged(case, spec, other, spec_problems, tuple(missed), found)
 
 
 def _missed(case: Case, outcome: Outcome) -> tuple[str, ...]:
