@@ -11,7 +11,8 @@ Every expectation a model's answer can show is judged, split ratios included
 against the ratio and tolerance). A case both models miss because of a
 configuration mistake the spec model names (a backendRef to a missing Service,
 an HTTPRoute no listener accepts) is one EV702 at the mistake's line, the case
-as a related location (a mesh case too, for a mistake in the rule that answers it).
+as a related location (a mesh case too, for a mistake in the rule that answers it,
+or a refused Service parentRef of a mesh route written for it: EV916-EV918).
 A case both models miss the same way otherwise is one
 EV703 at the case, with related locations where the answer comes from: for a mesh
 case whose client's sidecar does not capture it, the parentRef of the mesh route
