@@ -11,7 +11,8 @@ Every expectation a model's answer can show is judged, split ratios included
 against the ratio and tolerance). A case both models miss because of a
 configuration mistake the spec model names (a backendRef to a missing Service,
 an HTTPRoute no listener accepts) is one EV702 at the mistake's line, the case
-as a related location (a mesh case too, for a mistake in the rule that answers it).
+as a related location (a mesh case too, for a mistake in the rule that answers it,
+or a refused Service parentRef of a mesh route written for it: EV916-EV918).
 A case both models miss the same way otherwise is one
 EV703 at the case, with related locations where the answer comes from: for a mesh
 case whose client's sidecar does not capture it, the parentRef of the mesh route
@@ -42,6 +43,7 @@ from verifier.rules.support.case_judge import (
     Judged,
     case_location,
     judge,
+    judge_mesh,
     mistake_finding,
     related,
     rule_related,
@@ -55,7 +57,6 @@ from verifier.mesh_compare import KUBE_PROXY
 from verifier.registry import Rule
 from verifier.semantics.cases import Case, model_unmet
 from verifier.semantics.request import Evaluation
-from verifier.semantics.spec.mistakes import rule_mistakes
 
 NAME = "case-expectations"
 
@@ -119,26 +120,21 @@ def _mesh_case(ctx: Context, case: Case) -> Iterable[Finding]:
     client's sidecar's (the Envoy model on that sidecar's xDS) or kube-proxy's; the
     spec model's alone when check has neither (docs/mesh.md)."""
     raw = ctx.mesh_spec(case.request)
-    spec = replace(raw, outcome=spec_client_view(ctx.res, case.request, raw.outcome))
-    spec_problems = tuple(model_unmet(case.expect, spec.outcome, case.request))
     answered = (
         ctx.mesh_answer(case.request, echo_reply(case.request), trace=False)
         if ctx.mesh_judges(case.request)
         else None
     )
     if answered is not None and answered.evaluation is not None:
-        other = answered.evaluation
-        missed = (
-            () if other.outcome.unjudged else model_unmet(case.expect, other.outcome, case.request)
-        )
         envoy = "kube-proxy" if answered.by == KUBE_PROXY else "Envoy"
-        found = rule_mistakes(ctx.res, raw.outcome) if spec_problems else ()
-        judged = Judged(case, spec, other, spec_problems, tuple(missed), found)
+        judged = judge_mesh(ctx, case, raw, answered.evaluation)
         if judged.doomed:  # as an edge case's: one finding at the mistake's line
             yield mistake_finding(ctx, judged, "EV702", NAME, _problems(judged))
             return
         yield from _judged(ctx, judged, envoy, causes(ctx, case.request))
         return
+    spec = replace(raw, outcome=spec_client_view(ctx.res, case.request, raw.outcome))
+    spec_problems = tuple(model_unmet(case.expect, spec.outcome, case.request))
     if spec_problems:
         judged = Judged(case, spec, spec, spec_problems, (), ())
         yield _at_case(

@@ -267,3 +267,42 @@ def test_a_mesh_case_failing_for_a_backend_mistake_is_reported_at_the_mistake(
     (found,) = doc["findings"]
     assert [r["location"].rpartition(":")[2] for r in found["related"]] == ["7"]
     assert "batch-default-split" in found["related"][0]["what"]
+
+
+# (edit, the code at the parentRef, its line's text, after that line, the cases it fails)
+REFUSED_PARENTS = {
+    "port-the-service-lacks": (
+        ("    name: ledger\n    port: 8080\n  rules:",
+         "    name: ledger\n    port: 8081\n  rules:"),
+        "EV917", "port: 8081", "", ["batch-canary-header-goes-to-v2", "batch-default-split"],
+    ),
+    "consumer-namespace-left-out": (
+        ("    namespace: payments\n    port: 8080\n  rules:", "    port: 8080\n  rules:"),
+        "EV916", "name: ledger", "name: ledger-from-storefront",
+        ["web-reports-go-to-v1", "web-other-paths-404-consumer-replaces-producer"],
+    ),
+    "core-group-left-out": (
+        ('  - group: ""\n    kind: Service\n    name: ledger\n    port: 8080',
+         "  - kind: Service\n    name: ledger\n    port: 8080"),
+        "EV918", "- kind: Service", "", ["batch-canary-header-goes-to-v2", "batch-default-split"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mistake", sorted(REFUSED_PARENTS))
+def test_a_mesh_case_failing_because_its_route_is_refused_is_told_at_the_parent_ref(
+    mistake: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mesh route whose Service parentRef is refused applies to no one: the cases
+    written for it fail as both sides predict (kube-proxy, or the producer route,
+    answers). One finding, mesh-route-accepted's at the parentRef, with those cases as
+    related (EV702 folded into it, as into EV905), not an EV703 at each case."""
+    edit, code, text, after, cases = REFUSED_PARENTS[mistake]
+    rc, doc = _check_json(capsys, str(mesh_scenario.write(tmp_path, edit, cases=True)))
+    assert rc == 1
+    assert [f["code"] for f in doc["findings"]] == [code]
+    (found,) = doc["findings"]
+    file, _, line = found["location"].rpartition(":")
+    assert int(line) == mesh_scenario.line_of(Path(file), text, after)
+    assert [r["what"].split()[1] for r in found["related"]] == cases
+    assert all(r["location"].startswith(str(tmp_path / "cases.yaml")) for r in found["related"])

@@ -169,6 +169,32 @@ def test_a_pass_kube_proxy_gave_is_passed_by_coincidence(scenario: list[str]) ->
     assert [f.code for f in why] == ["EV806"]
 
 
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+@pytest.mark.skipif(mesh_live.mesh_unavailable() is not None, reason="needs root and nft")
+def test_a_case_failing_for_a_configuration_mistake_is_ev808_at_the_mistake(
+    tmp_path: Path,
+) -> None:
+    """A mesh route's backendRef to a Service that does not exist: the case fails live
+    as both models predict, reported as the edge's is (EV808 at the backendRef, the case
+    related), not as a case that fails (EV801 at the case)."""
+    folder = tmp_path / "mesh-route-backend-not-found"
+    folder.mkdir()
+    typo = ROUTE.replace("    - name: echo-v1\n", "    - name: echo-vl\n")
+    (folder / "resources.yaml").write_text(typo, encoding="utf-8")
+    (folder / "cases.yaml").write_text(CASES, encoding="utf-8")
+    (prepared,) = prepare_all([rel(BASE), str(folder)], pipeline.CheckOptions())
+    run = asyncio.run(run_mesh_cases("typo", prepared.ctx, prepared.cases, LiveOptions()))
+    ((failed, findings),) = run.found
+    assert not failed.passed and failed.attempts == 1  # sent once: it cannot converge
+    assert [f.code for f in findings] == ["EV808"], findings
+    (mistake,) = findings
+    assert mistake.file.endswith("resources.yaml") and mistake.line == 14  # the backendRef
+    assert mistake.resource == "HTTPRoute mesh-apps/echo-v1-mesh"
+    (case,) = mistake.related
+    assert case.file.endswith("cases.yaml") and case.line == 1
+
+
 def test_a_mesh_run_without_root_or_nft_says_why_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, scenario: list[str]
 ) -> None:

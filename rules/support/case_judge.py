@@ -24,6 +24,8 @@ from verifier.semantics.spec.mistakes import (
     Mistake,
     answering_rule,
     mistakes,
+    refused_mesh_parents,
+    rule_mistakes,
     unready_backends,
 )
 
@@ -42,6 +44,8 @@ STATIC_CODES = {
     "UnsupportedProtocol": "EV909",
 }
 MISSING_PORT_CODE = "EV906"
+# A mesh route's refused Service parentRef, by the field at fault -> mesh-route-accepted's code.
+MESH_PARENT_CODES = {"name": "EV916", "port": "EV917", "sectionName": "EV917", "kind": "EV918"}
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,22 @@ def judge(ctx: Context, case: Case) -> Judged:
     return Judged(case, spec, envoy, spec_problems, envoy_problems, found)
 
 
+def judge_mesh(ctx: Context, case: Case, raw: Evaluation, other: Evaluation) -> Judged:
+    """A mesh case judged by the spec model's answer ``raw`` (before the echo meets it)
+    and ``other``, its client's sidecar's (the Envoy model) or kube-proxy's: the same
+    judgement for check and for live, so a mistake is reported at the mistake by both.
+    A mesh answer rests on the rule that gave it (no listener answers it), and on the
+    refused parentRefs of the mesh routes written for it (EV916-EV918, folded as EV905)."""
+    spec = replace(raw, outcome=spec_client_view(ctx.res, case.request, raw.outcome))
+    spec_problems = tuple(model_unmet(case.expect, spec.outcome, case.request))
+    missed = () if other.outcome.unjudged else model_unmet(case.expect, other.outcome, case.request)
+    found: tuple[Mistake, ...] = ()
+    if spec_problems:
+        refused = refused_mesh_parents(ctx.res, case.request, raw.outcome)
+        found = (*rule_mistakes(ctx.res, raw.outcome), *refused)
+    return Judged(case, spec, other, spec_problems, tuple(missed), found)
+
+
 def _missed(case: Case, outcome: Outcome) -> tuple[str, ...]:
     problems = model_unmet(case.expect, outcome, case.request)
     if problems and outcome.may_refuse:
@@ -123,7 +143,10 @@ def mistake_location(ctx: Context, m: Mistake) -> tuple[str, int]:
 
 def reason(m: Mistake) -> str:
     """``BackendNotFound, EV905``: the status reason and the code check reports it as."""
-    code = MISSING_PORT_CODE if m.missing_port else STATIC_CODES.get(m.reason, "")
+    if m.mesh_parent:
+        code = MESH_PARENT_CODES.get(m.field.rsplit(".", 1)[-1], "")
+    else:
+        code = MISSING_PORT_CODE if m.missing_port else STATIC_CODES.get(m.reason, "")
     return f"{m.reason}, {code}" if code else m.reason
 
 

@@ -53,6 +53,7 @@ from verifier.live.results import AGREES, CASE, DISAGREES, NO_ROUTE, Attribution
 from verifier.live.verdict import Verdict, live_mismatches, verdict_of
 from verifier.orphans import private_dir
 from verifier.rules.mesh_inbound import port_probes
+from verifier.rules.support.case_judge import judge_mesh
 from verifier.semantics import witness as wt
 from verifier.semantics.cases import model_unmet
 from verifier.semantics.directory import backend_directory_from
@@ -281,11 +282,22 @@ async def _judge(
     opts: LiveOptions,
     limit: asyncio.Semaphore,
 ) -> tuple[CaseResult, list[Finding]]:
-    from verifier.live.runner import Answer, _attempt, _consistent, routed, three_way_findings
+    from verifier.live.runner import (
+        Answer,
+        _attempt,
+        _consistent,
+        _failed_case,
+        _judged_once,
+        routed,
+        three_way_findings,
+    )
 
     started = time.monotonic()
     request = c.case.request
     spec, envoy, asked = _models(setup, request)
+    # As check judges the case (``case_judge``): a case both models miss because of a
+    # configuration mistake is reported at the mistake, as on the edge.
+    predicted = judge_mesh(setup.ctx, c.case, setup.ctx.mesh_spec(request, trace=False), envoy)
     target.predicted[request] = _backends(spec.outcome, envoy.outcome)
     # Our sidecars ACKed their xDS before the first case, so there is nothing to wait
     # for: where the Envoy model, reading that xDS, says the case is unmet (a cleartext
@@ -320,20 +332,10 @@ async def _judge(
     else:  # no log of ours (a cluster's sidecars): unattributed, never the model's guess
         found = attr.judge(responses, envoy, logged=False)
     judged = routed(answer, found, met=not (problems or findings))
-    if problems and not findings:
-        where = _case_at(setup.ctx, c)  # the case itself fails: at it, as on the edge
-        findings.append(
-            new(
-                "EV801",
-                _rule(),
-                file=where.file,
-                line=where.line,
-                request=request.to_json(),
-                case=c.case.name,
-                attempts=attempts,
-                problems="; ".join(problems),
-            )
-        )
+    if settled and predicted.both_miss:  # sent once: judged as the edge's (EV808, EV801)
+        findings, problems = _judged_once(setup.ctx, c, predicted, verdict, findings, problems)
+    elif problems and not findings:  # the case itself fails: at it, as on the edge
+        findings.append(_failed_case(setup.ctx, c, predicted, attempts, problems))
     findings += judged.findings
     problems = [*problems, *judged.problems]
     result = CaseResult(

@@ -18,6 +18,8 @@ question (a failing case), so the witnesses' hot path pays nothing.
   request's host, or it intersects no listener hostname of the Gateway at all;
   or it names a Gateway that does not exist in the request's namespace reach
   while its hostnames cover the request's host (a parentRef typo).
+- A mesh answer (``refused_mesh_parents``): the refused Service parentRefs of the
+  mesh routes written for the request, which therefore apply to no one.
 
 Pure, like the rest of the spec model: only ``Resources`` are read.
 """
@@ -26,7 +28,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verifier.gatewayapi.model import GATEWAY_GROUP, Gateway, GatewayListener, HTTPRoute, RouteRule
+from verifier.gatewayapi.model import (
+    GATEWAY_GROUP,
+    Gateway,
+    GatewayListener,
+    HTTPRoute,
+    ParentRef,
+    RouteRule,
+    Service,
+)
 from verifier.gatewayapi.resources import Resources
 from verifier.semantics.request import Outcome, Request
 from verifier.semantics.spec.attach import attachment_refusal, refers_to_gateway
@@ -36,6 +46,9 @@ from verifier.semantics.spec.hostnames import effective_hostnames, route_hostnam
 from verifier.semantics.spec.listeners import select_listener
 from verifier.semantics.spec.listenersets import merged_gateway
 from verifier.semantics.spec.match import match_accepts, rule_problem
+from verifier.semantics.spec.mesh import applicable_routes, mesh_index_for, service_parent
+from verifier.semantics.spec.status import service_kind_in_gateway_group, service_parent_refusal
+from verifier.suggest import closest
 
 NO_MATCH_STATUS = 404
 NO_READY_ENDPOINT = "NoReadyEndpoint"
@@ -54,6 +67,7 @@ class Mistake:
     problem: str
     missing_port: bool = False
     kind: str = "HTTPRoute"
+    mesh_parent: bool = False  # a refused Service parentRef of a mesh route (GAMMA)
 
     def describe(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name} {self.field}: {self.problem}"
@@ -93,6 +107,62 @@ def rule_mistakes(res: Resources, outcome: Outcome) -> tuple[Mistake, ...]:
     did): all a mesh answer can rest on, since no listener answers it."""
     rule = answering_rule(res, outcome)
     return () if rule is None else _in_rule(res, *rule)
+
+
+def refused_mesh_parents(res: Resources, request: Request, outcome: Outcome) -> tuple[Mistake, ...]:
+    """The refused Service parentRefs (NoMatchingParent: a Service that does not exist,
+    a port it lacks; or ``kind: Service`` left in the Gateway API group) of the mesh
+    routes written for mesh request ``request``, which the spec model's ``outcome`` is
+    without: routes of the Service's namespace (producer) or the client's (consumer)
+    that no accepted parentRef applies here, whose refused parentRef names the
+    request's Service, or a missing one named like it (a typo, a namespace left out),
+    and that would have changed the answer: a rule of theirs matches the request, or
+    it is a consumer route (it replaces the producer routes whatever it matches), or
+    no route answered at all (kube-proxy's answer)."""
+    source = request.source
+    svc = mesh_index_for(res).by_ip.get(request.address)
+    port = next((p for p in svc.ports if p.port == request.port), None) if svc else None
+    if source is None or svc is None or port is None:
+        return ()
+    applied = {r.meta.key for r in applicable_routes(res, svc, port, source.namespace)}
+    routed = answering_rule(res, outcome) is not None
+    found: list[Mistake] = []
+    for key in sorted(res.httproutes):
+        route = res.httproutes[key]
+        ns = route.meta.namespace
+        if key in applied or ns not in (svc.meta.namespace, source.namespace):
+            continue
+        consumer = ns == source.namespace and ns != svc.meta.namespace
+        if routed and not consumer and not _would_match(route, request):
+            continue
+        for ref in route.parent_refs:
+            mistake = _refused_parent(res, route, ref, svc)
+            if mistake is not None:
+                found.append(mistake)
+    return tuple(found)
+
+
+def _refused_parent(
+    res: Resources, route: HTTPRoute, ref: ParentRef, svc: Service
+) -> Mistake | None:
+    """``ref`` as a mistake, when it is refused and meant ``svc`` (module docstring)."""
+    key = svc.meta.key
+    if service_kind_in_gateway_group(ref):
+        if (ref.namespace, ref.name) != key:
+            return None
+        problem = f'kind Service in group {GATEWAY_GROUP} names no Service (group must be "")'
+        return _of(route, "NoMatchingParent", f"{ref.path}.kind", problem, mesh_parent=True)
+    if not service_parent(ref):
+        return None
+    refusal = service_parent_refusal(res, ref)
+    if refusal is None:
+        return None
+    if refusal.missing is None:
+        if (ref.namespace, ref.name) != key:
+            return None
+    elif ref.name != svc.meta.name and closest(ref.name, [svc.meta.name]) is None:
+        return None
+    return _of(route, refusal.reason, refusal.path, refusal.detail, mesh_parent=True)
 
 
 def answering_rule(res: Resources, outcome: Outcome) -> tuple[HTTPRoute, RouteRule] | None:
@@ -159,10 +229,18 @@ def _at(path: str, field: str) -> str:
 
 
 def _of(
-    route: HTTPRoute, reason: str, field: str, problem: str, missing_port: bool = False
+    route: HTTPRoute,
+    reason: str,
+    field: str,
+    problem: str,
+    missing_port: bool = False,
+    *,
+    mesh_parent: bool = False,
 ) -> Mistake:
     meta = route.meta
-    return Mistake(reason, meta.namespace, meta.name, field, problem, missing_port)
+    return Mistake(
+        reason, meta.namespace, meta.name, field, problem, missing_port, mesh_parent=mesh_parent
+    )
 
 
 def _would_match(route: HTTPRoute, request: Request) -> bool:
