@@ -104,7 +104,7 @@ def test_mesh_cases_pass_through_the_clusters_pods_and_sidecars(
     assert report["summary"]["rewritten"] is False
     for r in results:  # every answer from the pod the case names, judged three ways
         assert r["spec_agrees"] is True
-        assert r["request"].startswith("from ")
+        assert r["request"].count("from ") == 1 and " (from " in r["request"], r["request"]
         # No access log of ours in a cluster: never the model's route.
         assert (r["attribution"]["state"], r["xds_route"]) == ("unattributed", "")
     sidecar = [r for r in results if r["name"] != "client-outside-the-mesh-reaches-echo"]

@@ -344,7 +344,7 @@ async def _judge(
         kind=CASE,
         passed=not problems,
         attempts=attempts,
-        request=f"from {'/'.join(_client(request))}: {request.line()}",
+        request=request.line(),  # its "from NS/WORKLOAD" included
         expected=_expected(c),
         observed=observed(run),
         spec_agrees=verdict.spec_agrees,
