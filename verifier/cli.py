@@ -785,13 +785,21 @@ def _live_pass(
     return run_live(args.paths, opts, live, bar)
 
 
-def _write_live(args: argparse.Namespace, report: LiveReport) -> None:
+def _write_live(
+    args: argparse.Namespace,
+    report: LiveReport,
+    results: Sequence[ScenarioResult] | None = None,
+) -> None:
+    """``results``: ``run``'s check pass, whose findings every format carries too."""
+    from verifier import pipeline
     from verifier.report import conformance, live
 
+    checked = None if results is None else [pipeline.reported(r) for r in results]
     if args.format == "json":
-        out = live.render_json(report)
+        summary = None if results is None else pipeline.summary(results)
+        out = live.render_json(report, checked or (), summary)
     elif args.format == "junit":
-        out = live.render_junit(report)
+        out = live.render_junit(report, checked)
     elif args.format == "conformance":
         impl = conformance.Implementation(
             organization=args.implementation_organization,
@@ -884,7 +892,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.format == "sarif":
         _write(_run_sarif(results, report), args.output)
     else:
-        _write_live(args, report)
+        _write_live(args, report, results)
     # One summary at the end: check's line, then the live pass's (on stderr, so
     # stdout holds only the report in whatever format was asked for).
     for line in _scenario_lines(results):
