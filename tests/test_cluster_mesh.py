@@ -234,8 +234,10 @@ def test_mesh_needs_a_cluster_and_mesh_cases(
     edge.write_text(EDGE_CASE)
     argv = ["live", "--kubeconfig", kubeconfig, "--mesh", "--cases", str(edge)]
     code, _, err = run(argv, capsys)
-    assert code == 2 and "--mesh sends mesh cases" in err
-    assert not any(p.endswith("/pods") for _, p, _ in standin.requests)
+    assert code == 2 and "--mesh sends mesh cases" in err and str(edge) in err
+    assert "fixtures/base" not in err  # no scenario's base: the input is a cluster
+    # refused before the cluster is asked anything (a new user's run listed it all first)
+    assert standin.requests == []
     code, _, err = run(["live", "--kubeconfig", kubeconfig, "--cases", str(CASES)], capsys)
     assert code == 2 and "--gateway NS/NAME" in err and "--mesh" in err
 

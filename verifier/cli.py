@@ -735,8 +735,17 @@ def _cluster_mesh(args: argparse.Namespace, source: ClusterSource | None) -> Clu
             "(without it, live sends them through its own sidecars)"
         )
         raise InputErrors([InputError("--mesh", 0, "--kubeconfig", "not-applicable", message)])
+    from verifier import pipeline
     from verifier.live.mesh_cluster import DEFAULT_CONTROL_PORT, DEFAULT_WAIT, ClusterMesh
 
+    files = tuple(args.cases or ())
+    if files and not any(c.mesh for f in files for c in pipeline.load_cases(f)[0]):
+        # before the cluster is read: a new user's run listed it all first (docs/mesh.md)
+        message = (
+            f"--mesh sends mesh cases (from: and service:) from the cluster's pods, and "
+            f"{', '.join(files)} has none: nothing would be sent"
+        )
+        raise InputErrors([InputError(files[0], 0, "--mesh", "nothing-to-run", message)])
     wait = DEFAULT_WAIT if args.mesh_wait is None else args.mesh_wait
     port = DEFAULT_CONTROL_PORT if args.mesh_control_port is None else args.mesh_control_port
     return ClusterMesh(source, wait, port)
@@ -848,6 +857,7 @@ def _scenario_count(paths: Sequence[str], opts: CheckOptions) -> int:
 def cmd_live(args: argparse.Namespace) -> int:
     """Send every case (and witness) through real Envoy; exit 1 unless all pass."""
     opts = _check_options(args)
+    _cluster_mesh(args, opts.cluster)  # its mistakes before the cluster is read
     remote = _remote(args, opts.cluster)
     if sys.stderr.isatty():
         with _Bar(_scenario_count(args.paths, opts), "live") as bar:
@@ -865,6 +875,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from verifier.rules import RULES
 
     opts = _check_options(args)
+    _cluster_mesh(args, opts.cluster)  # its mistakes before the cluster is read
     remote = _remote(args, opts.cluster)
     tty = sys.stderr.isatty()
     n = _scenario_count(args.paths, opts)
