@@ -264,14 +264,19 @@ def test_unreachable_server_is_exit_2_in_bounded_time(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     config = tmp_path / "kubeconfig"
-    config.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
-        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
-    )
-    code, _out, err = run(["check", "--kubeconfig", str(config), "--cluster-timeout", "2"], capsys)
-    assert code == 2 and "cannot reach the API server" in err and "Traceback" not in err
+    for scheme in ("http", "https"):
+        config.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+            f"clusters: [{{name: c, cluster: {{server: '{scheme}://127.0.0.1:{port}'}}}}]\n"
+            "users: [{name: u, user: {token: t}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        )
+        argv = ["check", "--kubeconfig", str(config), "--cluster-timeout", "2"]
+        code, _out, err = run(argv, capsys)
+        assert code == 2 and "cannot reach the API server" in err and "Traceback" not in err
+        # said plainly: host:port and the OS's words, no SSLContext repr nor raw args
+        assert f"127.0.0.1:{port}: Connection refused [unreachable]" in err, err
+        assert "SSLContext" not in err and "Connect call failed" not in err, err
 
 
 def test_bad_kubeconfig_and_bad_combinations_are_exit_2(
