@@ -294,9 +294,10 @@ def test_bad_kubeconfig_and_bad_combinations_are_exit_2(
     code, _out, err = run(["check", "--kubeconfig", kubeconfig, "--context", "nope"], capsys)
     assert code == 2 and "nope" in err
     # nothing to check in a cluster: no hint to load a scenario with its base (no files)
-    argv = ["check", "--kubeconfig", kubeconfig, "--controller-name", "example.com/nope"]
-    code, _out, err = run(argv, capsys)
-    assert code == 2 and "[nothing-to-check]" in err and "fixtures/base" not in err, err
+    for command in ("check", "status"):
+        argv = [command, "--kubeconfig", kubeconfig, "--controller-name", "example.com/nope"]
+        code, _out, err = run(argv, capsys)
+        assert code == 2 and "[nothing-to-check]" in err and "fixtures/base" not in err, err
     code, _out, err = run(["status"], capsys)
     assert code == 2 and "--kubeconfig" in err
     code, _out, err = run(["status", str(BASE), "--namespace", "x"], capsys)

@@ -161,10 +161,12 @@ def _load(args: argparse.Namespace) -> tuple[Resources, str]:
     return res, res.files[0] if res.files else "cluster"
 
 
-def _something_to_do(res: Resources, controller: str, paths: Sequence[str]) -> None:
+def _something_to_do(
+    res: Resources, controller: str, paths: Sequence[str], *, files: bool = True
+) -> None:
     """translate and status, like check, refuse to succeed on nothing: with no Gateway
     of the controller their output would be empty and say nothing of why."""
-    empty = nothing_to_check(res, controller, " ".join(paths))
+    empty = nothing_to_check(res, controller, " ".join(paths), files=files)
     if empty is not None:
         raise InputErrors([empty])
 
@@ -246,7 +248,8 @@ def _edge_or_proxy(res: Resources, args: argparse.Namespace) -> None:
 
     from verifier.gatewayapi.mesh_attach import is_mesh_route
 
-    empty = nothing_to_check(res, args.controller_name, " ".join(args.paths), mesh=False)
+    where = " ".join(args.paths)
+    empty = nothing_to_check(res, args.controller_name, where, mesh=False, files=bool(args.paths))
     if empty is None:
         return
     if "proxy" in vars(args) and any(is_mesh_route(r) for r in res.httproutes.values()):
@@ -444,7 +447,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     res, source = _load(args)
     _warn(res)
-    _something_to_do(res, args.controller_name, [source])
+    _something_to_do(res, args.controller_name, [source], files=bool(args.paths))
     addressing = _addressing(args)
     graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     if args.format == "yaml":
