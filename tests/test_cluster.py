@@ -264,14 +264,19 @@ def test_unreachable_server_is_exit_2_in_bounded_time(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     config = tmp_path / "kubeconfig"
-    config.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
-        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
-    )
-    code, _out, err = run(["check", "--kubeconfig", str(config), "--cluster-timeout", "2"], capsys)
-    assert code == 2 and "cannot reach the API server" in err and "Traceback" not in err
+    for scheme in ("http", "https"):
+        config.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+            f"clusters: [{{name: c, cluster: {{server: '{scheme}://127.0.0.1:{port}'}}}}]\n"
+            "users: [{name: u, user: {token: t}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        )
+        argv = ["check", "--kubeconfig", str(config), "--cluster-timeout", "2"]
+        code, _out, err = run(argv, capsys)
+        assert code == 2 and "cannot reach the API server" in err and "Traceback" not in err
+        # said plainly: host:port and the OS's words, no SSLContext repr nor raw args
+        assert f"127.0.0.1:{port}: Connection refused [unreachable]" in err, err
+        assert "SSLContext" not in err and "Connect call failed" not in err, err
 
 
 def test_bad_kubeconfig_and_bad_combinations_are_exit_2(
@@ -288,6 +293,11 @@ def test_bad_kubeconfig_and_bad_combinations_are_exit_2(
     assert code == 2 and "not both" in err
     code, _out, err = run(["check", "--kubeconfig", kubeconfig, "--context", "nope"], capsys)
     assert code == 2 and "nope" in err
+    # nothing to check in a cluster: no hint to load a scenario with its base (no files)
+    for command in ("check", "status"):
+        argv = [command, "--kubeconfig", kubeconfig, "--controller-name", "example.com/nope"]
+        code, _out, err = run(argv, capsys)
+        assert code == 2 and "[nothing-to-check]" in err and "fixtures/base" not in err, err
     code, _out, err = run(["status"], capsys)
     assert code == 2 and "--kubeconfig" in err
     code, _out, err = run(["status", str(BASE), "--namespace", "x"], capsys)

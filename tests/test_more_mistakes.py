@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree as ET
 
 import pytest
 from user_scenario import SPLIT_CASE, write
@@ -174,6 +175,37 @@ def test_run_sarif_holds_both_passes_findings(
     }
     described = {rule["id"] for rule in run["tool"]["driver"]["rules"]}
     assert {code for code, _ in results} <= described
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not envoy_available(), reason="no envoy binary")
+def test_run_json_and_junit_hold_both_passes_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run --format json`` and ``junit`` held the live pass's findings only: a new
+    user's run exited 1 on EV801 and its report left out check's root cause. The
+    canary selects no pod: check's EV703 and EV913 (at the backendRef) beside live's
+    EV801 in both."""
+    folder = edited(tmp_path / "shop", CANARY_SELECTOR)
+    (folder / "cases.yaml").write_text(SPLIT_CASE, "utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "shop", "--format", "json", "-o", "r.json"]) == 1
+    doc = json.loads((tmp_path / "r.json").read_text("utf-8"))
+    assert {(f["code"], f["scenario"]) for f in doc["findings"]} == {
+        ("EV703", "shop"),
+        ("EV913", "shop"),
+        ("EV801", "shop"),
+    }
+    (ev913,) = [f for f in doc["findings"] if f["code"] == "EV913"]
+    assert text_at(ev913["location"]).strip().startswith("- name: cart-canary")
+    assert (doc["check"]["errors"], doc["check"]["warnings"], doc["summary"]["failed"]) == (1, 1, 1)
+    assert main(["run", "shop", "--format", "junit", "-o", "r.xml"]) == 1
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    failed = {el.get("type") for el in root.iter("failure")}
+    assert failed == {"EV703", "unmet"}, failed  # check's error, live's failed case
+    # a warning fails no test case: its lines are the rule's output, as check has them
+    assert any("EV913" in (el.text or "") for el in root.iter("system-out"))
+    capsys.readouterr()
 
 
 def mistakes(folder: Path, *changes: tuple[str, str]) -> list[Finding]:

@@ -161,10 +161,12 @@ def _load(args: argparse.Namespace) -> tuple[Resources, str]:
     return res, res.files[0] if res.files else "cluster"
 
 
-def _something_to_do(res: Resources, controller: str, paths: Sequence[str]) -> None:
+def _something_to_do(
+    res: Resources, controller: str, paths: Sequence[str], *, files: bool = True
+) -> None:
     """translate and status, like check, refuse to succeed on nothing: with no Gateway
     of the controller their output would be empty and say nothing of why."""
-    empty = nothing_to_check(res, controller, " ".join(paths))
+    empty = nothing_to_check(res, controller, " ".join(paths), files=files)
     if empty is not None:
         raise InputErrors([empty])
 
@@ -246,7 +248,8 @@ def _edge_or_proxy(res: Resources, args: argparse.Namespace) -> None:
 
     from verifier.gatewayapi.mesh_attach import is_mesh_route
 
-    empty = nothing_to_check(res, args.controller_name, " ".join(args.paths), mesh=False)
+    where = " ".join(args.paths)
+    empty = nothing_to_check(res, args.controller_name, where, mesh=False, files=bool(args.paths))
     if empty is None:
         return
     if "proxy" in vars(args) and any(is_mesh_route(r) for r in res.httproutes.values()):
@@ -444,7 +447,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     res, source = _load(args)
     _warn(res)
-    _something_to_do(res, args.controller_name, [source])
+    _something_to_do(res, args.controller_name, [source], files=bool(args.paths))
     addressing = _addressing(args)
     graph = build_graph(res, args.controller_name, shared_address=addressing.shared)
     if args.format == "yaml":
@@ -735,8 +738,17 @@ def _cluster_mesh(args: argparse.Namespace, source: ClusterSource | None) -> Clu
             "(without it, live sends them through its own sidecars)"
         )
         raise InputErrors([InputError("--mesh", 0, "--kubeconfig", "not-applicable", message)])
+    from verifier import pipeline
     from verifier.live.mesh_cluster import DEFAULT_CONTROL_PORT, DEFAULT_WAIT, ClusterMesh
 
+    files = tuple(args.cases or ())
+    if files and not any(c.mesh for f in files for c in pipeline.load_cases(f)[0]):
+        # before the cluster is read: a new user's run listed it all first (docs/mesh.md)
+        message = (
+            f"--mesh sends mesh cases (from: and service:) from the cluster's pods, and "
+            f"{', '.join(files)} has none: nothing would be sent"
+        )
+        raise InputErrors([InputError(files[0], 0, "--mesh", "nothing-to-run", message)])
     wait = DEFAULT_WAIT if args.mesh_wait is None else args.mesh_wait
     port = DEFAULT_CONTROL_PORT if args.mesh_control_port is None else args.mesh_control_port
     return ClusterMesh(source, wait, port)
@@ -785,13 +797,21 @@ def _live_pass(
     return run_live(args.paths, opts, live, bar)
 
 
-def _write_live(args: argparse.Namespace, report: LiveReport) -> None:
+def _write_live(
+    args: argparse.Namespace,
+    report: LiveReport,
+    results: Sequence[ScenarioResult] | None = None,
+) -> None:
+    """``results``: ``run``'s check pass, whose findings every format carries too."""
+    from verifier import pipeline
     from verifier.report import conformance, live
 
+    checked = None if results is None else [pipeline.reported(r) for r in results]
     if args.format == "json":
-        out = live.render_json(report)
+        summary = None if results is None else pipeline.summary(results)
+        out = live.render_json(report, checked or (), summary)
     elif args.format == "junit":
-        out = live.render_junit(report)
+        out = live.render_junit(report, checked)
     elif args.format == "conformance":
         impl = conformance.Implementation(
             organization=args.implementation_organization,
@@ -840,6 +860,7 @@ def _scenario_count(paths: Sequence[str], opts: CheckOptions) -> int:
 def cmd_live(args: argparse.Namespace) -> int:
     """Send every case (and witness) through real Envoy; exit 1 unless all pass."""
     opts = _check_options(args)
+    _cluster_mesh(args, opts.cluster)  # its mistakes before the cluster is read
     remote = _remote(args, opts.cluster)
     if sys.stderr.isatty():
         with _Bar(_scenario_count(args.paths, opts), "live") as bar:
@@ -857,6 +878,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from verifier.rules import RULES
 
     opts = _check_options(args)
+    _cluster_mesh(args, opts.cluster)  # its mistakes before the cluster is read
     remote = _remote(args, opts.cluster)
     tty = sys.stderr.isatty()
     n = _scenario_count(args.paths, opts)
@@ -884,7 +906,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.format == "sarif":
         _write(_run_sarif(results, report), args.output)
     else:
-        _write_live(args, report)
+        _write_live(args, report, results)
     # One summary at the end: check's line, then the live pass's (on stderr, so
     # stdout holds only the report in whatever format was asked for).
     for line in _scenario_lines(results):

@@ -850,7 +850,10 @@ def prepare(
         read = [(path, *load_cases(path)) for path in scn.cases]
         where = " ".join(scn.paths) or scn.name
         mesh_cases = any(c.mesh for _path, loaded, _lines in read for c in loaded)
-        empty = nothing_to_check(res, opts.controller_name, where, mesh_cases=mesh_cases)
+        files = scn.cluster is None
+        empty = nothing_to_check(
+            res, opts.controller_name, where, mesh_cases=mesh_cases, files=files
+        )
         if empty is not None and not opts.proxy:  # with --proxy, a sidecar is what is checked
             raise InputErrors([empty])
         for path, loaded, lines in read:

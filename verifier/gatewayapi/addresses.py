@@ -120,13 +120,21 @@ def ours(res: Resources, controller: str) -> dict[GatewayKey, object]:
 
 
 def nothing_to_check(
-    res: Resources, controller: str, where: str, *, mesh: bool = True, mesh_cases: bool = False
+    res: Resources,
+    controller: str,
+    where: str,
+    *,
+    mesh: bool = True,
+    mesh_cases: bool = False,
+    files: bool = True,
 ) -> InputError | None:
     """A run with nothing to judge would pass: that is bad input, and a mistyped
     controller name is named with the ones that were seen. A Gateway of the controller
     is something to judge, and so (``mesh``: the command judges sidecars too) is a mesh
     route (an HTTPRoute whose parent is a Service) or a mesh case (``mesh_cases``: a
-    request to a Service with no route is kube-proxy's to answer, and that is checked)."""
+    request to a Service with no route is kube-proxy's to answer, and that is checked).
+    ``files``: the resources are files, and the hint names a scenario's base (a
+    cluster, ``--kubeconfig``, has none)."""
     if ours(res, controller):
         return None
     if mesh and (
@@ -138,13 +146,14 @@ def nothing_to_check(
     mesh_too = ""
     if mesh:
         mesh_too = " and no mesh route (an HTTPRoute whose parentRef is a Service) nor mesh case"
+    base = " (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)"
     return InputError(
         where,
         0,
         "",
         "nothing-to-check",
         f"no Gateway of controller {controller} (--controller-name){hint}{mesh_too}: nothing "
-        "would be checked (a scenario is loaded with its base: fixtures/base fixtures/<scenario>)",
+        f"would be checked{base if files else ''}",
     )
 
 

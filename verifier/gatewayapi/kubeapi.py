@@ -30,6 +30,28 @@ from verifier.inputs import LIMIT_FLAGS, decode, limits, load_json
 ERROR_BODY = 64 * 1024  # what is read of a non-2xx answer: enough for its Status
 
 
+def connect_error(exc: BaseException) -> str:
+    """Why a connection failed, in words: ``127.0.0.1:1: Connection refused``. aiohttp's
+    own text holds the repr of an SSLContext and the OS error's raw args (a new user
+    read ``ssl:<ssl.SSLContext object at 0x7f...> [Connect call failed ...]``)."""
+    import errno
+    import os
+
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        why = str(exc.certificate_error)
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        oserr = exc.os_error
+        code = oserr.errno
+        why = os.strerror(code) if code and code in errno.errorcode else str(oserr)
+    else:
+        return printable(clip(str(exc) or type(exc).__name__))
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        why = f"{exc.host}:{exc.port}: {why or type(exc.os_error).__name__}"
+    return printable(clip(why))
+
+
 class Status(Exception):
     """A non-2xx answer: its code, reason and the Status message, if it sent one."""
 
@@ -152,7 +174,7 @@ class Api:
                         raise self._too_large(path, f"more than {budget:,} bytes", kind)
                 return resp.status, resp.reason or "", bytes(body[:limit])
         except (aiohttp.ClientError, HttpProcessingError, OSError, ValueError) as exc:
-            why = printable(clip(str(exc) or type(exc).__name__))
+            why = connect_error(exc)
             message = f"cannot reach the API server (GET {path}): {why}"
             raise self.error("unreachable", message, kind) from None
 

@@ -27,12 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+from http import HTTPStatus
 from urllib.parse import quote
 
 import aiohttp
 
 from verifier.children import printable
 from verifier.errors import clip
+from verifier.gatewayapi.kubeapi import connect_error
 from verifier.gatewayapi.kubeconfig import Endpoint
 
 PROTOCOL = "v4.channel.k8s.io"
@@ -40,6 +42,19 @@ DATA, ERROR = 0, 1  # the channels of the one port forwarded
 MAX_MESSAGE = 1 << 20
 ERROR_WORDS = 4096  # what is kept of the error channel
 CHUNK = 64 * 1024
+
+
+def _handshake(exc: aiohttp.WSServerHandshakeError) -> str:
+    """The refusal as the server said it (``403 Forbidden``), not aiohttp's words for
+    it ("Invalid response status"); a 101 aiohttp would not take, with its reason."""
+    if exc.status != HTTPStatus.SWITCHING_PROTOCOLS:
+        try:
+            phrase = HTTPStatus(exc.status).phrase
+        except ValueError:
+            phrase = ""
+        return f"{exc.status} {phrase}".strip()
+    reason = printable(clip(exc.message or "")).lower()
+    return f"101 Switching Protocols, but not a WebSocket upgrade ({reason})"
 
 
 class PortForwardRefused(Exception):
@@ -133,13 +148,12 @@ class PortForward:
                     autoping=True,
                 )
         except aiohttp.WSServerHandshakeError as exc:
-            reason = printable(clip(exc.message or ""))
-            raise PortForwardRefused(exc.status, f"{exc.status} {reason}".strip()) from None
+            raise PortForwardRefused(exc.status, _handshake(exc)) from None
         except TimeoutError:
             why = f"no WebSocket upgrade within {self.timeout:g}s (--cluster-timeout)"
             raise PortForwardRefused(0, why) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise PortForwardRefused(0, printable(clip(str(exc) or type(exc).__name__))) from None
+            raise PortForwardRefused(0, connect_error(exc)) from None
         if ws.protocol != PROTOCOL:
             await ws.close()
             chosen = printable(clip(ws.protocol or "none"))

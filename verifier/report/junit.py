@@ -34,6 +34,15 @@ def render(scenarios: Sequence[ScenarioReport], errors: Sequence[ScenarioError] 
     fail a test case ``input`` of their scenario's suite (of a suite ``input`` for
     those no scenario owns), so the report never passes."""
     suites = ET.Element("testsuites", name="edge-verify check")
+    add_suites(suites, scenarios, errors)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def add_suites(
+    suites: ET.Element, scenarios: Sequence[ScenarioReport], errors: Sequence[ScenarioError] = ()
+) -> None:
+    """Check's suites under ``suites`` (``run`` puts the live pass's after them)."""
     by_scenario: dict[str, list[InputError]] = {}
     for scenario, err in errors:
         by_scenario.setdefault(scenario, []).append(err)
@@ -75,5 +84,3 @@ def render(scenarios: Sequence[ScenarioReport], errors: Sequence[ScenarioError] 
             _input_case(suite, name, by_scenario[name])
         if notes:
             ET.SubElement(suite, "system-out").text = "\n".join(f"note: {n}" for n in notes)
-    ET.indent(suites)
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

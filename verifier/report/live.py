@@ -10,17 +10,30 @@ its route: ``additions``), and answers no route could be attributed to.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from verifier.live.results import UNATTRIBUTED, LiveReport
+from verifier.report import junit
+from verifier.report.scenario import ScenarioReport
 from verifier.report.text import finding_lines
 
 
-def render_json(report: LiveReport) -> str:
-    doc = {
+def render_json(
+    report: LiveReport,
+    checked: Sequence[ScenarioReport] = (),
+    check_summary: dict[str, Any] | None = None,
+) -> str:
+    """``checked``: ``run``'s check pass, its findings listed before the live pass's
+    (a new user's run exited 1 on a live EV801 whose cause, check's EV916, the JSON
+    left out); ``check_summary`` its summary, under ``check``."""
+    doc: dict[str, Any] = {
         "cases": [r.to_json() for r in report.results],
-        "findings": [f.to_json() for f in report.findings],
+        "findings": [
+            *({**f.to_json(), "scenario": s.name} for s in checked for f in s.findings),
+            *({**f.to_json(), "scenario": r.name} for r in report.scenarios for f in r.findings),
+        ],
         "additions": report.additions,
         "consistency": report.consistency,
         "summary": report.summary(),
@@ -32,6 +45,8 @@ def render_json(report: LiveReport) -> str:
     }
     if mesh:  # the scenarios whose mesh cases ran through sidecars: how, and what it cost
         doc["mesh"] = mesh
+    if check_summary is not None:
+        doc["check"] = check_summary
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
@@ -102,9 +117,12 @@ def render_text(report: LiveReport, *, summary: bool = True) -> str:
     return "".join(f"{line}\n" for line in out)
 
 
-def render_junit(report: LiveReport) -> str:
-    """One test suite per scenario, one test case per case or witness."""
-    suites = ET.Element("testsuites", name="edge-verify live")
+def render_junit(report: LiveReport, checked: Sequence[ScenarioReport] | None = None) -> str:
+    """One test suite per scenario, one test case per case or witness. ``checked``:
+    ``run``'s check pass, its suites (as ``check --format junit`` has them) first."""
+    name = "edge-verify live" if checked is None else "edge-verify run"
+    suites = ET.Element("testsuites", name=name)
+    junit.add_suites(suites, checked or ())
     ET.SubElement(
         ET.SubElement(suites, "properties"),
         "property",
