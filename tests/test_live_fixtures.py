@@ -20,6 +20,7 @@ evidence in its reason; strictness makes the mark go red the day it is fixed.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,9 @@ def test_live_mesh_case(scenario: Path, case_name: str, fixtures_run: SuiteRun) 
     coincidence (tests/test_mesh_live.py)."""
     test_live_case(scenario, case_name, fixtures_run)
     case = fixtures_run.case(scenario.name, case_name)
-    client = case["request"].removeprefix("from ").split(":")[0]
+    sent = re.search(r" \(from (\S+) to ", case["request"])  # Request.line()'s client
+    assert sent is not None, case["request"]
+    client = sent.group(1)
     pods = mesh_pods(load_scenario(scenario)[0])
     a = case["attribution"]
     assert a["verdict"] == "agrees" and a["route"] == a["model_route"], a
