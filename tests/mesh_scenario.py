@@ -233,7 +233,8 @@ spec:
 """
 
 EDGE = """\
-# Only here because check refuses a mesh-only input ([nothing-to-check]).
+# The trial's user added it when check refused a mesh-only input (it no longer does:
+# tests/test_mesh_inputs.py); kept, so the scenario is theirs as written.
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata:

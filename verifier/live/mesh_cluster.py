@@ -37,7 +37,6 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from verifier.errors import InputError, InputErrors
-from verifier.findings import Finding
 from verifier.gatewayapi import workloads as wl
 from verifier.gatewayapi.cluster import ClusterSource
 from verifier.gatewayapi.pods import MESH_ROLE, Placement, wait_for_clients
@@ -48,17 +47,16 @@ from verifier.live.echoproto.proto import EchoRequest, EchoTestServiceStub, Forw
 from verifier.live.mesh_live import HTTP1_ONLY, MeshAnswers, forward_headers, parse_output
 from verifier.live.mesh_pods import MeshPod
 from verifier.live.mesh_runner import (
-    MIRRORS_SKIPPED,
     PARALLEL_CASES,
     MeshRun,
     _judge,
     _models,
     _Setup,
     _setup,
+    split_mirrors,
 )
 from verifier.live.portforward import PortForward, PortForwardRefused
-from verifier.live.replay import LiveCase, looks_for_mirrors
-from verifier.live.results import CaseResult
+from verifier.live.replay import LiveCase
 from verifier.report.live import MESH_REMOTE
 from verifier.semantics.request import Request
 
@@ -234,13 +232,7 @@ async def run_cluster_mesh_cases(
     port: int,
 ) -> MeshRun:
     """Every mesh case of ``cases`` sent from its client's pod in the cluster."""
-    from verifier.live.runner import unsent
-
-    skipped = [c for c in cases if looks_for_mirrors(c)]
-    sent = [c for c in cases if c not in skipped]
-    found: list[tuple[CaseResult, list[Finding]]] = [
-        (unsent(scenario, c, skipped=MIRRORS_SKIPPED), []) for c in skipped
-    ]
+    found, sent = split_mirrors(scenario, cases)
     if not sent:
         return MeshRun(found)
     target = ClusterMeshTarget(ctx.res, placement, port)

@@ -122,6 +122,20 @@ def _setup(
     return _Setup(ctx, pods, sidecars, models)
 
 
+def split_mirrors(
+    scenario: str, cases: list[LiveCase]
+) -> tuple[list[tuple[CaseResult, list[Finding]]], list[LiveCase]]:
+    """The cases no mesh can judge (mirrors: seen only in our own backends' logs, which
+    a mesh run does not read), reported skipped with the reason, and the rest to send."""
+    from verifier.live.runner import unsent
+
+    skipped = [c for c in cases if looks_for_mirrors(c)]
+    found: list[tuple[CaseResult, list[Finding]]] = [
+        (unsent(scenario, c, skipped=MIRRORS_SKIPPED), []) for c in skipped
+    ]
+    return found, [c for c in cases if c not in skipped]
+
+
 async def run_mesh_cases(
     scenario: str,
     ctx: Context,
@@ -131,13 +145,7 @@ async def run_mesh_cases(
     sidecars: Mapping[tuple[str, str], Snapshot] | None = None,
 ) -> MeshRun:
     """Every mesh case of ``cases`` through the scenario's mesh, started once."""
-    from verifier.live.runner import unsent
-
-    skipped = [c for c in cases if looks_for_mirrors(c)]
-    sent = [c for c in cases if c not in skipped]
-    found: list[tuple[CaseResult, list[Finding]]] = [
-        (unsent(scenario, c, skipped=MIRRORS_SKIPPED), []) for c in skipped
-    ]
+    found, sent = split_mirrors(scenario, cases)
     if not sent:
         return MeshRun(found)
     try:
